@@ -1,0 +1,2 @@
+DROP TABLE replicron_runs;
+DROP TABLE replicron_locks;

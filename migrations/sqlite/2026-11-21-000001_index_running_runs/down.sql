@@ -1,0 +1,1 @@
+DROP INDEX replicron_runs_job_status;

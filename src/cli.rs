@@ -1,0 +1,829 @@
+//! The command line: argument parsing, logging set-up, and one function per
+//! subcommand. Errors end here: they are printed with their whole chain and
+//! mapped to the exit status (0 success, 1 runtime failure, 2 invalid usage
+//! or config).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use chrono::{DateTime, SecondsFormat, Utc};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use std::sync::Arc;
+
+use crate::config::{Config, ConfigError, Environment};
+use crate::daemon;
+use crate::db::Pool;
+use crate::history::{self, RunFilter, RunRecord, RunStatus};
+use crate::lease;
+use crate::schedule::SystemClock;
+use crate::telemetry::{self, Liveness};
+
+/// A cron daemon for replicated services: each scheduled instant runs once
+/// across all replicas.
+#[derive(Debug, Parser)]
+#[command(name = "replicron", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How log lines are written to stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon in the foreground.
+    Run(RunArgs),
+    /// Validate the config and print each job's next instants.
+    Check(CheckArgs),
+    /// Apply pending database migrations.
+    Migrate(ConfigArg),
+    /// Show each job's next instant, lease holder, last run, and stuck leases.
+    Status(StatusArgs),
+    /// List recorded runs, newest first.
+    History(HistoryArgs),
+    /// Run JOB once now, through its lease, on this host.
+    Trigger(JobArgs),
+    /// End JOB's lease (the operator's tool for a stuck lease).
+    Unlock(UnlockArgs),
+    /// Run a command while holding a lease: a distributed flock(1).
+    Exec(ExecArgs),
+    /// Print a crontab as replicron TOML.
+    ImportCrontab(ImportArgs),
+    /// Print a shell completion script.
+    Completions(CompletionArgs),
+    /// Print the man page.
+    Man,
+    /// Kill the daemon's jobs when it dies (started by the daemon, not by people).
+    #[command(hide = true)]
+    Guard,
+}
+
+/// `--config FILE`.
+#[derive(Debug, clap::Args)]
+pub struct ConfigArg {
+    /// The job file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The job file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// This replica's id in leases and history; unique per process.
+    /// Default: `<hostname>:<pid>:<random>`.
+    #[arg(long, value_name = "ID")]
+    pub instance_id: Option<String>,
+}
+
+/// Arguments of `check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The job file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// List instants after this time (RFC 3339). Default: now.
+    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
+    pub from: Option<DateTime<Utc>>,
+    /// How many instants to list per job.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub count: usize,
+}
+
+/// Arguments of `status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The job file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+}
+
+/// `--config FILE JOB`.
+#[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    /// The job file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// The job.
+    pub job: String,
+}
+
+/// Arguments of `unlock`.
+#[derive(Debug, clap::Args)]
+pub struct UnlockArgs {
+    /// The job file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// The job (or `exec` lock) whose lease to end.
+    pub job: String,
+    /// End it even though its holder's run is still recorded `running`
+    /// (the holder then loses the lease and stops that run).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Arguments of `exec`.
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    /// The job file (for the database and `[defaults]`).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// The lease to hold; runs are recorded in history under this name.
+    #[arg(long, value_name = "NAME")]
+    pub lock: String,
+    /// Give up if the lease is not had within this long (default: wait).
+    #[arg(long, value_name = "DUR", value_parser = parse_wait)]
+    pub wait: Option<std::time::Duration>,
+    /// Run at most once per KEY across the fleet; later callers wait for
+    /// that run and exit with its status.
+    #[arg(long, value_name = "KEY")]
+    pub once: Option<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Arguments of `import-crontab`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The crontab file (`-` for stdin).
+    pub file: PathBuf,
+    /// Lines name a user after the schedule (`/etc/crontab`, `/etc/cron.d`);
+    /// the default guesses from the path.
+    #[arg(long)]
+    pub user_column: Option<bool>,
+}
+
+/// Arguments of `completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}
+
+fn parse_wait(text: &str) -> Result<std::time::Duration, String> {
+    crate::config::parse_duration(text, crate::config::Zero::Allowed)
+}
+
+/// Arguments of `history`.
+#[derive(Debug, clap::Args)]
+pub struct HistoryArgs {
+    /// The job file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// Only this job's runs.
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
+    /// Only runs with this status (running, succeeded, failed, timed_out,
+    /// lost_lock, killed, abandoned, error).
+    #[arg(long, value_name = "STATUS", value_parser = parse_status)]
+    pub status: Option<RunStatus>,
+    /// At most this many runs.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub limit: u32,
+    /// Output format; `json` is an array of objects with the columns of
+    /// `replicron_runs`, output included.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+}
+
+/// How listings are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns for people.
+    Table,
+    /// JSON for programs.
+    Json,
+}
+
+fn parse_status(text: &str) -> Result<RunStatus, String> {
+    text.parse()
+}
+
+fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{e}: expected RFC 3339, such as 2027-03-28T00:00:00Z"))
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Guard = cli.command {
+        return crate::runner::guard();
+    }
+    // The daemon tells what it does; a one-off command speaks only of trouble.
+    let default_level = if matches!(cli.command, Command::Run(_)) {
+        "info"
+    } else {
+        "warn"
+    };
+    init_logging(cli.log_format, default_level);
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("replicron: {error:#}");
+            if error.downcast_ref::<ConfigError>().is_some()
+                || error.downcast_ref::<UsageError>().is_some()
+            {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+/// Output cut short by its reader (`replicron man | head`) is no failure.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    Ok(Config::load(path, &Environment::from_process())?)
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Check(args) => check(&args),
+        Command::Migrate(args) => migrate(&args),
+        Command::Run(args) => run(&args),
+        Command::History(args) => history(&args),
+        Command::Status(args) => status(&args),
+        Command::Trigger(args) => trigger(&args),
+        Command::Unlock(args) => unlock(&args),
+        Command::Exec(args) => exec(&args),
+        Command::ImportCrontab(args) => import_crontab(&args),
+        Command::Completions(args) => {
+            use clap::CommandFactory as _;
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut Cli::command(), "replicron", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            use clap::CommandFactory as _;
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Guard => Ok(crate::runner::guard()),
+    }
+}
+
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let from = args.from.unwrap_or_else(Utc::now);
+    let enabled = config.enabled_jobs().count();
+    println!(
+        "{}: valid; {} job{} ({enabled} enabled); database {}",
+        config.path.display(),
+        config.jobs.len(),
+        if config.jobs.len() == 1 { "" } else { "s" },
+        config.database.url
+    );
+    for job in &config.jobs {
+        println!();
+        let state = if job.enabled { "" } else { " (disabled)" };
+        println!("job {:?}{state}", job.name);
+        println!("  schedule  {}", job.schedule.expression());
+        println!("  zone      {}", job.schedule.zone());
+        println!(
+            "  next {} after {}:",
+            args.count,
+            from.to_rfc3339_opts(SecondsFormat::Millis, true)
+        );
+        for instant in job.schedule.upcoming(from, args.count) {
+            let local = instant.with_timezone(&job.schedule.zone());
+            println!(
+                "    {}  {}",
+                instant.to_rfc3339_opts(SecondsFormat::Secs, false),
+                local.to_rfc3339_opts(SecondsFormat::Secs, false)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn migrate(args: &ConfigArg) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let pool = Pool::open(&config.database.url, 1)?;
+    let applied = pool.migrate()?;
+    println!(
+        "{}: {applied} migration{} applied",
+        config.database.url,
+        if applied == 1 { "" } else { "s" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let instance = match &args.instance_id {
+        Some(id) if id.trim().is_empty() || id.len() > 255 => {
+            anyhow::bail!("--instance-id must be 1 to 255 characters")
+        }
+        Some(id) => id.clone(),
+        None => daemon::default_instance_id(),
+    };
+    let pool = Pool::open(&config.database.url, config.database.pool_size)
+        .context("opening the database")?;
+    let applied = pool.migrate()?;
+    if applied > 0 {
+        tracing::info!(applied, "database migrated");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("replicron")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let handle = telemetry::install();
+        let liveness = Arc::new(Liveness::new());
+        tokio::spawn(telemetry::heartbeat(liveness.clone()));
+        tokio::spawn(telemetry::upkeep(handle.clone()));
+        if let Some(listen) = config.daemon.metrics_listen {
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("listening on {listen} for /metrics and /healthz"))?;
+            tracing::info!(%listen, "serving /metrics and /healthz");
+            tokio::spawn(telemetry::serve(listener, handle, liveness.clone()));
+        }
+        let (phase_tx, phase) = tokio::sync::watch::channel(daemon::Phase::Running);
+        tokio::spawn(daemon::drive_shutdown(
+            phase_tx,
+            config.daemon.shutdown_grace,
+        ));
+        let (reload_tx, reloads) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(daemon::watch_reloads(args.config.clone(), reload_tx));
+        daemon::run(daemon::Daemon {
+            config,
+            pool,
+            instance,
+            clock: Arc::new(SystemClock),
+            phase,
+            reloads,
+            liveness,
+        })
+        .await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens a one-connection pool for a command that reads or writes a little.
+fn open_for_command(config: &Config) -> anyhow::Result<Pool> {
+    let pool = Pool::open(&config.database.url, 1)?;
+    pool.migrate()?;
+    Ok(pool)
+}
+
+fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let pool = open_for_command(&config)?;
+    let filter = RunFilter {
+        job: args.job.clone(),
+        status: args.status,
+        limit: i64::from(args.limit),
+    };
+    let rows = history::list_runs(&mut *pool.get()?, &filter)
+        .map_err(|e| crate::db::DbError::query("reading the run history", e))?;
+    let records: Vec<RunRecord> = rows.into_iter().map(RunRecord::from).collect();
+    match args.format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&records)?),
+        OutputFormat::Table => print_table(
+            &[
+                "ID",
+                "JOB",
+                "SCHEDULED_AT",
+                "ATTEMPT",
+                "STATUS",
+                "EXIT",
+                "DURATION",
+                "INSTANCE",
+            ],
+            records.iter().map(|r| {
+                vec![
+                    r.id.to_string(),
+                    r.job.clone(),
+                    r.scheduled_at.clone(),
+                    r.attempt.to_string(),
+                    r.status.clone(),
+                    r.exit_code.map_or("-".to_string(), |c| c.to_string()),
+                    run_duration(r),
+                    r.instance.clone(),
+                ]
+            }),
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_duration(record: &RunRecord) -> String {
+    let parse = |t: &str| DateTime::parse_from_rfc3339(t).ok();
+    match (
+        parse(&record.started_at),
+        record.finished_at.as_deref().and_then(parse),
+    ) {
+        (Some(start), Some(end)) => {
+            let ms = (end - start).num_milliseconds().max(0);
+            format!("{}.{:03}s", ms / 1000, ms % 1000)
+        }
+        _ => "-".to_string(),
+    }
+}
+
+fn print_table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row);
+    }
+}
+
+/// A mistake in how a command was called: exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(String);
+
+fn find_job<'c>(config: &'c Config, name: &str) -> anyhow::Result<&'c crate::config::Job> {
+    config.job(name).ok_or_else(|| {
+        UsageError(format!("{}: no job named {name:?}", config.path.display())).into()
+    })
+}
+
+/// A runtime for a command, with SIGINT/SIGTERM stopping what it runs.
+fn command_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn exit_code_of(outcome: Option<daemon::Outcome>) -> ExitCode {
+    match outcome {
+        Some(daemon::Outcome {
+            status: RunStatus::Succeeded,
+            ..
+        }) => ExitCode::SUCCESS,
+        Some(daemon::Outcome {
+            status: RunStatus::Failed,
+            exit_code: Some(code),
+        }) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1).max(1)),
+        _ => ExitCode::from(1),
+    }
+}
+
+fn describe(outcome: Option<daemon::Outcome>) -> String {
+    match outcome {
+        Some(o) => match o.exit_code {
+            Some(code) => format!("{} (exit {code})", o.status),
+            None => o.status.to_string(),
+        },
+        None => "not started: its start could not be recorded".to_string(),
+    }
+}
+
+fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let job = find_job(&config, &args.job)?.clone();
+    let pool = open_for_command(&config)?;
+    let runtime = command_runtime()?;
+    let grace = config.daemon.shutdown_grace;
+    let triggered = runtime.block_on(async {
+        let (phase_tx, phase) = tokio::sync::watch::channel(daemon::Phase::Running);
+        tokio::spawn(daemon::drive_shutdown(phase_tx, grace));
+        daemon::run_once(
+            pool,
+            job,
+            daemon::default_instance_id(),
+            Arc::new(SystemClock),
+            phase,
+        )
+        .await
+    })?;
+    match triggered {
+        daemon::Triggered::Ran(outcome) => {
+            println!("{}: {}", args.job, describe(outcome));
+            Ok(exit_code_of(outcome))
+        }
+        daemon::Triggered::NotClaimed => {
+            eprintln!(
+                "replicron: {} is running elsewhere (its lease is held); not triggered",
+                args.job
+            );
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let name = &args.lock;
+    if !crate::config::is_valid_job_name(name) || name.starts_with(crate::config::RESERVED_PREFIX) {
+        return Err(UsageError(format!(
+            "invalid lock name {name:?}: use 1 to 64 characters from A-Z a-z 0-9 _ . : - (not starting with {:?})",
+            crate::config::RESERVED_PREFIX
+        ))
+        .into());
+    }
+    if args.once.is_some() && name.len() > 40 {
+        return Err(UsageError(format!(
+            "with --once, the lock name {name:?} must be at most 40 characters"
+        ))
+        .into());
+    }
+    let pool = open_for_command(&config)?;
+    let runtime = command_runtime()?;
+    let request = daemon::ExecRequest {
+        name: name.clone(),
+        args: args.command.clone(),
+        wait: args.wait,
+        once: args.once.clone(),
+        defaults: config.defaults.clone(),
+        instance: daemon::default_instance_id(),
+    };
+    let grace = config.daemon.shutdown_grace;
+    let executed = runtime.block_on(async {
+        let (phase_tx, phase) = tokio::sync::watch::channel(daemon::Phase::Running);
+        tokio::spawn(daemon::drive_shutdown(phase_tx, grace));
+        daemon::exec(pool, request, Arc::new(SystemClock), phase).await
+    })?;
+    Ok(match executed {
+        daemon::Executed::Ran(outcome) => {
+            if !matches!(
+                outcome.map(|o| o.status),
+                Some(RunStatus::Succeeded | RunStatus::Failed)
+            ) {
+                eprintln!("replicron: {name}: {}", describe(outcome));
+            }
+            exit_code_of(outcome)
+        }
+        daemon::Executed::RanElsewhere(outcome) => {
+            eprintln!(
+                "replicron: {name}: already run for this key elsewhere: {}",
+                describe(outcome)
+            );
+            exit_code_of(outcome)
+        }
+        daemon::Executed::NotAcquired => {
+            eprintln!(
+                "replicron: lock {name:?} not acquired within {}",
+                humantime::format_duration(args.wait.unwrap_or_default())
+            );
+            ExitCode::from(1)
+        }
+    })
+}
+
+fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let pool = open_for_command(&config)?;
+    let mut conn = pool.get()?;
+    let query = |what: &str, e| crate::db::DbError::query(what, e);
+    let Some(lock) =
+        lease::find_lock(&mut conn, &args.job).map_err(|e| query("reading the lease", e))?
+    else {
+        eprintln!("replicron: {:?} has no lease row", args.job);
+        return Ok(ExitCode::from(1));
+    };
+    if !lease::is_held(&mut conn, &args.job).map_err(|e| query("reading the lease", e))? {
+        println!("{}: not held", args.job);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let running = history::latest_run(&mut conn, &args.job)
+        .map_err(|e| query("reading the history", e))?
+        .filter(|run| run.fence == lock.fence && run.status == RunStatus::Running.as_str());
+    if let Some(run) = &running
+        && !args.force
+    {
+        eprintln!(
+            "replicron: {} is held by {} whose run {} (started {}) is still recorded running; \
+             add --force to end the lease anyway (that run is then stopped by its holder)",
+            args.job,
+            run.instance,
+            run.id,
+            history::rfc3339(run.started_at)
+        );
+        return Ok(ExitCode::from(1));
+    }
+    lease::force_unlock(&mut conn, &args.job).map_err(|e| query("ending the lease", e))?;
+    println!(
+        "{}: lease of {} (fence {}) ended",
+        args.job,
+        lock.locked_by.as_deref().unwrap_or("?"),
+        lock.fence
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn import_crontab(args: &ImportArgs) -> anyhow::Result<ExitCode> {
+    let (text, source) = if args.file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        (text, "stdin".to_string())
+    } else {
+        let text = std::fs::read_to_string(&args.file)
+            .with_context(|| format!("reading {}", args.file.display()))?;
+        (text, args.file.display().to_string())
+    };
+    let user_column = args
+        .user_column
+        .unwrap_or_else(|| source == "/etc/crontab" || source.starts_with("/etc/cron.d/"));
+    let import = crate::crontab::import(&text, &source, user_column);
+    print!("{}", import.toml);
+    for note in &import.notes {
+        eprintln!("{source}:{}: {}", note.line, note.message);
+    }
+    eprintln!(
+        "{source}: {} job(s) imported, {} line(s) to look at",
+        import.jobs,
+        import.notes.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One row of `status`.
+#[derive(Debug, serde::Serialize)]
+struct JobStatus {
+    job: String,
+    enabled: Option<bool>,
+    next: Option<String>,
+    lease_held: bool,
+    locked_by: Option<String>,
+    lock_until: Option<String>,
+    fence: i64,
+    last_run: Option<RunRecord>,
+    problem: Option<String>,
+}
+
+fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let pool = open_for_command(&config)?;
+    let mut conn = pool.get()?;
+    let query = |what: &str, e| crate::db::DbError::query(what, e);
+    let now = lease::database_now(&mut conn).map_err(|e| query("reading the database clock", e))?;
+    let locks = lease::list_locks(&mut conn).map_err(|e| query("reading the leases", e))?;
+    let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
+    for lock in &locks {
+        let own =
+            lock.name.starts_with(crate::config::RESERVED_PREFIX) || lock.name.contains(".once.");
+        if !own && !names.contains(&lock.name) {
+            names.push(lock.name.clone());
+        }
+    }
+    let mut rows = Vec::new();
+    for name in names {
+        let job = config.job(&name);
+        let lock = locks.iter().find(|l| l.name == name);
+        let last =
+            history::latest_run(&mut conn, &name).map_err(|e| query("reading the history", e))?;
+        let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
+        let problem = stuck(job, lock, last.as_ref(), held, now);
+        rows.push(JobStatus {
+            job: name.clone(),
+            enabled: job.map(|j| j.enabled),
+            next: job
+                .filter(|j| j.enabled)
+                .and_then(|j| j.schedule.next_after(Utc::now()))
+                .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+            lease_held: held,
+            locked_by: lock.and_then(|l| l.locked_by.clone()),
+            lock_until: lock.map(|l| history::rfc3339(l.lock_until)),
+            fence: lock.map_or(0, |l| l.fence),
+            last_run: last.map(RunRecord::from),
+            problem,
+        });
+    }
+    let stuck_count = rows.iter().filter(|r| r.problem.is_some()).count();
+    match args.format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        OutputFormat::Table => print_table(
+            &["JOB", "NEXT", "LEASE", "LAST RUN", "PROBLEM"],
+            rows.iter().map(|r| {
+                let lease = if r.lease_held {
+                    format!(
+                        "held by {} until {}",
+                        r.locked_by.as_deref().unwrap_or("?"),
+                        r.lock_until.as_deref().unwrap_or("?")
+                    )
+                } else {
+                    "free".to_string()
+                };
+                let last = r.last_run.as_ref().map_or("never".to_string(), |run| {
+                    format!("{} at {} on {}", run.status, run.started_at, run.instance)
+                });
+                let next = match (r.enabled, &r.next) {
+                    (None, _) => "not in config".to_string(),
+                    (Some(false), _) => "disabled".to_string(),
+                    (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),
+                };
+                vec![
+                    r.job.clone(),
+                    next,
+                    lease,
+                    last,
+                    r.problem.clone().unwrap_or_default(),
+                ]
+            }),
+        ),
+    }
+    Ok(if stuck_count > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Why a job's lease looks stuck, if it does (see README, "status").
+fn stuck(
+    job: Option<&crate::config::Job>,
+    lock: Option<&lease::LockRow>,
+    last: Option<&history::RunRow>,
+    held: bool,
+    now: DateTime<Utc>,
+) -> Option<String> {
+    let lock = lock?;
+    let current = last.filter(|run| run.fence == lock.fence);
+    let running = current.filter(|run| run.status == RunStatus::Running.as_str());
+    match (held, running) {
+        (true, Some(run)) => {
+            let job = job?;
+            let allowed = job.timeout + job.kill_grace + job.lock_at_most_for;
+            let age = (now - run.started_at.and_utc())
+                .to_std()
+                .unwrap_or_default();
+            (age > allowed).then(|| {
+                format!(
+                    "STUCK: running {} (timeout {}); its holder may be frozen",
+                    humantime::format_duration(std::time::Duration::from_secs(age.as_secs())),
+                    humantime::format_duration(job.timeout)
+                )
+            })
+        }
+        (true, None) => {
+            let locked_at = lock.locked_at?.and_utc();
+            let expected = job.map_or(std::time::Duration::ZERO, |j| {
+                j.lock_at_least_for + j.retry_backoff * j.retries
+            }) + std::time::Duration::from_secs(60);
+            let age = (now - locked_at).to_std().unwrap_or_default();
+            (age > expected).then(|| {
+                "STUCK: lease held with no run recorded running; `replicron unlock` ends it"
+                    .to_string()
+            })
+        }
+        (false, Some(run)) => Some(format!(
+            "ORPHANED: run {} is recorded running but its lease is gone (its holder {} vanished)",
+            run.id, run.instance
+        )),
+        (false, None) => None,
+    }
+}

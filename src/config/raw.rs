@@ -1,0 +1,84 @@
+//! The serde layer of the config file: what TOML may say, with the position
+//! of every value, before anything is interpreted.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+type S<T> = Spanned<T>;
+
+/// `[database]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDatabase {
+    pub url: Option<S<String>>,
+    pub pool_size: Option<S<i64>>,
+}
+
+/// `[daemon]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDaemon {
+    pub shutdown_grace: Option<S<String>>,
+    pub metrics_listen: Option<S<String>>,
+    pub history_retention: Option<S<String>>,
+}
+
+/// The keys a job may take from `[defaults]` or set itself.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSettings {
+    pub timezone: Option<S<String>>,
+    pub lock_at_most_for: Option<S<String>>,
+    pub lock_at_least_for: Option<S<String>>,
+    pub timeout: Option<S<String>>,
+    pub kill_grace: Option<S<String>>,
+    pub catch_up: Option<S<String>>,
+    pub output_limit: Option<S<String>>,
+    pub shell: Option<S<String>>,
+    pub retries: Option<S<i64>>,
+    pub retry_backoff: Option<S<String>>,
+}
+
+/// One `[[job]]`. The settings keys repeat [`RawSettings`] because serde's
+/// `flatten` cannot be combined with `deny_unknown_fields`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJob {
+    pub name: Option<S<String>>,
+    pub schedule: Option<S<String>>,
+    pub command: Option<S<String>>,
+    pub args: Option<S<Vec<String>>>,
+    pub env: Option<S<BTreeMap<String, String>>>,
+    pub working_dir: Option<S<String>>,
+    pub enabled: Option<S<bool>>,
+    pub timezone: Option<S<String>>,
+    pub lock_at_most_for: Option<S<String>>,
+    pub lock_at_least_for: Option<S<String>>,
+    pub timeout: Option<S<String>>,
+    pub kill_grace: Option<S<String>>,
+    pub catch_up: Option<S<String>>,
+    pub output_limit: Option<S<String>>,
+    pub shell: Option<S<String>>,
+    pub retries: Option<S<i64>>,
+    pub retry_backoff: Option<S<String>>,
+}
+
+impl RawJob {
+    /// Splits off the keys that override `[defaults]`.
+    pub fn take_settings(&mut self) -> RawSettings {
+        RawSettings {
+            timezone: self.timezone.take(),
+            lock_at_most_for: self.lock_at_most_for.take(),
+            lock_at_least_for: self.lock_at_least_for.take(),
+            timeout: self.timeout.take(),
+            kill_grace: self.kill_grace.take(),
+            catch_up: self.catch_up.take(),
+            output_limit: self.output_limit.take(),
+            shell: self.shell.take(),
+            retries: self.retries.take(),
+            retry_backoff: self.retry_backoff.take(),
+        }
+    }
+}

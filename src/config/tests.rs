@@ -1,0 +1,462 @@
+//! One failing config per rule of SPEC §2, each asserting that the error
+//! names the line, the job and the key.
+
+use super::*;
+
+const DB: &str = "[database]\nurl = \"sqlite:///tmp/replicron-test.db\"\n";
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(Path::new("jobs.toml"), text, &Environment::default())
+}
+
+fn errors(text: &str) -> Vec<Diagnostic> {
+    match parse(text) {
+        Ok(_) => panic!("config was accepted:\n{text}"),
+        Err(e) => e.diagnostics,
+    }
+}
+
+/// Asserts exactly one error, at `line`, naming `job` and `key`, whose
+/// message contains `needle`; returns the rendered error.
+fn one_error(text: &str, line: usize, job: Option<&str>, key: &str, needle: &str) -> String {
+    let config_error = parse(text).expect_err("config must be rejected");
+    let diagnostics = &config_error.diagnostics;
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:#?}");
+    let d = &diagnostics[0];
+    assert_eq!(d.line, Some(line), "{d:#?}");
+    assert_eq!(d.job.as_deref(), job, "{d:#?}");
+    assert_eq!(d.key.as_deref(), Some(key), "{d:#?}");
+    assert!(
+        d.message.contains(needle),
+        "{:?} does not contain {needle:?}",
+        d.message
+    );
+    let rendered = config_error.to_string();
+    assert!(
+        rendered.contains(&format!("jobs.toml:{line}:")),
+        "{rendered}"
+    );
+    rendered
+}
+
+fn job(body: &str) -> String {
+    format!("{DB}\n[[job]]\nname = \"j\"\n{body}\n")
+}
+
+// Line numbers below: DB is lines 1-2, a blank line 3, [[job]] 4, name 5,
+// and the body from line 6.
+
+#[test]
+fn a_valid_config_applies_defaults_and_overrides() {
+    let config = parse(&format!(
+        "{DB}pool_size = 3\n[daemon]\nshutdown_grace = \"5s\"\nmetrics_listen = \"127.0.0.1:9187\"\n\
+         [defaults]\ntimezone = \"Europe/Berlin\"\ntimeout = \"5m\"\nshell = \"/bin/bash\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nschedule = \"*/10 * * * * *\"\nargs = [\"/bin/true\"]\ntimezone = \"UTC\"\n\
+         enabled = false\nenv = {{ A = \"1\" }}\nworking_dir = \"/tmp\"\noutput_limit = \"1MiB\"\n\
+         lock_at_most_for = \"2m\"\nlock_at_least_for = \"30s\"\ncatch_up = \"1h\"\nkill_grace = \"3s\"\n"
+    ))
+    .expect("valid");
+    assert_eq!(config.database.pool_size, 3);
+    assert_eq!(config.daemon.shutdown_grace, Duration::from_secs(5));
+    assert_eq!(
+        config.daemon.metrics_listen,
+        Some("127.0.0.1:9187".parse().expect("addr"))
+    );
+    let a = config.job("a").expect("a");
+    assert_eq!(a.schedule.zone(), chrono_tz::Europe::Berlin);
+    assert_eq!(a.timeout, Duration::from_secs(300));
+    assert_eq!(
+        a.command,
+        Command::Shell {
+            shell: "/bin/bash".into(),
+            command: "true".into()
+        }
+    );
+    assert!(a.enabled);
+    assert_eq!(a.lock_at_most_for, Duration::from_secs(600));
+    let b = config.job("b").expect("b");
+    assert_eq!(b.schedule.zone(), chrono_tz::UTC);
+    assert!(!b.enabled);
+    assert_eq!(
+        b.command,
+        Command::Exec {
+            args: vec!["/bin/true".into()]
+        }
+    );
+    assert_eq!(b.env.get("A").map(String::as_str), Some("1"));
+    assert_eq!(b.output_limit, 1 << 20);
+    assert_eq!(b.lock_at_least_for, Duration::from_secs(30));
+    assert_eq!(b.catch_up, Duration::from_secs(3600));
+    assert_eq!(b.kill_grace, Duration::from_secs(3));
+    assert_eq!(config.enabled_jobs().count(), 1);
+}
+
+#[test]
+fn unknown_key_in_a_job() {
+    let rendered = one_error(
+        &job("schedule = \"* * * * *\"\ncommand = \"true\"\nretry = 3"),
+        8,
+        Some("\"j\""),
+        "retry",
+        "unknown field",
+    );
+    assert!(rendered.contains("job \"j\", key \"retry\""), "{rendered}");
+}
+
+#[test]
+fn unknown_keys_in_tables_and_at_the_top() {
+    let text = format!(
+        "{DB}pool = 3\n[daemon]\nshutdown = \"1s\"\n[defaults]\ntz = \"UTC\"\n[cron]\nx = 1\n"
+    );
+    let found = errors(&text);
+    let keys: Vec<_> = found
+        .iter()
+        .map(|d| d.key.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        keys,
+        ["database.pool", "daemon.shutdown", "defaults.tz", "cron"],
+        "{found:#?}"
+    );
+    let lines: Vec<_> = found.iter().map(|d| d.line.unwrap_or(0)).collect();
+    assert_eq!(lines, [3, 5, 7, 8]);
+}
+
+#[test]
+fn duplicate_job_names() {
+    let text = format!(
+        "{DB}[[job]]\nname = \"x\"\nschedule = \"@hourly\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"x\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    );
+    let found = errors(&text);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].line, Some(8));
+    assert_eq!(found[0].job.as_deref(), Some("\"x\""));
+    assert_eq!(found[0].key.as_deref(), Some("name"));
+    assert!(found[0].message.contains("duplicate"));
+}
+
+#[test]
+fn invalid_job_names() {
+    for bad in [
+        "has space",
+        "",
+        "semi;colon",
+        &"x".repeat(65),
+        "replicron.retention",
+    ] {
+        let text =
+            format!("{DB}[[job]]\nname = {bad:?}\nschedule = \"@hourly\"\ncommand = \"true\"\n");
+        let found = errors(&text);
+        assert_eq!(found.len(), 1, "{bad:?}: {found:#?}");
+        assert_eq!(found[0].key.as_deref(), Some("name"));
+        assert_eq!(found[0].job.as_deref(), Some("#1"));
+        assert_eq!(found[0].line, Some(4));
+    }
+}
+
+#[test]
+fn invalid_schedule() {
+    one_error(
+        &job("schedule = \"61 * * * *\"\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "61 * * * *",
+    );
+    one_error(
+        &job("schedule = \"* * *\"\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "3 fields",
+    );
+}
+
+#[test]
+fn unknown_time_zone() {
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\ntimezone = \"Mars/Olympus\""),
+        8,
+        Some("\"j\""),
+        "timezone",
+        "Mars/Olympus",
+    );
+    one_error(
+        &format!("{DB}[defaults]\ntimezone = \"CEST+2\"\n"),
+        4,
+        None,
+        "defaults.timezone",
+        "unknown time zone",
+    );
+}
+
+#[test]
+fn both_command_and_args() {
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nargs = [\"true\"]"),
+        7,
+        Some("\"j\""),
+        "command",
+        "exclusive",
+    );
+}
+
+#[test]
+fn neither_command_nor_args() {
+    one_error(
+        &job("schedule = \"@daily\""),
+        4,
+        Some("\"j\""),
+        "command",
+        "either command",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\nargs = []"),
+        7,
+        Some("\"j\""),
+        "args",
+        "program",
+    );
+}
+
+#[test]
+fn zero_durations() {
+    for key in ["lock_at_most_for", "timeout", "kill_grace"] {
+        one_error(
+            &job(&format!(
+                "schedule = \"@daily\"\ncommand = \"true\"\n{key} = \"0s\""
+            )),
+            8,
+            Some("\"j\""),
+            key,
+            "greater than zero",
+        );
+    }
+    one_error(
+        &format!("{DB}[daemon]\nshutdown_grace = \"0s\"\n"),
+        4,
+        None,
+        "daemon.shutdown_grace",
+        "greater than zero",
+    );
+    // Zero is meaningful for these two.
+    let config = parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\ncatch_up = \"0s\"\nlock_at_least_for = \"0s\"",
+    ))
+    .expect("valid");
+    assert_eq!(config.jobs[0].catch_up, Duration::ZERO);
+}
+
+#[test]
+fn negative_and_malformed_durations() {
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\ntimeout = \"-5m\""),
+        8,
+        Some("\"j\""),
+        "timeout",
+        "negative",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\ncatch_up = \"a while\""),
+        8,
+        Some("\"j\""),
+        "catch_up",
+        "invalid duration",
+    );
+}
+
+#[test]
+fn lock_at_least_for_longer_than_lock_at_most_for() {
+    one_error(
+        &job(
+            "schedule = \"@daily\"\ncommand = \"true\"\nlock_at_most_for = \"1m\"\nlock_at_least_for = \"2m\"",
+        ),
+        9,
+        Some("\"j\""),
+        "lock_at_least_for",
+        "longer than lock_at_most_for",
+    );
+    // Against the default of 10m, from [defaults]: reported once, there.
+    let text = format!(
+        "{DB}[defaults]\nlock_at_least_for = \"11m\"\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\n\
+         command = \"true\"\n[[job]]\nname = \"b\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    );
+    let found = errors(&text);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].key.as_deref(), Some("defaults.lock_at_least_for"));
+    // A job that shortens lock_at_most_for below an inherited lock_at_least_for.
+    one_error(
+        &format!(
+            "{DB}[defaults]\nlock_at_least_for = \"5m\"\n[[job]]\nname = \"j\"\nschedule = \"@daily\"\n\
+             command = \"true\"\nlock_at_most_for = \"1m\"\n"
+        ),
+        9,
+        Some("\"j\""),
+        "lock_at_most_for",
+        "longer than",
+    );
+}
+
+#[test]
+fn bad_sizes_and_types() {
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\noutput_limit = \"lots\""),
+        8,
+        Some("\"j\""),
+        "output_limit",
+        "invalid size",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nenabled = \"yes\""),
+        8,
+        Some("\"j\""),
+        "enabled",
+        "invalid type",
+    );
+    one_error(
+        &format!("{DB}pool_size = 0\n"),
+        3,
+        None,
+        "database.pool_size",
+        "between 1 and 1000",
+    );
+    one_error(
+        &format!("{DB}[daemon]\nmetrics_listen = \"localhost\"\n"),
+        4,
+        None,
+        "daemon.metrics_listen",
+        "IP:PORT",
+    );
+}
+
+#[test]
+fn retries() {
+    let config = parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\nretries = 2\nretry_backoff = \"3s\"",
+    ))
+    .expect("valid");
+    assert_eq!(config.jobs[0].retries, 2);
+    assert_eq!(config.jobs[0].retry_backoff, Duration::from_secs(3));
+    let defaults = parse(&job("schedule = \"@daily\"\ncommand = \"true\"")).expect("valid");
+    assert_eq!(
+        (defaults.jobs[0].retries, defaults.jobs[0].retry_backoff),
+        (0, Duration::from_secs(10))
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nretries = -1"),
+        8,
+        Some("\"j\""),
+        "retries",
+        "between 0 and 100",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nretry_backoff = \"0s\""),
+        8,
+        Some("\"j\""),
+        "retry_backoff",
+        "greater than zero",
+    );
+}
+
+#[test]
+fn missing_name_and_schedule() {
+    let found = errors(&format!("{DB}[[job]]\ncommand = \"true\"\n"));
+    let keys: Vec<_> = found
+        .iter()
+        .map(|d| d.key.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(keys, ["name", "schedule"], "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .all(|d| d.job.as_deref() == Some("#1") && d.line == Some(3))
+    );
+}
+
+#[test]
+fn every_error_is_reported_not_only_the_first() {
+    let text = format!(
+        "{DB}[[job]]\nname = \"a\"\nschedule = \"bogus\"\ncommand = \"true\"\nfoo = 1\nbar = 2\n\
+         [[job]]\nname = \"b\"\nschedule = \"@daily\"\ntimezone = \"Nowhere\"\ncommand = \"true\"\nargs = [\"x\"]\n"
+    );
+    let found = errors(&text);
+    let summary: Vec<_> = found
+        .iter()
+        .map(|d| {
+            (
+                d.line.unwrap_or(0),
+                d.job.clone().unwrap_or_default(),
+                d.key.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (5, "\"a\"".to_string(), "schedule".to_string()),
+            (7, "\"a\"".to_string(), "foo".to_string()),
+            (8, "\"a\"".to_string(), "bar".to_string()),
+            (12, "\"b\"".to_string(), "timezone".to_string()),
+            (13, "\"b\"".to_string(), "command".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn invalid_toml_names_the_line() {
+    let found = errors(&format!("{DB}[[job]]\nname = \"a\nschedule = 3\n"));
+    assert!(
+        found[0].line == Some(4) || found[0].line == Some(5),
+        "{found:#?}"
+    );
+    assert!(found[0].message.contains("invalid TOML"));
+}
+
+#[test]
+fn database_url_rules() {
+    // Missing: an error, never a local default.
+    let found = errors("[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].key.as_deref(), Some("database.url"));
+    assert!(found[0].message.contains(DATABASE_URL_ENV));
+
+    // The environment wins over the file.
+    let env = Environment {
+        database_url: Some("sqlite:///tmp/from-env.db".into()),
+    };
+    if cfg!(feature = "sqlite") {
+        let config = Config::parse(Path::new("jobs.toml"), DB, &env).expect("valid");
+        assert_eq!(config.database.url.connection_string(), "/tmp/from-env.db");
+    }
+
+    // A password is never printed, whatever goes wrong.
+    let text = "[database]\nurl = \"oracle://scott:tiger@db/orcl\"\n";
+    let rendered = parse(text).expect_err("rejected").to_string();
+    assert!(
+        rendered.contains("oracle") && !rendered.contains("tiger"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("jobs.toml:2:"), "{rendered}");
+}
+
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn a_backend_not_compiled_in_names_its_feature() {
+    let text = "[database]\nurl = \"postgres://app:pw@db/jobs\"\n";
+    let rendered = parse(text).expect_err("rejected").to_string();
+    assert!(rendered.contains("--features postgres"), "{rendered}");
+    assert!(!rendered.contains(":pw@"), "{rendered}");
+}
+
+#[test]
+fn env_var_names() {
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nenv = { \"A=B\" = \"x\" }"),
+        8,
+        Some("\"j\""),
+        "env",
+        "A=B",
+    );
+}

@@ -1,0 +1,222 @@
+//! The database URL: which backend it names, whether that backend was
+//! compiled in, and how to print it without its password.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A database backend replicron can speak to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// SQLite, one file shared by the replicas of one host.
+    Sqlite,
+    /// MariaDB or MySQL.
+    Mysql,
+    /// PostgreSQL.
+    Postgres,
+}
+
+impl Backend {
+    /// The cargo feature that compiles this backend in.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Mysql => "mysql",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    /// Whether this binary was built with the backend's feature.
+    pub fn is_compiled_in(self) -> bool {
+        match self {
+            Backend::Sqlite => cfg!(feature = "sqlite"),
+            Backend::Mysql => cfg!(feature = "mysql"),
+            Backend::Postgres => cfg!(feature = "postgres"),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Mysql => "MariaDB/MySQL",
+            Backend::Postgres => "PostgreSQL",
+        })
+    }
+}
+
+/// A validated database URL. Its `Display` is redacted; the secret form is
+/// only reachable through [`DatabaseUrl::connection_string`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl {
+    backend: Backend,
+    connection_string: String,
+}
+
+impl DatabaseUrl {
+    /// Parses `url`. A relative SQLite path is taken relative to `base_dir`
+    /// (the config file's folder, or the working directory for a URL that
+    /// came from the environment).
+    pub fn parse(url: &str, base_dir: &Path) -> Result<Self, String> {
+        let url = url.trim();
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            format!(
+                "database URL {} has no scheme: expected sqlite://, mysql:// or postgres://",
+                redact(url)
+            )
+        })?;
+        let backend = match scheme {
+            "sqlite" => Backend::Sqlite,
+            "mysql" | "mariadb" => Backend::Mysql,
+            "postgres" | "postgresql" => Backend::Postgres,
+            other => {
+                return Err(format!(
+                    "database URL {} has unknown scheme {other:?}: expected sqlite://, mysql:// or postgres://",
+                    redact(url)
+                ));
+            }
+        };
+        if !backend.is_compiled_in() {
+            return Err(format!(
+                "database URL {} needs the {backend} backend, which this binary was built without: \
+                 rebuild with `cargo build --release --features {}`",
+                redact(url),
+                backend.feature()
+            ));
+        }
+        let connection_string = match backend {
+            Backend::Sqlite => {
+                let path = rest.split('?').next().unwrap_or_default();
+                if path.is_empty() {
+                    return Err("database URL sqlite:// names no file".to_string());
+                }
+                let path = PathBuf::from(path);
+                let path = if path.is_absolute() {
+                    path
+                } else {
+                    base_dir.join(path)
+                };
+                path.to_string_lossy().into_owned()
+            }
+            Backend::Mysql => format!("mysql://{rest}"),
+            Backend::Postgres => format!("postgres://{rest}"),
+        };
+        Ok(DatabaseUrl {
+            backend,
+            connection_string,
+        })
+    }
+
+    /// The backend this URL names.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// What the driver needs to connect, password included: never log it.
+    pub fn connection_string(&self) -> &str {
+        &self.connection_string
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.backend {
+            Backend::Sqlite => write!(f, "sqlite://{}", self.connection_string),
+            _ => f.write_str(&redact(&self.connection_string)),
+        }
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DatabaseUrl({self})")
+    }
+}
+
+/// Replaces the password of `scheme://user:password@host` and of a
+/// `password=` query parameter with `***`.
+pub fn redact(url: &str) -> String {
+    let mut out = url.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let authority_start = scheme_end + 3;
+        let authority_end = out[authority_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| authority_start + i);
+        if let Some(at) = out[authority_start..authority_end].rfind('@') {
+            let userinfo = &out[authority_start..authority_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                let start = authority_start + colon + 1;
+                out.replace_range(start..authority_start + at, "***");
+            }
+        }
+    }
+    if let Some(query_start) = out.find('?') {
+        let (head, query) = out.split_at(query_start + 1);
+        let query = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => pair.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        out = format!("{head}{query}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact("mysql://app:s3cr:et@db.example:3306/jobs"),
+            "mysql://app:***@db.example:3306/jobs"
+        );
+        assert_eq!(redact("postgres://app@db/jobs"), "postgres://app@db/jobs");
+        assert_eq!(
+            redact("postgres://db/jobs?user=app&password=hunter2&sslmode=require"),
+            "postgres://db/jobs?user=app&password=***&sslmode=require"
+        );
+    }
+
+    #[test]
+    fn sqlite_paths_are_relative_to_the_base() {
+        let url = DatabaseUrl::parse("sqlite://state/replicron.db", Path::new("/etc/replicron"));
+        if cfg!(feature = "sqlite") {
+            let url = url.expect("valid");
+            assert_eq!(url.connection_string(), "/etc/replicron/state/replicron.db");
+            assert_eq!(url.backend(), Backend::Sqlite);
+        }
+        let abs = DatabaseUrl::parse("sqlite:///var/lib/r.db", Path::new("/etc"));
+        if let Ok(abs) = abs {
+            assert_eq!(abs.connection_string(), "/var/lib/r.db");
+        }
+    }
+
+    #[test]
+    fn display_never_shows_the_password() {
+        for url in ["mysql://u:topsecret@h/db", "postgres://u:topsecret@h/db"] {
+            match DatabaseUrl::parse(url, Path::new(".")) {
+                Ok(parsed) => {
+                    assert!(!parsed.to_string().contains("topsecret"));
+                    assert!(!format!("{parsed:?}").contains("topsecret"));
+                }
+                Err(e) => {
+                    assert!(!e.contains("topsecret"));
+                    assert!(e.contains("--features"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_schemes_are_named() {
+        let err = DatabaseUrl::parse("redis://h", Path::new(".")).unwrap_err();
+        assert!(err.contains("\"redis\""), "{err}");
+        let err = DatabaseUrl::parse("replicron.db", Path::new(".")).unwrap_err();
+        assert!(err.contains("no scheme"), "{err}");
+    }
+}

@@ -1,0 +1,287 @@
+//! The database clock: the only SQL that differs by backend.
+//!
+//! Lease comparisons use the database's time only, never a replica's. These
+//! query nodes render the current time and the lease arithmetic for each
+//! backend: MariaDB/MySQL `UTC_TIMESTAMP(3)` (into `DATETIME(3)` columns,
+//! which no session time zone can shift), PostgreSQL `clock_timestamp()` in
+//! UTC (not `now()`, which is frozen at the start of the transaction), and
+//! SQLite its own clock at millisecond precision, as text that sorts like
+//! time.
+
+use std::time::Duration;
+
+use chrono::NaiveDateTime;
+use diesel::QueryResult;
+use diesel::expression::{
+    AppearsOnTable, Expression, SelectableExpression, ValidGrouping, is_aggregate,
+};
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::sql_types::Timestamp;
+
+use super::MultiBackend;
+use super::schema::{replicron_locks, replicron_runs};
+
+/// The database's current time, UTC.
+#[derive(Clone, Copy, Debug, QueryId)]
+pub struct DbNow;
+
+/// A time from the application (a scheduled instant, UTC), bound as a
+/// parameter. MariaDB/MySQL receive it as `DATETIME`: bound as `TIMESTAMP`
+/// it would become NULL after 2038-01-19.
+#[derive(Clone, Copy, Debug, QueryId)]
+pub struct At(pub NaiveDateTime);
+
+/// The database's current time plus a duration.
+#[derive(Clone, Debug, QueryId)]
+pub struct DbNowPlus(Interval);
+
+/// The end of a released lease: the later of now and
+/// `locked_at + lock_at_least_for`.
+#[derive(Clone, Debug, QueryId)]
+pub struct ReleasedUntil(Interval);
+
+/// When a run finished, from the database's own start time and the run's
+/// duration measured on the monotonic clock: `started_at + duration`. It
+/// stays right when the write lands after a database outage.
+#[derive(Clone, Debug, QueryId)]
+pub struct FinishedAt(Interval);
+
+impl FinishedAt {
+    /// `started_at + duration`.
+    pub fn after(duration: Duration) -> Self {
+        FinishedAt(Interval::new(duration, '+'))
+    }
+}
+
+/// A duration in the forms the backends bind it.
+#[derive(Clone, Debug, QueryId)]
+struct Interval {
+    #[cfg_attr(
+        not(any(feature = "mysql", feature = "postgres")),
+        expect(
+            dead_code,
+            reason = "only MariaDB/MySQL and PostgreSQL bind microseconds"
+        )
+    )]
+    micros: i64,
+    #[cfg_attr(
+        not(feature = "sqlite"),
+        expect(dead_code, reason = "only SQLite binds a date modifier")
+    )]
+    sqlite_modifier: String,
+}
+
+impl Interval {
+    fn new(duration: Duration, sign: char) -> Self {
+        let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX);
+        Interval {
+            micros: if sign == '-' { -micros } else { micros },
+            sqlite_modifier: format!(
+                "{sign}{}.{:03} seconds",
+                duration.as_secs(),
+                duration.subsec_millis()
+            ),
+        }
+    }
+}
+
+impl DbNowPlus {
+    /// Now plus `duration`.
+    pub fn new(duration: Duration) -> Self {
+        DbNowPlus(Interval::new(duration, '+'))
+    }
+
+    /// Now minus `duration`.
+    pub fn minus(duration: Duration) -> Self {
+        DbNowPlus(Interval::new(duration, '-'))
+    }
+}
+
+impl ReleasedUntil {
+    /// The release time for a lease kept at least `lock_at_least_for`.
+    pub fn new(lock_at_least_for: Duration) -> Self {
+        ReleasedUntil(Interval::new(lock_at_least_for, '+'))
+    }
+}
+
+macro_rules! timestamp_expression {
+    ($($node:ty),*) => {$(
+        impl Expression for $node {
+            type SqlType = Timestamp;
+        }
+        impl<QS> AppearsOnTable<QS> for $node {}
+        impl<QS> SelectableExpression<QS> for $node {}
+        impl ValidGrouping<()> for $node {
+            type IsAggregate = is_aggregate::Never;
+        }
+        impl QueryFragment<MultiBackend> for $node {
+            fn walk_ast<'b>(&'b self, pass: AstPass<'_, 'b, MultiBackend>) -> QueryResult<()> {
+                MultiBackend::walk_variant_ast(self, pass)
+            }
+        }
+    )*};
+}
+
+timestamp_expression!(DbNow, At, DbNowPlus, ReleasedUntil, FinishedAt);
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+    use diesel::sqlite::Sqlite;
+
+    const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
+
+    impl QueryFragment<Sqlite> for DbNow {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            out.push_sql(NOW);
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Sqlite> for At {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            out.push_bind_param::<Timestamp, _>(&self.0)
+        }
+    }
+
+    impl QueryFragment<Sqlite> for DbNowPlus {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            out.push_sql("strftime('%Y-%m-%d %H:%M:%f', 'now', ");
+            out.push_bind_param::<diesel::sql_types::Text, _>(&self.0.sqlite_modifier)?;
+            out.push_sql(")");
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Sqlite> for FinishedAt {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            out.push_sql("strftime('%Y-%m-%d %H:%M:%f', ");
+            replicron_runs::started_at.walk_ast(out.reborrow())?;
+            out.push_sql(", ");
+            out.push_bind_param::<diesel::sql_types::Text, _>(&self.0.sqlite_modifier)?;
+            out.push_sql(")");
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Sqlite> for ReleasedUntil {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            out.push_sql("max(");
+            out.push_sql(NOW);
+            out.push_sql(", strftime('%Y-%m-%d %H:%M:%f', ");
+            replicron_locks::locked_at.walk_ast(out.reborrow())?;
+            out.push_sql(", ");
+            out.push_bind_param::<diesel::sql_types::Text, _>(&self.0.sqlite_modifier)?;
+            out.push_sql("))");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use super::*;
+    use diesel::mysql::Mysql;
+
+    impl QueryFragment<Mysql> for DbNow {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+            out.push_sql("UTC_TIMESTAMP(3)");
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Mysql> for At {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+            out.push_bind_param::<diesel::sql_types::Datetime, _>(&self.0)
+        }
+    }
+
+    impl QueryFragment<Mysql> for DbNowPlus {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+            out.push_sql("(UTC_TIMESTAMP(3) + INTERVAL ");
+            out.push_bind_param::<diesel::sql_types::BigInt, _>(&self.0.micros)?;
+            out.push_sql(" MICROSECOND)");
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Mysql> for FinishedAt {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+            out.push_sql("(");
+            replicron_runs::started_at.walk_ast(out.reborrow())?;
+            out.push_sql(" + INTERVAL ");
+            out.push_bind_param::<diesel::sql_types::BigInt, _>(&self.0.micros)?;
+            out.push_sql(" MICROSECOND)");
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Mysql> for ReleasedUntil {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+            out.push_sql("GREATEST(UTC_TIMESTAMP(3), ");
+            replicron_locks::locked_at.walk_ast(out.reborrow())?;
+            out.push_sql(" + INTERVAL ");
+            out.push_bind_param::<diesel::sql_types::BigInt, _>(&self.0.micros)?;
+            out.push_sql(" MICROSECOND)");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use diesel::pg::Pg;
+
+    // Truncated to the columns' milliseconds: TIMESTAMP(3) would round a
+    // stored time up, past the clock that compares with it.
+    const NOW: &str = "date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC')";
+
+    impl QueryFragment<Pg> for DbNow {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            out.push_sql(NOW);
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Pg> for At {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            out.push_bind_param::<Timestamp, _>(&self.0)
+        }
+    }
+
+    impl QueryFragment<Pg> for DbNowPlus {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            out.push_sql("(");
+            out.push_sql(NOW);
+            out.push_sql(" + ");
+            out.push_bind_param::<diesel::sql_types::BigInt, _>(&self.0.micros)?;
+            out.push_sql(" * INTERVAL '1 microsecond')");
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Pg> for FinishedAt {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            out.push_sql("(");
+            replicron_runs::started_at.walk_ast(out.reborrow())?;
+            out.push_sql(" + ");
+            out.push_bind_param::<diesel::sql_types::BigInt, _>(&self.0.micros)?;
+            out.push_sql(" * INTERVAL '1 microsecond')");
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Pg> for ReleasedUntil {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            out.push_sql("GREATEST(");
+            out.push_sql(NOW);
+            out.push_sql(", ");
+            replicron_locks::locked_at.walk_ast(out.reborrow())?;
+            out.push_sql(" + ");
+            out.push_bind_param::<diesel::sql_types::BigInt, _>(&self.0.micros)?;
+            out.push_sql(" * INTERVAL '1 microsecond')");
+            Ok(())
+        }
+    }
+}

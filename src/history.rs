@@ -1,0 +1,390 @@
+//! The run history of SPEC §5: one row per run attempt in
+//! `replicron_runs`, written at start and at finish with database times.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use diesel::prelude::*;
+use serde::Serialize;
+
+use crate::db::DbConnection;
+use crate::db::cached;
+use crate::db::clock::{DbNow, DbNowPlus, FinishedAt};
+use crate::db::schema::replicron_runs::dsl as runs;
+use crate::lease::to_db_time;
+
+/// How a run ended, or that it has not yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Still going.
+    Running,
+    /// Exited 0.
+    Succeeded,
+    /// Exited non-zero, or was killed by a signal it did not get from us.
+    Failed,
+    /// Stopped after its `timeout`.
+    TimedOut,
+    /// Stopped because its lease could not be kept.
+    LostLock,
+    /// Stopped at shutdown after `shutdown_grace`.
+    Killed,
+    /// Its holder vanished; another replica has since claimed the job.
+    Abandoned,
+    /// Could not be started.
+    Error,
+}
+
+impl RunStatus {
+    /// Every status.
+    pub const ALL: [RunStatus; 8] = [
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::TimedOut,
+        RunStatus::LostLock,
+        RunStatus::Killed,
+        RunStatus::Abandoned,
+        RunStatus::Error,
+    ];
+
+    /// The name stored in the `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::TimedOut => "timed_out",
+            RunStatus::LostLock => "lost_lock",
+            RunStatus::Killed => "killed",
+            RunStatus::Abandoned => "abandoned",
+            RunStatus::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| format!("unknown run status {s:?}"))
+    }
+}
+
+/// A run's identity and owner, written when it starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewRun<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// The instant the run is for.
+    pub scheduled_at: DateTime<Utc>,
+    /// 1, or more when retried.
+    pub attempt: i32,
+    /// Who runs it.
+    pub instance: &'a str,
+    /// Under which lease.
+    pub fence: i64,
+}
+
+/// A row of `replicron_runs`.
+#[derive(Clone, Debug, PartialEq, Eq, Queryable, Selectable)]
+#[diesel(table_name = crate::db::schema::replicron_runs)]
+pub struct RunRow {
+    /// Auto-increment key.
+    pub id: i64,
+    /// The job.
+    pub job: String,
+    /// The instant it ran for (UTC).
+    pub scheduled_at: NaiveDateTime,
+    /// 1, or more when retried.
+    pub attempt: i32,
+    /// Who ran it.
+    pub instance: String,
+    /// Under which lease.
+    pub fence: i64,
+    /// Database time it started (UTC).
+    pub started_at: NaiveDateTime,
+    /// Database time it finished (UTC), if it has.
+    pub finished_at: Option<NaiveDateTime>,
+    /// See [`RunStatus`].
+    pub status: String,
+    /// Exit code; `None` when killed by a signal.
+    pub exit_code: Option<i32>,
+    /// The tail of its output.
+    pub output: String,
+}
+
+/// A run as `history --format json` prints it: SPEC §5's column names,
+/// times in RFC 3339 UTC with milliseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunRecord {
+    /// Auto-increment key.
+    pub id: i64,
+    /// The job.
+    pub job: String,
+    /// The instant.
+    pub scheduled_at: String,
+    /// The attempt.
+    pub attempt: i32,
+    /// Who ran it.
+    pub instance: String,
+    /// Under which lease.
+    pub fence: i64,
+    /// When it started.
+    pub started_at: String,
+    /// When it finished, if it has.
+    pub finished_at: Option<String>,
+    /// How it ended.
+    pub status: String,
+    /// Its exit code.
+    pub exit_code: Option<i32>,
+    /// The tail of its output.
+    pub output: String,
+}
+
+/// RFC 3339, UTC, milliseconds: how replicron writes every time.
+pub fn rfc3339(time: NaiveDateTime) -> String {
+    time.and_utc()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl From<RunRow> for RunRecord {
+    fn from(row: RunRow) -> Self {
+        RunRecord {
+            id: row.id,
+            job: row.job,
+            scheduled_at: rfc3339(row.scheduled_at),
+            attempt: row.attempt,
+            instance: row.instance,
+            fence: row.fence,
+            started_at: rfc3339(row.started_at),
+            finished_at: row.finished_at.map(rfc3339),
+            status: row.status,
+            exit_code: row.exit_code,
+            output: row.output,
+        }
+    }
+}
+
+/// Which runs [`list_runs`] returns.
+#[derive(Clone, Debug, Default)]
+pub struct RunFilter {
+    /// Only this job's.
+    pub job: Option<String>,
+    /// Only runs in this state.
+    pub status: Option<RunStatus>,
+    /// At most this many, newest first.
+    pub limit: i64,
+}
+
+/// Writes a `running` row for a run that is starting; returns its id.
+/// A second row for the same job, instant and attempt is refused by the
+/// table's unique key.
+pub fn record_run_started(conn: &mut DbConnection, run: &NewRun<'_>) -> QueryResult<i64> {
+    let scheduled = to_db_time(run.scheduled_at);
+    diesel::insert_into(runs::replicron_runs)
+        .values((
+            runs::job.eq(run.job),
+            runs::scheduled_at.eq(scheduled),
+            runs::attempt.eq(run.attempt),
+            runs::instance.eq(run.instance),
+            runs::fence.eq(run.fence),
+            runs::started_at.eq(DbNow),
+            runs::finished_at.eq(None::<NaiveDateTime>),
+            runs::status.eq(RunStatus::Running.as_str()),
+            runs::exit_code.eq(None::<i32>),
+            runs::output.eq(""),
+        ))
+        .execute(conn)?;
+    // RETURNING is not portable to MariaDB/MySQL; the unique key is.
+    runs::replicron_runs
+        .select(runs::id)
+        .filter(runs::job.eq(run.job))
+        .filter(runs::scheduled_at.eq(scheduled))
+        .filter(runs::attempt.eq(run.attempt))
+        .first(conn)
+}
+
+/// Writes the `running` rows of every run `instance` starts at `instant`
+/// under the leases it holds for `jobs`, in one INSERT … SELECT from those
+/// lease rows (which give each run its fence), and reads them back in one
+/// SELECT: `(job, run id)` for each lease still held.
+pub fn record_leased_runs_started(
+    conn: &mut DbConnection,
+    jobs: &[&str],
+    instance: &str,
+    instant: DateTime<Utc>,
+    attempt: i32,
+) -> QueryResult<Vec<(String, i64)>> {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    let scheduled = to_db_time(instant);
+    let held = locks::replicron_locks
+        .filter(locks::name.eq_any(jobs))
+        .filter(locks::locked_by.eq(instance))
+        .filter(locks::last_scheduled_at.eq(scheduled.nullable()))
+        .select((
+            locks::name,
+            locks::last_scheduled_at.assume_not_null(),
+            attempt.into_sql::<diesel::sql_types::Integer>(),
+            locks::locked_by.assume_not_null(),
+            locks::fence,
+            DbNow,
+            RunStatus::Running
+                .as_str()
+                .into_sql::<diesel::sql_types::Text>(),
+            "".into_sql::<diesel::sql_types::Text>(),
+        ));
+    diesel::insert_into(runs::replicron_runs)
+        .values(held)
+        .into_columns((
+            runs::job,
+            runs::scheduled_at,
+            runs::attempt,
+            runs::instance,
+            runs::fence,
+            runs::started_at,
+            runs::status,
+            runs::output,
+        ))
+        .execute(conn)?;
+    runs::replicron_runs
+        .select((runs::job, runs::id))
+        .filter(runs::job.eq_any(jobs))
+        .filter(runs::scheduled_at.eq(scheduled))
+        .filter(runs::attempt.eq(attempt))
+        .filter(runs::instance.eq(instance))
+        .load(conn)
+}
+
+/// Records how run `id` ended, `duration` after it started: `finished_at`
+/// is the database's `started_at` plus that duration, so a write that lands
+/// late (after an outage) still says when the run really ended. Returns
+/// whether the row exists.
+pub fn record_run_finished(
+    conn: &mut DbConnection,
+    id: i64,
+    finish: &RunFinish,
+) -> QueryResult<bool> {
+    let changed = cached::update(
+        runs::replicron_runs,
+        (
+            runs::finished_at.eq(FinishedAt::after(finish.duration).nullable()),
+            runs::status.eq(finish.status.as_str()),
+            runs::exit_code.eq(finish.exit_code),
+            runs::output.eq(&finish.output),
+        ),
+        runs::id.eq(id),
+    )
+    .execute(conn)?;
+    Ok(changed == 1)
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunFinish {
+    /// Its final status.
+    pub status: RunStatus,
+    /// Its exit code, `None` when killed by a signal or never started.
+    pub exit_code: Option<i32>,
+    /// The tail of its output.
+    pub output: String,
+    /// How long it ran, on the monotonic clock.
+    pub duration: Duration,
+}
+
+/// Marks `abandoned` every run of `job` still recorded `running` under a
+/// fence older than `fence`: their holders lost the lease, since this
+/// replica has claimed it. Returns how many rows changed.
+pub fn mark_abandoned(conn: &mut DbConnection, job: &str, fence: i64) -> QueryResult<usize> {
+    cached::update(
+        runs::replicron_runs,
+        (
+            runs::finished_at.eq(DbNow.nullable()),
+            runs::status.eq(RunStatus::Abandoned.as_str()),
+        ),
+        runs::job
+            .eq(job)
+            .and(runs::status.eq(RunStatus::Running.as_str()))
+            .and(runs::fence.lt(fence)),
+    )
+    .execute(conn)
+}
+
+/// Marks `abandoned` every run of `jobs` still recorded `running` under a
+/// fence older than its lease row's current one: their holders lost the
+/// lease to a later claim. One statement for all the jobs a replica won at
+/// one instant. Returns how many rows changed.
+pub fn mark_abandoned_behind_leases(conn: &mut DbConnection, jobs: &[&str]) -> QueryResult<usize> {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    let current_fence = locks::replicron_locks
+        .select(locks::fence)
+        .filter(locks::name.eq(runs::job))
+        .single_value();
+    diesel::update(
+        runs::replicron_runs
+            .filter(runs::job.eq_any(jobs))
+            .filter(runs::status.eq(RunStatus::Running.as_str()))
+            .filter(runs::fence.nullable().lt(current_fence)),
+    )
+    .set((
+        runs::finished_at.eq(DbNow.nullable()),
+        runs::status.eq(RunStatus::Abandoned.as_str()),
+    ))
+    .execute(conn)
+}
+
+/// Runs matching `filter`, newest first.
+pub fn list_runs(conn: &mut DbConnection, filter: &RunFilter) -> QueryResult<Vec<RunRow>> {
+    let mut query = runs::replicron_runs
+        .select(RunRow::as_select())
+        .order(runs::id.desc())
+        .limit(filter.limit.max(0))
+        .into_boxed();
+    if let Some(job) = &filter.job {
+        query = query.filter(runs::job.eq(job.clone()));
+    }
+    if let Some(status) = filter.status {
+        query = query.filter(runs::status.eq(status.as_str()));
+    }
+    query.load(conn)
+}
+
+/// The newest run of `job`, if any.
+pub fn latest_run(conn: &mut DbConnection, job: &str) -> QueryResult<Option<RunRow>> {
+    runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::job.eq(job))
+        .order(runs::id.desc())
+        .first(conn)
+        .optional()
+}
+
+/// Deletes at most `batch` finished runs that started more than
+/// `older_than` ago (database time). Returns how many were deleted; call
+/// again until it returns less than `batch`.
+pub fn prune_runs(conn: &mut DbConnection, older_than: Duration, batch: i64) -> QueryResult<usize> {
+    // Two statements, because MariaDB/MySQL take no LIMIT in a subquery
+    // under IN; each stays short, so pruning never holds locks for long.
+    let ids: Vec<i64> = runs::replicron_runs
+        .select(runs::id)
+        .filter(runs::started_at.lt(DbNowPlus::minus(older_than)))
+        .filter(runs::status.ne(RunStatus::Running.as_str()))
+        .order(runs::id)
+        .limit(batch)
+        .load(conn)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    diesel::delete(runs::replicron_runs.filter(runs::id.eq_any(&ids))).execute(conn)
+}

@@ -1,0 +1,91 @@
+//! The database wiring on every backend.
+
+use diesel::RunQueryDsl;
+
+use crate::support::{Kind, TestDb, kinds, replicron, text};
+
+fn select_one(kind: Kind) {
+    let Some(db) = TestDb::new(kind) else { return };
+    let pool = db.pool(2);
+    let mut conn = pool.get().expect("connection");
+    assert_eq!(replicron::db::ping(&mut conn).expect("SELECT 1"), 1);
+    // The migrations created both tables.
+    let locks: i64 = replicron::db::schema::replicron_locks::table
+        .count()
+        .get_result(&mut **conn)
+        .expect("count locks");
+    assert_eq!(locks, 0);
+}
+
+use diesel::QueryDsl;
+
+#[test]
+fn sqlite_select_one() {
+    select_one(Kind::Sqlite);
+}
+
+#[test]
+fn mysql_select_one() {
+    if kinds().contains(&Kind::Mysql) {
+        select_one(Kind::Mysql);
+    }
+}
+
+#[test]
+fn postgres_select_one() {
+    if kinds().contains(&Kind::Postgres) {
+        select_one(Kind::Postgres);
+    }
+}
+
+#[test]
+fn migrate_is_idempotent_on_every_backend() {
+    crate::support::on_each_backend(|db| {
+        let config = db.config("");
+        let config = config.to_str().expect("utf-8 path");
+        let first = replicron(&["migrate", "--config", config]);
+        let (out, err) = text(&first);
+        assert!(first.status.success(), "{out}{err}");
+        let migrations =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite"))
+                .expect("migrations")
+                .count();
+        assert!(
+            out.contains(&format!("{migrations} migrations applied")),
+            "{out}"
+        );
+        let second = replicron(&["migrate", "--config", config]);
+        let (out, err) = text(&second);
+        assert!(second.status.success(), "{out}{err}");
+        assert!(out.contains("0 migrations applied"), "{out}");
+    });
+}
+
+#[test]
+fn a_server_that_is_down_is_a_clear_redacted_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for url in [
+        "mysql://app:hunter2@127.0.0.1:1/jobs",
+        "postgres://app:hunter2@127.0.0.1:1/jobs",
+    ] {
+        let path = dir.path().join("jobs.toml");
+        std::fs::write(&path, format!("[database]\nurl = {url:?}\n")).expect("write");
+        let started = std::time::Instant::now();
+        let output = replicron(&["migrate", "--config", path.to_str().expect("utf-8")]);
+        let (out, err) = text(&output);
+        assert!(!output.status.success());
+        assert!(
+            !err.contains("hunter2") && !out.contains("hunter2"),
+            "{err}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+        if err.contains("--features") {
+            continue; // this build lacks that backend: the message says which feature
+        }
+        assert_eq!(output.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("cannot connect to") && err.contains("***"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! `replicron check` on valid and invalid files.
+
+use crate::support::{replicron, text};
+
+fn write(dir: &std::path::Path, body: &str) -> String {
+    let path = dir.join("jobs.toml");
+    std::fs::write(&path, body).expect("write config");
+    path.to_str().expect("utf-8 path").to_string()
+}
+
+const DB: &str = "[database]\nurl = \"sqlite://replicron.db\"\n";
+
+#[test]
+fn the_example_config_is_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/jobs.example.toml");
+    let output = replicron(&[
+        "check",
+        "--config",
+        example,
+        "--from",
+        "2027-03-26T00:00:00Z",
+    ]);
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    for job in ["purge-tmp-exports", "daily-report", "heartbeat"] {
+        assert!(out.contains(&format!("job \"{job}\"")), "{out}");
+    }
+    // The Berlin report across the spring-forward weekend: 07:00 CET, then 07:00 CEST.
+    assert!(
+        out.contains("2027-03-26T06:00:00+00:00  2027-03-26T07:00:00+01:00"),
+        "{out}"
+    );
+    assert!(
+        out.contains("2027-03-29T05:00:00+00:00  2027-03-29T07:00:00+02:00"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_lists_the_requested_instants_in_utc_and_the_job_zone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        &format!(
+            "{DB}[[job]]\nname = \"nightly\"\nschedule = \"30 2 * * *\"\ntimezone = \"America/New_York\"\ncommand = \"true\"\n"
+        ),
+    );
+    let output = replicron(&[
+        "check",
+        "--config",
+        &path,
+        "--from",
+        "2027-03-12T12:00:00Z",
+        "--count",
+        "3",
+    ]);
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    let instants: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("    "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        instants,
+        [
+            "2027-03-13T07:30:00+00:00  2027-03-13T02:30:00-05:00",
+            // 02:30 does not exist on the 14th: once, at 03:00 EDT.
+            "2027-03-14T07:00:00+00:00  2027-03-14T03:00:00-04:00",
+            "2027-03-15T06:30:00+00:00  2027-03-15T02:30:00-04:00",
+        ]
+    );
+}
+
+#[test]
+fn an_invalid_config_reports_every_error_and_exits_2() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        &format!(
+            "{DB}\n[[job]]\nname = \"a\"\nschedule = \"every day\"\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\ntimeout = \"0s\"\n"
+        ),
+    );
+    let output = replicron(&["check", "--config", &path]);
+    let (out, err) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("3 errors"), "{err}");
+    assert!(
+        err.contains(&format!("{path}:6: job \"a\", key \"schedule\"")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{path}:10: job \"a\", key \"name\": duplicate")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{path}:13: job \"a\", key \"timeout\"")),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        &format!("{DB}[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncomand = \"true\"\n"),
+    );
+    let output = replicron(&["check", "--config", &path]);
+    let (_, err) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{path}:6: job \"a\", key \"comand\": unknown field"
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_file_or_url_is_an_error_not_a_default() {
+    let output = replicron(&["check", "--config", "/nonexistent/jobs.toml"]);
+    let (_, err) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("/nonexistent/jobs.toml") && err.contains("cannot read"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        "[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n",
+    );
+    let output = replicron(&["check", "--config", &path]);
+    let (_, err) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains("REPLICRON_DATABASE_URL"), "{err}");
+}
+
+#[test]
+fn the_environment_url_wins_and_is_redacted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        &format!("{DB}[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n"),
+    );
+    let output = std::process::Command::new(crate::support::binary())
+        .args(["check", "--config", &path])
+        .env(
+            "REPLICRON_DATABASE_URL",
+            "mysql://app:hunter2@db.internal:3306/cron",
+        )
+        .output()
+        .expect("runs");
+    let (out, err) = text(&output);
+    assert!(
+        !out.contains("hunter2") && !err.contains("hunter2"),
+        "{out}{err}"
+    );
+    if output.status.success() {
+        assert!(
+            out.contains("mysql://app:***@db.internal:3306/cron"),
+            "{out}"
+        );
+    } else {
+        assert!(err.contains("--features mysql"), "{err}");
+    }
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let output = replicron(&["check", "--config", "x.toml", "--from", "yesterday"]);
+    let (_, err) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains("RFC 3339"), "{err}");
+}

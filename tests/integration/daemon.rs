@@ -1,0 +1,487 @@
+//! `replicron run` as real processes: each scheduled instant runs exactly
+//! once across replicas, through clock skew and `kill -9`; runs are timed
+//! out, bounded in memory, and stopped cleanly at shutdown. Every scenario
+//! runs on each backend (on SQLite the replicas share one file).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use nix::sys::signal::Signal;
+
+use crate::support::{Kind, Replica, TestDb, history_json, process_alive};
+
+/// A job line: `job instant instance start-epoch-ns`.
+const RECORD: &str =
+    r#"echo "$REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $(date +%s%N)" >> "$OUT""#;
+
+struct Line {
+    job: String,
+    instant: DateTime<Utc>,
+    instance: String,
+    started_ns: i64,
+}
+
+fn read_lines(path: &Path) -> Vec<Line> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "malformed line {line:?}");
+            Line {
+                job: f[0].to_string(),
+                instant: DateTime::parse_from_rfc3339(f[1])
+                    .expect("instant")
+                    .with_timezone(&Utc),
+                instance: f[2].to_string(),
+                started_ns: f[3].parse().expect("start time"),
+            }
+        })
+        .collect()
+}
+
+fn second(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(TimeDelta::seconds(1)).expect("truncate")
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// 3 replicas, 20 jobs firing every second, 20 s; `skews` shifts each
+/// replica's wall clock. Checks every instant of the window ran exactly
+/// once, and none twice anywhere.
+fn exactly_once(kind: Kind, skews: [Option<&str>; 3]) {
+    if skews.iter().any(Option::is_some) && crate::support::libfaketime().is_none() {
+        eprintln!("skipped: libfaketime is not installed");
+        return;
+    }
+    let Some(db) = TestDb::new(kind) else { return };
+    let out = db.dir().join("runs.txt");
+    let mut jobs = String::new();
+    for n in 0..20 {
+        jobs.push_str(&format!(
+            "[[job]]\nname = \"job-{n:02}\"\nschedule = \"* * * * * *\"\ncommand = '{RECORD}'\nenv = {{ OUT = {out:?} }}\n\n"
+        ));
+    }
+    let config = db.config(&jobs);
+
+    let replicas: Vec<Replica> = ["r1", "r2", "r3"]
+        .iter()
+        .zip(skews)
+        .map(|(id, skew)| Replica::start(&config, id, skew, &[]))
+        .collect();
+    for replica in &replicas {
+        replica.wait_for_log("replicron started", Duration::from_secs(20));
+    }
+    // A replica whose clock is ahead starts claiming instants that far in
+    // the future: the instants before its first claim belong to nobody.
+    let ahead = skews
+        .iter()
+        .flatten()
+        .filter_map(|s| s.strip_prefix('+')?.strip_suffix('s')?.parse::<i64>().ok())
+        .max()
+        .unwrap_or(0);
+    let window_start = second(Utc::now()) + TimeDelta::seconds(2 + ahead);
+    std::thread::sleep(Duration::from_secs(20));
+    let window_end = second(Utc::now()) - TimeDelta::seconds(2);
+    for replica in &replicas {
+        replica.signal(Signal::SIGTERM);
+    }
+    let mut problems = String::new();
+    for mut replica in replicas {
+        let status = replica
+            .wait_exit(Duration::from_secs(30))
+            .expect("replica exits after SIGTERM");
+        assert!(
+            status.success(),
+            "replica {} exited {status:?}:\n{}",
+            replica.id,
+            replica.log_text()
+        );
+        for line in replica
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
+        {
+            problems.push_str(&format!("{}: {line}\n", replica.id));
+        }
+    }
+    if !problems.is_empty() {
+        eprintln!("warnings and errors of the replicas:\n{problems}");
+    }
+
+    let lines = read_lines(&out);
+    let mut count: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
+    let mut by_instance: BTreeMap<String, usize> = BTreeMap::new();
+    for line in &lines {
+        *count.entry((line.job.clone(), line.instant)).or_default() += 1;
+        *by_instance.entry(line.instance.clone()).or_default() += 1;
+    }
+    let duplicates: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        duplicates.is_empty(),
+        "instants run more than once: {duplicates:?}"
+    );
+    let mut missed = Vec::new();
+    let mut expected = 0;
+    for n in 0..20 {
+        let job = format!("job-{n:02}");
+        let mut t = window_start;
+        while t <= window_end {
+            expected += 1;
+            if !count.contains_key(&(job.clone(), t)) {
+                missed.push((job.clone(), t));
+            }
+            t += TimeDelta::seconds(1);
+        }
+    }
+    assert!(missed.is_empty(), "instants never run: {missed:?}");
+    assert!(expected >= 20 * 11, "window too small: {expected}");
+
+    // Lateness of job starts against their instants (without skew only:
+    // under faketime the job's own clock is shifted too).
+    if skews.iter().all(Option::is_none) {
+        assert!(
+            by_instance.len() > 1,
+            "every run on one replica: {by_instance:?}"
+        );
+        let mut late: Vec<f64> = lines
+            .iter()
+            .map(|l| (l.started_ns - l.instant.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6)
+            .collect();
+        late.sort_by(f64::total_cmp);
+        eprintln!(
+            "{kind:?}: {} runs in the window of {expected} instants, 0 duplicates, 0 missed; \
+             start lateness median {:.1} ms, p99 {:.1} ms, max {:.1} ms; runs per replica {by_instance:?}",
+            lines.len(),
+            percentile(&late, 0.5),
+            percentile(&late, 0.99),
+            percentile(&late, 1.0)
+        );
+    } else {
+        eprintln!(
+            "{kind:?} with skews {skews:?}: {} runs, 0 duplicates, 0 missed; runs per replica {by_instance:?}",
+            lines.len()
+        );
+    }
+    // History agrees: one row per run, all succeeded.
+    let rows = history_json(&config, "job-00");
+    let in_file = lines.iter().filter(|l| l.job == "job-00").count();
+    assert_eq!(rows.len(), in_file);
+    assert!(rows.iter().all(|r| r["status"] == "succeeded"), "{rows:?}");
+}
+
+#[test]
+fn three_replicas_run_each_instant_exactly_once_sqlite() {
+    exactly_once(Kind::Sqlite, [None, None, None]);
+}
+
+#[test]
+fn three_replicas_run_each_instant_exactly_once_mysql() {
+    exactly_once(Kind::Mysql, [None, None, None]);
+}
+
+#[test]
+fn three_replicas_run_each_instant_exactly_once_postgres() {
+    exactly_once(Kind::Postgres, [None, None, None]);
+}
+
+const SKEWS: [Option<&str>; 3] = [Some("+3s"), None, Some("-4s")];
+
+#[test]
+fn skewed_clocks_still_run_each_instant_once_sqlite() {
+    exactly_once(Kind::Sqlite, SKEWS);
+}
+
+#[test]
+fn skewed_clocks_still_run_each_instant_once_mysql() {
+    exactly_once(Kind::Mysql, SKEWS);
+}
+
+#[test]
+fn skewed_clocks_still_run_each_instant_once_postgres() {
+    exactly_once(Kind::Postgres, SKEWS);
+}
+
+/// `kill -9` of the replica running a long job: its job (and grandchild)
+/// die within a second, that instant never runs again, a survivor runs the
+/// later instants once the lease has expired, and the old run is marked
+/// `abandoned`.
+fn kill_the_holder(kind: Kind) {
+    let Some(db) = TestDb::new(kind) else { return };
+    let out = db.dir().join("runs.txt");
+    let config = db.config(&format!(
+        "[[job]]\nname = \"long\"\nschedule = \"*/2 * * * * *\"\nlock_at_most_for = \"3s\"\n\
+         command = 'sleep 29 & echo \"$REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $$ $!\" >> \"$OUT\"; wait'\n\
+         env = {{ OUT = {out:?} }}\n"
+    ));
+    let mut replicas: Vec<Replica> = ["a", "b"]
+        .iter()
+        .map(|id| Replica::start(&config, id, None, &[]))
+        .collect();
+    let first = wait_for_lines(&out, 1, Duration::from_secs(15)).remove(0);
+    let (instant, holder, shell_pid, sleep_pid) = first;
+    let index = replicas
+        .iter()
+        .position(|r| r.id == holder)
+        .expect("holder is a replica");
+    let victim = replicas.remove(index);
+    let killed_at = Instant::now();
+    victim.signal(Signal::SIGKILL);
+    while process_alive(shell_pid) || process_alive(sleep_pid) {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(1),
+            "the killed replica's job outlived it by a second"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let gone_after = killed_at.elapsed();
+    drop(victim);
+
+    let lines = wait_for_lines(&out, 2, Duration::from_secs(15));
+    let (next_instant, survivor, _, _) = &lines[1];
+    assert_ne!(survivor, &holder);
+    assert!(
+        *next_instant > instant,
+        "{next_instant} is not after {instant}"
+    );
+    // The lease (3 s) had to expire first: the survivor could not start
+    // the instant right after the killed one.
+    let instants: Vec<_> = lines.iter().map(|l| l.0.clone()).collect();
+    assert_eq!(
+        instants.iter().filter(|i| **i == instant).count(),
+        1,
+        "{instants:?}"
+    );
+
+    let rows = history_json(&config, "long");
+    let old = rows
+        .iter()
+        .find(|r| r["scheduled_at"] == instant)
+        .unwrap_or_else(|| panic!("no history row for {instant}: {rows:?}"));
+    assert_eq!(old["status"], "abandoned", "{rows:?}");
+    assert_eq!(old["instance"], holder.as_str());
+    eprintln!(
+        "{kind:?}: the killed replica's job was gone {gone_after:?} after kill -9; {survivor} ran {next_instant} next"
+    );
+}
+
+fn wait_for_lines(path: &Path, n: usize, timeout: Duration) -> Vec<(String, String, i32, i32)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let lines: Vec<(String, String, i32, i32)> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 4).then(|| {
+                    (
+                        f[0].to_string(),
+                        f[1].to_string(),
+                        f[2].parse().unwrap_or(0),
+                        f[3].parse().unwrap_or(0),
+                    )
+                })
+            })
+            .collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} lines in {path:?} after {timeout:?}",
+            lines.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill_9_of_the_holder_sqlite() {
+    kill_the_holder(Kind::Sqlite);
+}
+
+#[test]
+fn kill_9_of_the_holder_mysql() {
+    kill_the_holder(Kind::Mysql);
+}
+
+#[test]
+fn kill_9_of_the_holder_postgres() {
+    kill_the_holder(Kind::Postgres);
+}
+
+/// Runs `body` with one replica of `jobs` on each backend.
+fn with_one_replica(jobs: &str, body: impl Fn(&TestDb, &Path, &mut Replica)) {
+    crate::support::on_each_backend(|db| {
+        let config = db.config(&jobs.replace("$DIR", &db.dir().display().to_string()));
+        let mut replica = Replica::start(
+            &config,
+            "solo",
+            None,
+            &[("RUST_LOG", "info,replicron::job=warn")],
+        );
+        replica.wait_for_log("replicron started", Duration::from_secs(20));
+        body(db, &config, &mut replica);
+    });
+}
+
+fn wait_for_status(config: &Path, job: &str, timeout: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let rows = history_json(config, job);
+        if let Some(done) = rows.iter().rev().find(|r| r["status"] != "running") {
+            return done.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no finished run of {job} after {timeout:?}: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_timeout_kills_the_job_and_its_grandchild() {
+    with_one_replica(
+        "[[job]]\nname = \"slow\"\nschedule = \"*/2 * * * * *\"\ntimeout = \"1s\"\nkill_grace = \"1s\"\n\
+         command = 'sh -c \"echo \\$\\$ > $DIR/child.pid; sleep 100 & echo \\$! > $DIR/grandchild.pid; sleep 100\"'\n",
+        |db, config, _replica| {
+            let row = wait_for_status(config, "slow", Duration::from_secs(10));
+            assert_eq!(row["status"], "timed_out", "{row}");
+            assert_eq!(row["exit_code"], serde_json::Value::Null);
+            for file in ["child.pid", "grandchild.pid"] {
+                let pid: i32 = std::fs::read_to_string(db.dir().join(file))
+                    .expect("pid file")
+                    .trim()
+                    .parse()
+                    .expect("pid");
+                assert!(!process_alive(pid), "{file} {pid} survived the timeout");
+            }
+        },
+    );
+}
+
+#[test]
+fn two_hundred_megabytes_of_output_keep_memory_bounded() {
+    with_one_replica(
+        "[[job]]\nname = \"chatty\"\nschedule = \"*/2 * * * * *\"\noutput_limit = \"64KiB\"\n\
+         command = 'yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456 | head -c 200000000; printf THE-END'\n",
+        |_db, config, replica| {
+            let mut peak_kib = 0_u64;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let row = loop {
+                if let Ok(status) =
+                    std::fs::read_to_string(format!("/proc/{}/status", replica.pid()))
+                {
+                    let rss = status
+                        .lines()
+                        .find(|l| l.starts_with("VmRSS:"))
+                        .and_then(|l| l.split_whitespace().nth(1))
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    peak_kib = peak_kib.max(rss);
+                }
+                let rows = history_json(config, "chatty");
+                if let Some(done) = rows.iter().rev().find(|r| r["status"] != "running") {
+                    break done.clone();
+                }
+                assert!(Instant::now() < deadline, "the chatty run did not finish");
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            assert_eq!(row["status"], "succeeded", "{row}");
+            let output = row["output"].as_str().expect("output");
+            assert_eq!(output.len(), 64 * 1024);
+            // Exactly the last 64 KiB of what the job printed.
+            let line = b"0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456\n";
+            let total = 200_000_000_usize;
+            let start = total + "THE-END".len() - 64 * 1024;
+            let mut expected: Vec<u8> = (start..total).map(|i| line[i % line.len()]).collect();
+            expected.extend_from_slice(b"THE-END");
+            assert!(
+                output.as_bytes() == expected.as_slice(),
+                "{}",
+                &output[output.len() - 40..]
+            );
+            assert!(peak_kib < 50 * 1024, "daemon RSS peaked at {peak_kib} KiB");
+            eprintln!("daemon RSS peak while a job printed 200 MB: {peak_kib} KiB");
+        },
+    );
+}
+
+#[test]
+fn sigterm_lets_a_run_finish_within_the_grace() {
+    with_one_replica(
+        "[daemon]\nshutdown_grace = \"10s\"\n\n[[job]]\nname = \"finisher\"\nschedule = \"*/2 * * * * *\"\n\
+         command = 'touch $DIR/started; sleep 2; echo done'\n",
+        |db, config, replica| {
+            let started = db.dir().join("started");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !started.exists() {
+                assert!(Instant::now() < deadline, "the job never started");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            replica.signal(Signal::SIGTERM);
+            let status = replica.wait_exit(Duration::from_secs(10)).expect("exits");
+            assert!(status.success(), "{status:?}\n{}", replica.log_text());
+            let rows = history_json(config, "finisher");
+            assert_eq!(rows.len(), 1, "no new run after SIGTERM: {rows:?}");
+            assert_eq!(rows[0]["status"], "succeeded");
+            assert_eq!(rows[0]["output"], "done\n");
+        },
+    );
+}
+
+#[test]
+fn sigterm_past_the_grace_records_killed() {
+    with_one_replica(
+        "[daemon]\nshutdown_grace = \"1s\"\n\n[[job]]\nname = \"stubborn\"\nschedule = \"*/2 * * * * *\"\n\
+         kill_grace = \"1s\"\ncommand = 'touch $DIR/started; trap \"\" TERM; sleep 30'\n",
+        |db, config, replica| {
+            let started = db.dir().join("started");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !started.exists() {
+                assert!(Instant::now() < deadline, "the job never started");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let sent = Instant::now();
+            replica.signal(Signal::SIGTERM);
+            let status = replica.wait_exit(Duration::from_secs(15)).expect("exits");
+            assert!(status.success(), "{status:?}\n{}", replica.log_text());
+            let took = sent.elapsed();
+            assert!(took < Duration::from_secs(8), "shutdown took {took:?}");
+            let rows = history_json(config, "stubborn");
+            assert_eq!(rows.len(), 1, "{rows:?}");
+            assert_eq!(rows[0]["status"], "killed");
+            assert!(rows[0]["finished_at"].is_string());
+        },
+    );
+}
+
+#[test]
+fn runs_get_their_environment_and_working_dir() {
+    with_one_replica(
+        "[[job]]\nname = \"env-check\"\nschedule = \"* * * * * *\"\nworking_dir = \"/tmp\"\nenv = { GREETING = \"hi\" }\n\
+         args = [\"/bin/sh\", \"-c\", \"echo $GREETING $PWD $REPLICRON_JOB $REPLICRON_ATTEMPT $REPLICRON_RUN_ID $REPLICRON_FENCE $REPLICRON_INSTANCE $REPLICRON_SCHEDULED_AT\"]\n",
+        |_db, config, _replica| {
+            let row = wait_for_status(config, "env-check", Duration::from_secs(10));
+            let words: Vec<String> = row["output"]
+                .as_str()
+                .expect("output")
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            assert_eq!(words.len(), 8, "{row}");
+            assert_eq!(&words[..4], ["hi", "/tmp", "env-check", "1"]);
+            assert_eq!(words[4], row["id"].to_string());
+            assert_eq!(words[5], row["fence"].to_string());
+            assert_eq!(words[6], "solo");
+            assert_eq!(words[7], row["scheduled_at"].as_str().expect("instant"));
+            let set: BTreeSet<&str> = ["solo"].into();
+            assert!(set.contains(row["instance"].as_str().expect("instance")));
+        },
+    );
+}

@@ -1,0 +1,13 @@
+//! The integration tests: one binary that drives the real `replicron`
+//! executable and real databases (SQLite, and MariaDB/MySQL and PostgreSQL
+//! where `scripts/test` provides them).
+
+mod backends;
+mod check;
+mod daemon;
+mod faults;
+mod history;
+mod lease;
+mod operate;
+mod proxy;
+mod support;

@@ -1,0 +1,523 @@
+//! The operator's side, on every backend: status, trigger, unlock, exec
+//! (as a mutex and with --once), import-crontab, reload, /healthz and
+//! /metrics, completions and the man page.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::proxy::Proxy;
+use crate::support::{
+    Kind, Replica, TestDb, binary, history_json, on_each_backend, replicron, text, wait_until,
+};
+
+fn run(config: &Path, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec![args[0], "--config", config.to_str().expect("utf-8")];
+    all.extend_from_slice(&args[1..]);
+    let output = replicron(&all);
+    let (out, err) = text(&output);
+    (output.status.code().unwrap_or(-1), out, err)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[test]
+fn trigger_status_and_unlock() {
+    on_each_backend(|db| {
+        let config = db.config(
+            "[[job]]\nname = \"report\"\nschedule = \"@yearly\"\ncommand = 'echo \"report by $REPLICRON_INSTANCE\"'\n\n\
+             [[job]]\nname = \"broken\"\nschedule = \"@yearly\"\ncommand = 'exit 4'\n\n\
+             [[job]]\nname = \"off\"\nschedule = \"@daily\"\nenabled = false\ncommand = 'true'\n",
+        );
+        let (code, out, err) = run(&config, &["trigger", "report"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("report: succeeded (exit 0)"), "{out}");
+        let rows = history_json(&config, "report");
+        assert_eq!(rows.len(), 1);
+        assert!(
+            rows[0]["output"]
+                .as_str()
+                .is_some_and(|o| o.starts_with("report by "))
+        );
+        let (code, out, _) = run(&config, &["trigger", "broken"]);
+        assert_eq!(code, 4, "{out}");
+        let (code, _, err) = run(&config, &["trigger", "nope"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("no job named \"nope\""), "{err}");
+
+        let (code, out, err) = run(&config, &["status"]);
+        assert_eq!(code, 0, "{out}{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("JOB"), "{out}");
+        let report = lines
+            .iter()
+            .find(|l| l.starts_with("report"))
+            .expect("report row");
+        assert!(
+            report.contains("free") && report.contains("succeeded at"),
+            "{out}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("off") && l.contains("disabled")),
+            "{out}"
+        );
+
+        // A lease held with nothing running: stuck, and unlock ends it.
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        let at = chrono::Utc::now() + chrono::TimeDelta::days(400);
+        replicron::lease::claim(
+            &mut conn,
+            "report",
+            "ghost:1:x",
+            at,
+            Duration::from_secs(3600),
+        )
+        .expect("claim")
+        .won()
+        .expect("won");
+        let (code, out, _) = run(&config, &["status", "--format", "json"]);
+        let rows: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let report = rows
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|r| r["job"] == "report")
+            .expect("row")
+            .clone();
+        assert_eq!(report["lease_held"], true);
+        assert_eq!(report["locked_by"], "ghost:1:x");
+        // Held for seconds only: not yet stuck.
+        assert!(report["problem"].is_null(), "{report}");
+        assert_eq!(code, 0);
+
+        // A run recorded running under the current fence: unlock asks for --force.
+        let fence = report["fence"].as_i64().expect("fence");
+        replicron::history::record_run_started(
+            &mut conn,
+            &replicron::history::NewRun {
+                job: "report",
+                scheduled_at: at,
+                attempt: 1,
+                instance: "ghost:1:x",
+                fence,
+            },
+        )
+        .expect("start");
+        let (code, _, err) = run(&config, &["unlock", "report"]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("--force") && err.contains("ghost:1:x"),
+            "{err}"
+        );
+        let (code, out, err) = run(&config, &["unlock", "report", "--force"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("lease of ghost:1:x"), "{out}");
+        // The lease is gone, its run is still recorded running: orphaned.
+        let (code, out, _) = run(&config, &["status"]);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("ORPHANED"), "{out}");
+        let (code, out, _) = run(&config, &["unlock", "report"]);
+        assert_eq!((code, out.trim()), (0, "report: not held"));
+    });
+}
+
+#[test]
+fn exec_is_a_mutex_and_once_runs_once() {
+    on_each_backend(|db| {
+        let config = db.config("[defaults]\nlock_at_most_for = \"30s\"\n");
+        let counter = db.dir().join("counter");
+        std::fs::write(&counter, "0").expect("counter");
+        let script = format!(
+            "n=$(cat {0}); sleep 0.01; echo $((n + 1)) > {0}",
+            counter.display()
+        );
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let (config, script) = (config.clone(), script.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..10 {
+                        let status = Command::new(binary())
+                            .args(["exec", "--config"])
+                            .arg(&config)
+                            .args(["--lock", "counter", "--", "sh", "-c", &script])
+                            .status()
+                            .expect("exec runs");
+                        assert!(status.success());
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().expect("worker");
+        }
+        assert_eq!(
+            std::fs::read_to_string(&counter).expect("counter").trim(),
+            "40"
+        );
+        let rows = history_json(&config, "counter");
+        assert_eq!(rows.len(), 40);
+        assert!(rows.iter().all(|r| r["status"] == "succeeded"));
+
+        // Exit status passes through; --wait gives up.
+        let (code, _, _) = run(
+            &config,
+            &["exec", "--lock", "status", "--", "sh", "-c", "exit 7"],
+        );
+        assert_eq!(code, 7);
+
+        // --once: four concurrent callers, one run, all see its status.
+        let marker = db.dir().join("ran");
+        let callers: Vec<_> = (0..4)
+            .map(|_| {
+                let (config, marker) = (config.clone(), marker.clone());
+                std::thread::spawn(move || {
+                    Command::new(binary())
+                        .args(["exec", "--config"])
+                        .arg(&config)
+                        .args([
+                            "--lock",
+                            "migrate",
+                            "--once",
+                            "release-42",
+                            "--",
+                            "sh",
+                            "-c",
+                        ])
+                        .arg(format!("echo x >> {}; sleep 1; exit 3", marker.display()))
+                        .status()
+                        .expect("exec runs")
+                        .code()
+                })
+            })
+            .collect();
+        let codes: Vec<_> = callers
+            .into_iter()
+            .map(|c| c.join().expect("caller"))
+            .collect();
+        assert_eq!(codes, [Some(3); 4]);
+        assert_eq!(std::fs::read_to_string(&marker).expect("marker"), "x\n");
+        // And never again for that key.
+        let (code, _, _) = run(
+            &config,
+            &[
+                "exec",
+                "--lock",
+                "migrate",
+                "--once",
+                "release-42",
+                "--",
+                "sh",
+                "-c",
+                "echo y >> /dev/null",
+            ],
+        );
+        assert_eq!(code, 3);
+        let (code, _, _) = run(
+            &config,
+            &[
+                "exec",
+                "--lock",
+                "migrate",
+                "--once",
+                "release-43",
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(code, 0);
+        assert_eq!(history_json(&config, "migrate").len(), 2);
+    });
+}
+
+#[test]
+fn exec_wait_gives_up_while_the_lock_is_held() {
+    let Some(db) = TestDb::new(Kind::Sqlite) else {
+        return;
+    };
+    let config = db.config("");
+    let holder = Command::new(binary())
+        .args(["exec", "--config"])
+        .arg(&config)
+        .args(["--lock", "busy", "--", "sleep", "3"])
+        .spawn()
+        .expect("holder");
+    sleep(Duration::from_millis(700));
+    let started = Instant::now();
+    let (code, _, err) = run(
+        &config,
+        &["exec", "--lock", "busy", "--wait", "500ms", "--", "true"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not acquired within 500ms"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let _ = holder.wait_with_output();
+}
+
+const DEBIAN_CRONTAB: &str = "\
+# /etc/crontab: system-wide crontab
+SHELL=/bin/sh
+PATH=/usr/local/sbin:/usr/local/bin:/sbin:/bin:/usr/sbin:/usr/bin
+
+# Example of job definition:
+# .---------------- minute (0 - 59)
+# m h dom mon dow user\tcommand
+17 *\t* * *\troot\tcd / && run-parts --report /etc/cron.hourly
+25 6\t* * *\troot\ttest -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.daily; }
+47 6\t* * 7\troot\ttest -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.weekly; }
+52 6\t1 * *\troot\ttest -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.monthly; }
+";
+
+const USER_CRONTAB: &str = "\
+MAILTO=ops@example.com
+CRON_TZ=America/New_York
+# every 15 minutes in office hours
+*/15 9-17 * * mon-fri /usr/local/bin/sync-orders --since 15m
+30 2 1,15 * * /usr/local/bin/invoice --run
+0 0 13 * 5 echo \"friday or the 13th\"
+@hourly /usr/bin/flock -n /tmp/x.lock /usr/local/bin/tidy
+@reboot /usr/local/bin/warm-cache
+";
+
+#[test]
+fn import_crontab_output_passes_check_with_the_same_instants() {
+    let dir = tempfile::tempdir().expect("dir");
+    for (name, crontab, user_column, expected) in [
+        (
+            "etc-crontab",
+            DEBIAN_CRONTAB,
+            "--user-column=true",
+            vec![
+                ("17 * * * *", "2027-03-01T00:17:00+00:00"),
+                ("25 6 * * *", "2027-03-01T06:25:00+00:00"),
+                ("47 6 * * 7", "2027-03-07T06:47:00+00:00"),
+                ("52 6 1 * *", "2027-03-01T06:52:00+00:00"),
+            ],
+        ),
+        (
+            "alice",
+            USER_CRONTAB,
+            "--user-column=false",
+            vec![
+                // New York, EST: 09:00 is 14:00 UTC.
+                ("*/15 9-17 * * mon-fri", "2027-03-01T14:00:00+00:00"),
+                ("30 2 1,15 * *", "2027-03-01T07:30:00+00:00"),
+                // Monday 1 March: the next Friday is the 5th (or the 13th).
+                ("0 0 13 * 5", "2027-03-05T05:00:00+00:00"),
+                ("@hourly", "2027-03-01T01:00:00+00:00"),
+            ],
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, crontab).expect("crontab");
+        let output = replicron(&["import-crontab", path.to_str().expect("utf-8"), user_column]);
+        let (toml, notes) = text(&output);
+        assert!(output.status.success(), "{notes}");
+        let imported = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&imported, &toml).expect("toml");
+        let check = Command::new(binary())
+            .args(["check", "--config"])
+            .arg(&imported)
+            .args(["--from", "2027-03-01T00:00:00Z", "--count", "1"])
+            .env("REPLICRON_DATABASE_URL", "sqlite:///tmp/unused.db")
+            .output()
+            .expect("check");
+        let (out, err) = text(&check);
+        assert!(check.status.success(), "{toml}\n{out}{err}");
+        for (schedule, first) in expected {
+            let block = out
+                .split("\njob ")
+                .find(|b| b.contains(&format!("schedule  {schedule}\n")))
+                .unwrap_or_else(|| panic!("no job with schedule {schedule}:\n{out}"));
+            assert!(
+                block.contains(&format!("    {first}")),
+                "{schedule}: {block}"
+            );
+        }
+        if name == "alice" {
+            assert!(notes.contains(":1: MAILTO"), "{notes}");
+            assert!(notes.contains(":8: @reboot"), "{notes}");
+            assert!(toml.contains("timezone = \"America/New_York\""), "{toml}");
+        } else {
+            assert!(toml.contains("shell = \"/bin/sh\""), "{toml}");
+            assert!(notes.contains("ran as root"), "{notes}");
+        }
+    }
+}
+
+#[test]
+fn sighup_reloads_a_valid_config_and_keeps_the_old_one_on_errors() {
+    on_each_backend(|db| {
+        let out = db.dir().join("ran.txt");
+        let job = |name: &str| {
+            format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\ncommand = 'echo {name} >> {}'\n\n",
+                out.display()
+            )
+        };
+        let config = db.config(&job("first"));
+        let replica = Replica::start(&config, "solo", None, &[]);
+        replica.wait_for_log("replicron started", Duration::from_secs(20));
+        let ran = |name: &str| {
+            std::fs::read_to_string(&out)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| *l == name)
+                .count()
+        };
+        wait_until("first to run", Duration::from_secs(10), || ran("first") > 0);
+
+        // Invalid: reported with its errors, the old config keeps running.
+        let text = std::fs::read_to_string(&config).expect("config");
+        std::fs::write(&config, format!("{text}{}nonsense = 1\n", job("second"))).expect("config");
+        replica.signal(Signal::SIGHUP);
+        replica.wait_for_log("the old one keeps running", Duration::from_secs(10));
+        assert!(
+            replica.log_text().contains("nonsense"),
+            "{}",
+            replica.log_text()
+        );
+        let before = ran("first");
+        wait_until("first to keep running", Duration::from_secs(10), || {
+            ran("first") > before + 1
+        });
+        assert_eq!(ran("second"), 0);
+
+        // Valid: second added, first removed.
+        std::fs::write(
+            &config,
+            format!("[database]\nurl = {:?}\n\n{}", db.url, job("second")),
+        )
+        .expect("config");
+        replica.signal(Signal::SIGHUP);
+        replica.wait_for_log("config reloaded", Duration::from_secs(10));
+        wait_until("second to run", Duration::from_secs(10), || {
+            ran("second") > 0
+        });
+        sleep(Duration::from_millis(1500));
+        let first_total = ran("first");
+        sleep(Duration::from_millis(2000));
+        assert_eq!(ran("first"), first_total, "the removed job still runs");
+        replica.signal(Signal::SIGTERM);
+    });
+}
+
+#[test]
+fn healthz_follows_the_database_and_metrics_count() {
+    for kind in [Kind::Mysql, Kind::Postgres] {
+        let Some(db) = TestDb::new(kind) else {
+            continue;
+        };
+        let proxy = Proxy::start(db.server());
+        let port = free_port();
+        let jobs = format!(
+            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n"
+        );
+        let config = db.config_named("jobs-proxy.toml", &db.url_via(proxy.port), &jobs);
+        let replica = Replica::start(&config, "solo", None, &[]);
+        replica.wait_for_log("replicron started", Duration::from_secs(20));
+        wait_until("/healthz 200", Duration::from_secs(10), || {
+            http_get(port, "/healthz").0 == 200
+        });
+
+        let count_runs = || -> f64 {
+            let (code, body) = http_get(port, "/metrics");
+            assert_eq!(code, 200);
+            let lines = body.lines().map(|l| Ok(l.to_string()));
+            let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
+            scrape
+                .samples
+                .iter()
+                .filter(|s| {
+                    s.metric == "replicron_runs_total"
+                        && s.labels.get("status") == Some("succeeded")
+                })
+                .map(|s| match s.value {
+                    prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+                    _ => 0.0,
+                })
+                .sum()
+        };
+        wait_until("a run counted", Duration::from_secs(10), || {
+            count_runs() >= 1.0
+        });
+        let before = count_runs();
+        wait_until("the counter to move", Duration::from_secs(10), || {
+            count_runs() >= before + 2.0
+        });
+        let (_, body) = http_get(port, "/metrics");
+        for metric in [
+            "replicron_claims_total",
+            "replicron_run_duration_seconds_bucket",
+            "replicron_start_lateness_seconds_bucket",
+            "replicron_last_success_timestamp_seconds",
+            "replicron_database_up",
+        ] {
+            assert!(body.contains(metric), "{metric} missing:\n{body}");
+        }
+
+        proxy.cut();
+        wait_until("/healthz 503", Duration::from_secs(60), || {
+            let (code, body) = http_get(port, "/healthz");
+            code == 503 && body.contains("database")
+        });
+        proxy.restore();
+        wait_until("/healthz 200 again", Duration::from_secs(60), || {
+            http_get(port, "/healthz").0 == 200
+        });
+        replica.signal(Signal::SIGTERM);
+        eprintln!(
+            "{kind:?}: /healthz went 200 → 503 with the database cut → 200 when restored; runs counted"
+        );
+    }
+}
+
+#[test]
+fn completions_and_man_page() {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = replicron(&["completions", shell]);
+        let (out, err) = text(&output);
+        assert!(output.status.success(), "{err}");
+        assert!(out.contains("import-crontab"), "{shell}: {out}");
+    }
+    let output = replicron(&["man"]);
+    let (out, _) = text(&output);
+    assert!(output.status.success());
+    assert!(
+        out.contains(".TH replicron 1") && out.contains("exec"),
+        "{out}"
+    );
+}
