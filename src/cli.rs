@@ -4,7 +4,6 @@
 //! or config).
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Context as _;
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -225,11 +224,54 @@ fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
         .map_err(|e| format!("{e}: expected RFC 3339, such as 2027-03-28T00:00:00Z"))
 }
 
-/// Entry point of the binary.
+/// The status the process ends with: 0 success, 1 runtime failure, 2
+/// invalid usage or config, or a run's own exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitCode(pub u8);
+
+impl ExitCode {
+    /// Exit status 0.
+    pub const SUCCESS: ExitCode = ExitCode(0);
+}
+
+impl From<u8> for ExitCode {
+    fn from(code: u8) -> Self {
+        ExitCode(code)
+    }
+}
+
+/// Ends the process with `code`, once stdout and stderr are flushed.
+///
+/// libpq keeps per-thread OpenSSL and Kerberos state whose destructors run as
+/// each thread that used a connection ends, and `exit` runs those libraries'
+/// atexit clean-up: when a runtime thread is still ending while the main
+/// thread exits, the two race and the process dies of SIGSEGV after its work
+/// is done (reproduced by a loop that queries PostgreSQL over TLS from a
+/// runtime's blocking threads and returns from `main`: about one exit in
+/// four crashed; none with this exit). By the time this is called every run is
+/// recorded, the output is flushed below and the pools are closed, so the
+/// process ends without running the atexit handlers.
+pub fn exit(code: ExitCode) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    #[expect(
+        unsafe_code,
+        reason = "the only way to end without the atexit handlers"
+    )]
+    // SAFETY: `_exit` takes no pointers and ends the process at once; Rust's
+    // buffered standard streams were flushed above.
+    unsafe {
+        libc::_exit(i32::from(code.0))
+    }
+}
+
+/// Entry point of the binary; the caller ends the process with [`exit`].
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Guard = cli.command {
-        return crate::runner::guard();
+        crate::runner::guard();
+        return ExitCode::SUCCESS;
     }
     // The daemon tells what it does; a one-off command speaks only of trouble.
     let default_level = if matches!(cli.command, Command::Run(_)) {
@@ -300,7 +342,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Guard => Ok(crate::runner::guard()),
+        Command::Guard => {
+            crate::runner::guard();
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

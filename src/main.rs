@@ -1,5 +1,5 @@
 //! The `replicron` binary: parses arguments and hands over to [`replicron::cli`].
 
-fn main() -> std::process::ExitCode {
-    replicron::cli::main()
+fn main() {
+    replicron::cli::exit(replicron::cli::main())
 }

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -433,7 +433,7 @@ struct Watched {
 /// `~PGID TERM_MS KILL_MS` and `-PGID` lines from the daemon. A group whose
 /// deadlines pass gets SIGTERM, then SIGKILL; when stdin closes (the daemon
 /// ended, however), every group still registered is killed.
-pub fn guard() -> ExitCode {
+pub fn guard() {
     use std::collections::HashMap;
     use std::io::BufRead as _;
     use std::sync::mpsc::{RecvTimeoutError, channel};
@@ -491,7 +491,6 @@ pub fn guard() -> ExitCode {
     for group in groups.keys() {
         let _ = signal::killpg(Pid::from_raw(*group), Signal::SIGKILL);
     }
-    ExitCode::SUCCESS
 }
 
 fn apply(groups: &mut std::collections::HashMap<i32, Watched>, line: &str) {

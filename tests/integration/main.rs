@@ -5,6 +5,7 @@
 mod backends;
 mod check;
 mod daemon;
+mod exit;
 mod faults;
 mod history;
 mod lease;
