@@ -189,10 +189,14 @@ pub fn establish(url: &DatabaseUrl) -> Result<DbConnection, DbError> {
                     .execute(&mut conn)
                     .map_err(setup_error)?;
                 enable_wal(&mut conn).map_err(setup_error)?;
-                // A small page cache: the tables are small and hot, and a
-                // replica keeps several connections.
+                // synchronous = FULL: a commit (a claim, a run record) is on
+                // disk before it returns, so a power loss cannot roll a claim
+                // back and let its instant run again after the reboot. WAL's
+                // NORMAL survives only a process crash. A small page cache:
+                // the tables are small and hot, and a replica keeps several
+                // connections.
                 conn.batch_execute(
-                    "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA cache_size = -512;",
+                    "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA cache_size = -512;",
                 )
                     .map_err(setup_error)?;
                 Ok(DbConnection::Sqlite(conn))

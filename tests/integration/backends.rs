@@ -24,6 +24,39 @@ fn sqlite_select_one() {
     select_one(Kind::Sqlite);
 }
 
+#[derive(diesel::QueryableByName)]
+struct Synchronous {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    synchronous: i32,
+}
+
+#[derive(diesel::QueryableByName)]
+struct JournalMode {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    journal_mode: String,
+}
+
+/// A claim that has returned must survive a power loss: WAL with
+/// `synchronous = FULL` (2) on every pooled connection, not WAL's `NORMAL`.
+#[test]
+fn sqlite_commits_are_durable() {
+    let Some(db) = TestDb::new(Kind::Sqlite) else {
+        return;
+    };
+    let pool = db.pool(3);
+    let mut conns: Vec<_> = (0..3).map(|_| pool.get().expect("connection")).collect();
+    for conn in &mut conns {
+        let sync: Synchronous = diesel::sql_query("PRAGMA synchronous")
+            .get_result(&mut ***conn)
+            .expect("PRAGMA synchronous");
+        assert_eq!(sync.synchronous, 2, "synchronous must be FULL");
+        let mode: JournalMode = diesel::sql_query("PRAGMA journal_mode")
+            .get_result(&mut ***conn)
+            .expect("PRAGMA journal_mode");
+        assert_eq!(mode.journal_mode, "wal");
+    }
+}
+
 #[test]
 fn mysql_select_one() {
     if kinds().contains(&Kind::Mysql) {
