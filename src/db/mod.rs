@@ -282,7 +282,7 @@ fn enable_wal(conn: &mut diesel::SqliteConnection) -> QueryResult<()> {
 }
 
 /// Adds `key=value` to a URL's query unless the URL already sets `key`.
-#[cfg_attr(not(feature = "postgres"), expect(dead_code))]
+#[cfg_attr(not(any(feature = "postgres", test)), expect(dead_code))]
 fn with_query_param(url: &str, key: &str, value: &str) -> String {
     let query = url.split_once('?').map(|(_, q)| q).unwrap_or_default();
     if query
