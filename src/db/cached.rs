@@ -5,9 +5,8 @@
 //! that is a round trip of its own before the execution; on SQLite a parse.
 //! The statements every run sends (claim, extend, release, a run's end, abandon marks) are built
 //! here instead, from diesel's own changeset and predicate nodes: nothing in
-//! them is unsafe to cache, and having no static query id they are cached by
-//! their SQL text and bind types, so two statements never share a prepared
-//! statement unless their SQL is the same.
+//! them is unsafe to cache, and their query id is made of their parts' ids,
+//! so the cache finds them by type without building their SQL again.
 
 use std::marker::PhantomData;
 
@@ -19,11 +18,15 @@ use diesel::{Column, QuerySource, Table};
 
 /// `UPDATE <table> SET <set> WHERE <filter>`, optionally `RETURNING` one
 /// column.
-pub struct Update<T: QuerySource, V, P, R = ()> {
+///
+/// `S` is the type of the assignments `update` was given, before they
+/// became a changeset: the statement's query id is built from it.
+pub struct Update<T: QuerySource, V, P, R = (), S = ()> {
     from: T::FromClause,
     set: V,
     filter: P,
     returning: R,
+    assignments: PhantomData<S>,
 }
 
 /// `RETURNING <column>`, the column unqualified (as SQLite wants it).
@@ -31,7 +34,7 @@ pub struct Update<T: QuerySource, V, P, R = ()> {
 pub struct Returning<C>(PhantomData<C>);
 
 /// `UPDATE table SET set WHERE filter`.
-pub fn update<T, V, P>(table: T, set: V, filter: P) -> Update<T, V::Changeset, P>
+pub fn update<T, V, P>(table: T, set: V, filter: P) -> Update<T, V::Changeset, P, (), V>
 where
     T: Table,
     V: AsChangeset<Target = T>,
@@ -41,22 +44,24 @@ where
         set: set.as_changeset(),
         filter,
         returning: (),
+        assignments: PhantomData,
     }
 }
 
-impl<T: QuerySource, V, P> Update<T, V, P> {
+impl<T: QuerySource, V, P, S> Update<T, V, P, (), S> {
     /// The same statement, returning `column` of each changed row.
-    pub fn returning<C: Column<Table = T>>(self, _column: C) -> Update<T, V, P, Returning<C>> {
+    pub fn returning<C: Column<Table = T>>(self, _column: C) -> Update<T, V, P, Returning<C>, S> {
         Update {
             from: self.from,
             set: self.set,
             filter: self.filter,
             returning: Returning(PhantomData),
+            assignments: PhantomData,
         }
     }
 }
 
-impl<T, V, P, R, DB> QueryFragment<DB> for Update<T, V, P, R>
+impl<T, V, P, R, S, DB> QueryFragment<DB> for Update<T, V, P, R, S>
 where
     DB: Backend,
     T: QuerySource,
@@ -83,13 +88,36 @@ impl<C: Column, DB: Backend> QueryFragment<DB> for Returning<C> {
     }
 }
 
-impl<T: QuerySource, V, P, R> QueryId for Update<T, V, P, R> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
+/// The query id of an [`Update`]: its table and the ids of its assignments,
+/// filter and returning clause.
+pub struct UpdateId<T, S, P, R>(PhantomData<(T, S, P, R)>);
+
+/// Identified by the types it is built from, as diesel identifies its own
+/// queries: its SQL follows from those types alone (every value is a bind,
+/// and `Option` assignments, whose SQL depends on their value, have no
+/// `QueryId`, so they cannot be used here). A statement whose parts all have
+/// static ids is then found in the statement cache by type, without building
+/// its SQL text again; one with a part that varies (an `IN` list) is found
+/// by its SQL text.
+impl<T, V, P, R, S> QueryId for Update<T, V, P, R, S>
+where
+    T: QuerySource + 'static,
+    S: QueryId,
+    P: QueryId,
+    R: QueryId,
+{
+    type QueryId = UpdateId<T, S::QueryId, P::QueryId, R::QueryId>;
+    const HAS_STATIC_QUERY_ID: bool =
+        S::HAS_STATIC_QUERY_ID && P::HAS_STATIC_QUERY_ID && R::HAS_STATIC_QUERY_ID;
 }
 
-impl<T: QuerySource, V, P, C: Column> Query for Update<T, V, P, Returning<C>> {
+impl<C: Column + 'static> QueryId for Returning<C> {
+    type QueryId = Returning<C>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<T: QuerySource, V, P, C: Column, S> Query for Update<T, V, P, Returning<C>, S> {
     type SqlType = C::SqlType;
 }
 
-impl<T: QuerySource, V, P, R, Conn> RunQueryDsl<Conn> for Update<T, V, P, R> {}
+impl<T: QuerySource, V, P, R, S, Conn> RunQueryDsl<Conn> for Update<T, V, P, R, S> {}
