@@ -110,11 +110,6 @@ pub fn is_contention(error: &DieselError) -> bool {
     }
 }
 
-/// The epoch: the `lock_until` of a row nobody has claimed yet.
-fn never() -> At {
-    At(DateTime::<Utc>::UNIX_EPOCH.naive_utc())
-}
-
 /// Creates the lease row of each job that has none. Safe when every replica
 /// starts at once: a row another replica inserted first counts as created.
 /// Returns how many rows this call inserted.
@@ -137,7 +132,7 @@ fn insert_row(conn: &mut DbConnection, job: &str) -> QueryResult<usize> {
     let result = diesel::insert_into(locks::replicron_locks)
         .values((
             locks::name.eq(job),
-            locks::lock_until.eq(never()),
+            locks::lock_until.eq(At::epoch()),
             locks::locked_at.eq(None::<NaiveDateTime>),
             locks::locked_by.eq(None::<String>),
             locks::last_scheduled_at.eq(None::<NaiveDateTime>),

@@ -31,6 +31,13 @@ pub struct DbNow;
 #[derive(Clone, Copy, Debug, QueryId)]
 pub struct At(pub NaiveDateTime);
 
+impl At {
+    /// The epoch: the `lock_until` of a lock row nobody has claimed yet.
+    pub fn epoch() -> At {
+        At(chrono::DateTime::<chrono::Utc>::UNIX_EPOCH.naive_utc())
+    }
+}
+
 /// The database's current time plus a duration.
 #[derive(Clone, Debug, QueryId)]
 pub struct DbNowPlus(Interval);

@@ -10,6 +10,7 @@
 pub mod cached;
 pub mod clock;
 mod connection;
+pub mod migrate;
 pub mod schema;
 
 pub use self::connection::{DbConnection, MultiBackend};
@@ -19,7 +20,6 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{self, ManageConnection, PooledConnection};
-use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use thiserror::Error;
 
 use crate::config::{Backend, DatabaseUrl};
@@ -35,13 +35,6 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long SQLite waits for another replica's write before giving up.
 #[cfg(feature = "sqlite")]
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
-
-#[cfg(feature = "sqlite")]
-const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
-#[cfg(feature = "mysql")]
-const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql");
-#[cfg(feature = "postgres")]
-const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 
 /// What can go wrong reaching the database. Messages carry the redacted URL.
 #[derive(Debug, Error)]
@@ -434,65 +427,28 @@ impl Pool {
         .await
     }
 
-    /// Applies the pending migrations of this backend. Replicas starting
-    /// together are serialized by the database (an advisory lock on
-    /// PostgreSQL and MariaDB/MySQL, the write lock on SQLite).
+    /// Applies the pending migrations of this backend, one replica at a
+    /// time across the cluster ([`migrate`]); returns how many were applied.
     pub fn migrate(&self) -> Result<usize, DbError> {
         let mut conn = self.get()?;
-        migrate(&mut conn).map_err(|message| DbError::Migrate {
+        let holder = format!(
+            "{}:{}",
+            hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        );
+        let done = migrate::migrate(&mut conn, &holder).map_err(|message| DbError::Migrate {
             url: self.url.to_string(),
             message,
-        })
-    }
-}
-
-/// Applies pending migrations on `conn`; returns how many were applied.
-pub fn migrate(conn: &mut DbConnection) -> Result<usize, String> {
-    let text = |e: &dyn std::fmt::Display| e.to_string();
-    match conn {
-        #[cfg(feature = "sqlite")]
-        DbConnection::Sqlite(conn) => {
-            // Two replicas may both see the same migration pending; the loser
-            // fails on the winner's table and then finds nothing left to do.
-            let mut last_error = String::new();
-            for _ in 0..5 {
-                match conn.run_pending_migrations(SQLITE_MIGRATIONS) {
-                    Ok(applied) => return Ok(applied.len()),
-                    Err(e) => last_error = text(&*e),
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(last_error)
+        })?;
+        if done.healed > 0 {
+            tracing::warn!(
+                healed = done.healed,
+                "finished migrations that an earlier attempt had left half-applied"
+            );
         }
-        #[cfg(feature = "mysql")]
-        DbConnection::Mysql(conn) => {
-            let got: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-                "COALESCE(GET_LOCK('replicron_migrations', 60), 0)",
-            ))
-            .get_result(conn)
-            .map_err(|e| text(&e))?;
-            if got != 1 {
-                return Err("another replica held the migration lock for 60 s".to_string());
-            }
-            let result = conn
-                .run_pending_migrations(MYSQL_MIGRATIONS)
-                .map(|applied| applied.len())
-                .map_err(|e| text(&*e));
-            let _ = conn.batch_execute("DO RELEASE_LOCK('replicron_migrations')");
-            result
-        }
-        #[cfg(feature = "postgres")]
-        DbConnection::Postgres(conn) => {
-            const KEY: i64 = 0x7265_706c_6963_726f; // "replicro"
-            conn.batch_execute(&format!("SELECT pg_advisory_lock({KEY})"))
-                .map_err(|e| text(&e))?;
-            let result = conn
-                .run_pending_migrations(POSTGRES_MIGRATIONS)
-                .map(|applied| applied.len())
-                .map_err(|e| text(&*e));
-            let _ = conn.batch_execute(&format!("SELECT pg_advisory_unlock({KEY})"));
-            result
-        }
+        Ok(done.applied)
     }
 }
 

@@ -50,4 +50,17 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// The lock that lets one replica at a time apply migrations. Created by
+    /// the migration runner itself (`IF NOT EXISTS`), not by a migration.
+    replicron_migration_lock (name) {
+        /// Always `migrations`.
+        name -> Text,
+        /// The lock ends at this database time.
+        lock_until -> Timestamp,
+        /// Who holds it.
+        locked_by -> Nullable<Text>,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(replicron_locks, replicron_runs);

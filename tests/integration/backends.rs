@@ -122,3 +122,66 @@ fn a_server_that_is_down_is_a_clear_redacted_error() {
         );
     }
 }
+
+/// Replicas starting together migrate one at a time: four processes run
+/// `migrate` at the same moment on a fresh database, and all succeed with
+/// the migrations applied exactly once between them.
+#[test]
+fn simultaneous_migrations_all_succeed() {
+    crate::support::on_each_backend(|db| {
+        let config = db.config("");
+        let children: Vec<_> = (0..4)
+            .map(|_| {
+                std::process::Command::new(crate::support::binary())
+                    .args(["migrate", "--config"])
+                    .arg(&config)
+                    .env_remove("REPLICRON_DATABASE_URL")
+                    .output()
+            })
+            .collect::<Vec<_>>();
+        let mut applied = 0;
+        for child in children {
+            let output = child.expect("migrate runs");
+            let (out, err) = text(&output);
+            assert!(output.status.success(), "{out}{err}");
+            applied += out
+                .split_whitespace()
+                .nth(1)
+                .and_then(|n| n.parse::<usize>().ok())
+                .expect("a count of migrations");
+        }
+        let migrations =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite"))
+                .expect("migrations")
+                .count();
+        assert_eq!(applied, migrations);
+    });
+}
+
+/// A database whose tables exist but whose migrations were never recorded
+/// (a start cut short between the DDL and the version rows) is finished by
+/// the next start instead of failing with "already exists" forever.
+#[test]
+fn a_half_applied_migration_heals() {
+    crate::support::on_each_backend(|db| {
+        let config = db.config("");
+        let config = config.to_str().expect("utf-8 path");
+        let first = replicron(&["migrate", "--config", config]);
+        assert!(first.status.success(), "{:?}", text(&first));
+        let mut conn = crate::support::connect(&db.url);
+        diesel::connection::SimpleConnection::batch_execute(
+            &mut conn,
+            "DELETE FROM __diesel_schema_migrations",
+        )
+        .expect("forget the versions");
+        let again = replicron(&["migrate", "--config", config]);
+        let (out, err) = text(&again);
+        assert!(again.status.success(), "{out}{err}");
+        assert!(!out.contains(" 0 migrations"), "{out}");
+        if db.kind == Kind::Mysql {
+            assert!(err.contains("half-applied"), "{err}");
+        }
+        let third = replicron(&["migrate", "--config", config]);
+        assert!(text(&third).0.contains(" 0 migrations applied"));
+    });
+}

@@ -56,7 +56,6 @@ pub fn kinds() -> Vec<Kind> {
 
 /// A database of its own for one test, dropped afterwards.
 pub struct TestDb {
-    #[expect(dead_code, reason = "read by the tests that branch on the backend")]
     pub kind: Kind,
     /// The URL replicron is given.
     pub url: String,

@@ -1,6 +1,6 @@
 -- TIMESTAMP(3) holding UTC, always written from clock_timestamp() AT TIME
 -- ZONE 'UTC', so no session setting can shift a stored time.
-CREATE TABLE replicron_locks (
+CREATE TABLE IF NOT EXISTS replicron_locks (
     name VARCHAR(64) NOT NULL PRIMARY KEY,
     lock_until TIMESTAMP(3) NOT NULL,
     locked_at TIMESTAMP(3),
@@ -9,7 +9,7 @@ CREATE TABLE replicron_locks (
     fence BIGINT NOT NULL DEFAULT 0
 );
 
-CREATE TABLE replicron_runs (
+CREATE TABLE IF NOT EXISTS replicron_runs (
     id BIGSERIAL PRIMARY KEY,
     job VARCHAR(64) NOT NULL,
     scheduled_at TIMESTAMP(3) NOT NULL,
@@ -24,5 +24,5 @@ CREATE TABLE replicron_runs (
     CONSTRAINT replicron_runs_identity UNIQUE (job, scheduled_at, attempt)
 );
 
-CREATE INDEX replicron_runs_started_at ON replicron_runs (started_at);
-CREATE INDEX replicron_runs_job_id ON replicron_runs (job, id);
+CREATE INDEX IF NOT EXISTS replicron_runs_started_at ON replicron_runs (started_at);
+CREATE INDEX IF NOT EXISTS replicron_runs_job_id ON replicron_runs (job, id);

@@ -1,6 +1,6 @@
 -- Times are text 'YYYY-MM-DD HH:MM:SS.SSS' in UTC, written by SQLite's own
 -- clock (strftime('%Y-%m-%d %H:%M:%f', 'now')), so that they sort as time.
-CREATE TABLE replicron_locks (
+CREATE TABLE IF NOT EXISTS replicron_locks (
     name TEXT NOT NULL PRIMARY KEY,
     lock_until TEXT NOT NULL,
     locked_at TEXT,
@@ -9,7 +9,7 @@ CREATE TABLE replicron_locks (
     fence BIGINT NOT NULL DEFAULT 0
 );
 
-CREATE TABLE replicron_runs (
+CREATE TABLE IF NOT EXISTS replicron_runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     job TEXT NOT NULL,
     scheduled_at TEXT NOT NULL,
@@ -24,5 +24,5 @@ CREATE TABLE replicron_runs (
     CONSTRAINT replicron_runs_identity UNIQUE (job, scheduled_at, attempt)
 );
 
-CREATE INDEX replicron_runs_started_at ON replicron_runs (started_at);
-CREATE INDEX replicron_runs_job_id ON replicron_runs (job, id);
+CREATE INDEX IF NOT EXISTS replicron_runs_started_at ON replicron_runs (started_at);
+CREATE INDEX IF NOT EXISTS replicron_runs_job_id ON replicron_runs (job, id);

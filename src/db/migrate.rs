@@ -1,0 +1,431 @@
+//! Applying the embedded migrations, safely when every replica of a
+//! multi-primary cluster starts at once.
+//!
+//! Replicas serialize through a lock row of their own, `replicron_migration_lock`,
+//! taken with the same conditional UPDATE on database time as a job's lease.
+//! An advisory lock (`GET_LOCK`, `pg_advisory_lock`) would not do: on a
+//! Galera cluster `GET_LOCK` holds on one node only, while a conflicting
+//! UPDATE of one row is certified across all of them. The table is created
+//! with `IF NOT EXISTS`, so replicas racing to create it all succeed.
+//!
+//! Every migration is idempotent as run here, so that a crash between a
+//! migration's DDL and its version row cannot wedge the database. On
+//! PostgreSQL and SQLite each migration runs in one transaction with its
+//! version row (their DDL is transactional), so it is applied whole or not
+//! at all. MariaDB/MySQL commit each DDL statement by itself: there a
+//! migration runs statement by statement, and a statement whose object
+//! already exists (a table, a column, an index) is taken as done by an
+//! earlier, interrupted attempt, logged, and the migration finished.
+
+use std::time::{Duration, Instant};
+
+use diesel::migration::{Migration, MigrationName};
+use diesel::prelude::*;
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use tracing::{info, warn};
+
+use super::DbConnection;
+use super::clock::{At, DbNow, DbNowPlus};
+use super::schema::replicron_migration_lock::dsl as lock;
+
+#[cfg(feature = "sqlite")]
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+#[cfg(feature = "mysql")]
+const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql");
+#[cfg(feature = "postgres")]
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// The SQL of each MariaDB/MySQL migration, which the tolerant runner needs
+/// statement by statement (diesel's embedded migrations do not expose it).
+/// A unit test checks that it names exactly the folders under
+/// `migrations/mysql`.
+#[cfg(feature = "mysql")]
+macro_rules! mysql_up {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/mysql/", $name, "/up.sql")))),*]
+    };
+}
+
+#[cfg(feature = "mysql")]
+const MYSQL_UP: &[(&str, &str)] = mysql_up!(
+    "2026-11-21-000000_create_locks_and_runs",
+    "2026-11-21-000001_index_running_runs",
+);
+
+/// The row of the migration lock.
+const LOCK_NAME: &str = "migrations";
+
+/// How long the migration lock is held before another replica may take it
+/// (its holder died mid-migration); extended before each migration.
+const LOCK_LEASE: Duration = Duration::from_secs(300);
+
+/// How long a replica waits for another to finish migrating.
+const LOCK_WAIT: Duration = Duration::from_secs(360);
+
+/// What [`migrate`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Migrated {
+    /// Migrations applied now.
+    pub applied: usize,
+    /// Migrations found partly applied by an earlier attempt, and finished.
+    pub healed: usize,
+}
+
+/// Applies the pending migrations on `conn`, holding the cluster-wide
+/// migration lock as `holder` (named in other replicas' messages).
+pub fn migrate(conn: &mut DbConnection, holder: &str) -> Result<Migrated, String> {
+    create_lock_table(conn)?;
+    acquire(conn, holder)?;
+    let result = apply_pending(conn, holder);
+    // The lock ends now rather than at its lease, whatever happened.
+    let released = diesel::update(lock::replicron_migration_lock)
+        .filter(lock::name.eq(LOCK_NAME))
+        .filter(lock::locked_by.eq(holder))
+        .set(lock::lock_until.eq(DbNow))
+        .execute(conn);
+    if let Err(e) = released {
+        warn!("the migration lock could not be released; it ends by itself: {e}");
+    }
+    result
+}
+
+/// Creates the lock table and its row, if they do not exist.
+fn create_lock_table(conn: &mut DbConnection) -> Result<(), String> {
+    let ddl = match conn {
+        #[cfg(feature = "sqlite")]
+        DbConnection::Sqlite(_) => {
+            "CREATE TABLE IF NOT EXISTS replicron_migration_lock (\
+             name TEXT NOT NULL PRIMARY KEY, lock_until TEXT NOT NULL, locked_by TEXT)"
+        }
+        #[cfg(feature = "mysql")]
+        DbConnection::Mysql(_) => {
+            "CREATE TABLE IF NOT EXISTS replicron_migration_lock (\
+             name VARCHAR(64) NOT NULL PRIMARY KEY, lock_until DATETIME(3) NOT NULL, \
+             locked_by VARCHAR(255) NULL) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+        }
+        #[cfg(feature = "postgres")]
+        DbConnection::Postgres(_) => {
+            "CREATE TABLE IF NOT EXISTS replicron_migration_lock (\
+             name VARCHAR(64) NOT NULL PRIMARY KEY, lock_until TIMESTAMP(3) NOT NULL, \
+             locked_by VARCHAR(255))"
+        }
+    };
+    // PostgreSQL can fail two concurrent `CREATE TABLE IF NOT EXISTS` with
+    // a duplicate key in its catalog: the table then exists, so try again.
+    let mut result = diesel::sql_query(ddl).execute(conn);
+    for _ in 0..5 {
+        if result.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        result = diesel::sql_query(ddl).execute(conn);
+    }
+    result.map_err(|e| format!("creating replicron_migration_lock: {e}"))?;
+    let inserted = diesel::insert_into(lock::replicron_migration_lock)
+        .values((
+            lock::name.eq(LOCK_NAME),
+            lock::lock_until.eq(At::epoch()),
+            lock::locked_by.eq(None::<String>),
+        ))
+        .execute(conn);
+    match inserted {
+        Err(e) if !crate::lease::is_contention(&e) => {
+            Err(format!("creating the migration lock row: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Takes the migration lock, waiting for another holder up to [`LOCK_WAIT`].
+fn acquire(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(50);
+    let mut said = None;
+    loop {
+        let claimed = diesel::update(lock::replicron_migration_lock)
+            .filter(lock::name.eq(LOCK_NAME))
+            .filter(lock::lock_until.le(DbNow))
+            .set((
+                lock::lock_until.eq(DbNowPlus::new(LOCK_LEASE)),
+                lock::locked_by.eq(holder),
+            ))
+            .execute(conn);
+        match claimed {
+            Ok(1) => return Ok(()),
+            Ok(_) => {}
+            // Another node certified its claim first: not won.
+            Err(e) if crate::lease::is_contention(&e) => {}
+            Err(e) => return Err(format!("taking the migration lock: {e}")),
+        }
+        let other: Option<Option<String>> = lock::replicron_migration_lock
+            .select(lock::locked_by)
+            .filter(lock::name.eq(LOCK_NAME))
+            .first(conn)
+            .optional()
+            .map_err(|e| format!("reading the migration lock: {e}"))?;
+        let other = other.flatten().unwrap_or_else(|| "?".to_string());
+        if started.elapsed() > LOCK_WAIT {
+            return Err(format!(
+                "{other} has held the migration lock for over {}s; if it died, the lock ends by itself \
+                 {}s after it was taken",
+                LOCK_WAIT.as_secs(),
+                LOCK_LEASE.as_secs()
+            ));
+        }
+        if said.as_deref() != Some(other.as_str()) {
+            info!(holder = %other, "another replica is migrating the database; waiting for it");
+            said = Some(other);
+        }
+        std::thread::sleep(pause.mul_f64(0.5 + rand::random::<f64>()));
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Keeps the lock for another lease, before each migration.
+fn extend(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
+    let changed = diesel::update(lock::replicron_migration_lock)
+        .filter(lock::name.eq(LOCK_NAME))
+        .filter(lock::locked_by.eq(holder))
+        .set(lock::lock_until.eq(DbNowPlus::new(LOCK_LEASE)))
+        .execute(conn)
+        .map_err(|e| format!("extending the migration lock: {e}"))?;
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err("the migration lock was taken over by another replica".to_string())
+    }
+}
+
+fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, String> {
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    match conn {
+        #[cfg(feature = "sqlite")]
+        DbConnection::Sqlite(c) => {
+            let pending = c
+                .pending_migrations(SQLITE_MIGRATIONS)
+                .map_err(|e| text(&*e))?;
+            let mut done = Migrated::default();
+            for migration in pending {
+                extend(conn, holder)?;
+                let DbConnection::Sqlite(c) = conn else {
+                    unreachable!("the connection does not change backend")
+                };
+                c.run_migration(&migration).map_err(|e| text(&*e))?;
+                done.applied += 1;
+            }
+            Ok(done)
+        }
+        #[cfg(feature = "postgres")]
+        DbConnection::Postgres(c) => {
+            let pending = c
+                .pending_migrations(POSTGRES_MIGRATIONS)
+                .map_err(|e| text(&*e))?;
+            let mut done = Migrated::default();
+            for migration in pending {
+                extend(conn, holder)?;
+                let DbConnection::Postgres(c) = conn else {
+                    unreachable!("the connection does not change backend")
+                };
+                c.run_migration(&migration).map_err(|e| text(&*e))?;
+                done.applied += 1;
+            }
+            Ok(done)
+        }
+        #[cfg(feature = "mysql")]
+        DbConnection::Mysql(c) => {
+            let pending = c
+                .pending_migrations(MYSQL_MIGRATIONS)
+                .map_err(|e| text(&*e))?;
+            let mut done = Migrated::default();
+            for migration in pending {
+                extend(conn, holder)?;
+                let DbConnection::Mysql(c) = conn else {
+                    unreachable!("the connection does not change backend")
+                };
+                let name = migration.name().to_string();
+                let up = MYSQL_UP
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, sql)| *sql)
+                    .ok_or_else(|| format!("migration {name} has no SQL in MYSQL_UP"))?;
+                let tolerant = Tolerant {
+                    inner: migration,
+                    up,
+                    healed: std::cell::Cell::new(false),
+                };
+                c.run_migration(&tolerant).map_err(|e| text(&*e))?;
+                done.applied += 1;
+                if tolerant.healed.get() {
+                    done.healed += 1;
+                }
+            }
+            Ok(done)
+        }
+    }
+}
+
+/// A MariaDB/MySQL migration run statement by statement, where a statement
+/// whose object already exists counts as done.
+#[cfg(feature = "mysql")]
+struct Tolerant {
+    inner: Box<dyn Migration<diesel::mysql::Mysql>>,
+    up: &'static str,
+    healed: std::cell::Cell<bool>,
+}
+
+#[cfg(feature = "mysql")]
+impl Migration<diesel::mysql::Mysql> for Tolerant {
+    fn run(
+        &self,
+        conn: &mut dyn diesel::connection::BoxableConnection<diesel::mysql::Mysql>,
+    ) -> diesel::migration::Result<()> {
+        for statement in statements(self.up) {
+            match conn.batch_execute(statement) {
+                Ok(()) => {}
+                Err(e) if already_done(&e.to_string()) => {
+                    warn!(
+                        migration = %self.inner.name(),
+                        "an earlier attempt left this migration half-applied ({e}); finishing it"
+                    );
+                    self.healed.set(true);
+                }
+                Err(e) => return Err(Box::new(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn revert(
+        &self,
+        conn: &mut dyn diesel::connection::BoxableConnection<diesel::mysql::Mysql>,
+    ) -> diesel::migration::Result<()> {
+        self.inner.revert(conn)
+    }
+
+    fn metadata(&self) -> &dyn diesel::migration::MigrationMetadata {
+        // MariaDB/MySQL commit each DDL statement by itself: a transaction
+        // around them would only pretend.
+        &NoTransaction
+    }
+
+    fn name(&self) -> &dyn MigrationName {
+        self.inner.name()
+    }
+}
+
+#[cfg(feature = "mysql")]
+struct NoTransaction;
+
+#[cfg(feature = "mysql")]
+impl diesel::migration::MigrationMetadata for NoTransaction {
+    fn run_in_transaction(&self) -> bool {
+        false
+    }
+}
+
+/// The statements of a migration: each ends with `;` at the end of a line
+/// (the rule `migrations/README.md` states), with the comments above it; a
+/// piece that is only comments is no statement.
+#[cfg_attr(
+    not(any(feature = "mysql", test)),
+    expect(
+        dead_code,
+        reason = "only MariaDB/MySQL migrations run statement by statement"
+    )
+)]
+fn statements(sql: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in sql.split_inclusive('\n') {
+        offset += line.len();
+        if line.trim_end().ends_with(';') {
+            out.push(&sql[start..offset]);
+            start = offset;
+        }
+    }
+    out.push(&sql[start..]);
+    out.into_iter()
+        .map(str::trim)
+        .filter(|s| {
+            s.lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("--"))
+        })
+        .collect()
+}
+
+/// Whether a MariaDB/MySQL error says the statement's work is already
+/// there: a table, column or index that exists (1050, 1060, 1061), or one
+/// to drop that is gone (1091).
+#[cfg_attr(
+    not(any(feature = "mysql", test)),
+    expect(
+        dead_code,
+        reason = "only MariaDB/MySQL migrations run statement by statement"
+    )
+)]
+fn already_done(message: &str) -> bool {
+    [
+        "already exists",
+        "Duplicate column name",
+        "Duplicate key name",
+        "check that",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(feature = "mysql")]
+    use diesel::migration::MigrationSource;
+
+    #[test]
+    fn statements_split_at_line_ends_and_skip_comments() {
+        let sql = "-- a comment; still a comment\nCREATE TABLE a (\n  x INT\n);\n\n-- only a comment\nCREATE INDEX i ON a (x);\n";
+        assert_eq!(
+            statements(sql),
+            [
+                "-- a comment; still a comment\nCREATE TABLE a (\n  x INT\n);",
+                "-- only a comment\nCREATE INDEX i ON a (x);"
+            ]
+        );
+    }
+
+    #[test]
+    fn already_done_recognises_existing_objects() {
+        assert!(already_done("Table 'replicron_locks' already exists"));
+        assert!(already_done(
+            "Duplicate key name 'replicron_runs_job_status'"
+        ));
+        assert!(already_done("Duplicate column name 'paused'"));
+        assert!(already_done("Can't DROP INDEX `x`; check that it exists"));
+        assert!(!already_done("You have an error in your SQL syntax"));
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn every_mysql_migration_has_its_statements() {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/mysql");
+        let mut on_disk: Vec<String> = std::fs::read_dir(folder)
+            .expect("migrations/mysql")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let listed: Vec<String> = MYSQL_UP.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(
+            listed, on_disk,
+            "MYSQL_UP must list every folder of migrations/mysql"
+        );
+        let embedded: Vec<String> =
+            MigrationSource::<diesel::mysql::Mysql>::migrations(&MYSQL_MIGRATIONS)
+                .expect("embedded")
+                .iter()
+                .map(|m| m.name().to_string())
+                .collect();
+        assert_eq!(listed, embedded);
+    }
+}
