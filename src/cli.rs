@@ -310,9 +310,20 @@ fn init_logging(format: LogFormat, default_level: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.with_ansi(colour_wanted()).try_init(),
+        LogFormat::Json => builder
+            .with_ansi(false)
+            .json()
+            .flatten_event(true)
+            .try_init(),
     };
+}
+
+/// Colour only for a person at a terminal: never into a file, a pipe or
+/// the journal, and never when `NO_COLOR` is set (no-color.org).
+fn colour_wanted() -> bool {
+    use std::io::IsTerminal as _;
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
 }
 
 fn load(path: &std::path::Path) -> anyhow::Result<Config> {

@@ -178,3 +178,51 @@ fn bad_arguments_exit_2() {
     assert_eq!(output.status.code(), Some(2), "{err}");
     assert!(err.contains("RFC 3339"), "{err}");
 }
+
+/// Logs written to a file (or the journal) carry no colour codes: the
+/// daemon's text log, with the default settings and with `NO_COLOR`, and
+/// the JSON log.
+#[test]
+fn logs_into_a_file_have_no_colour_codes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("jobs.toml");
+    std::fs::write(
+        &config,
+        "[database]\nurl = \"sqlite://replicron.db\"\n\n[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = \"echo tick\"\n",
+    )
+    .expect("write config");
+    for (format, no_color) in [("text", None), ("text", Some("1")), ("json", None)] {
+        let log = dir.path().join(format!("{format}.log"));
+        let mut command = std::process::Command::new(crate::support::binary());
+        command
+            .args(["--log-format", format, "run", "--config"])
+            .arg(&config)
+            .env_remove("REPLICRON_DATABASE_URL")
+            .env_remove("NO_COLOR")
+            .env("RUST_LOG", "info")
+            .stdout(std::fs::File::create(&log).expect("log"))
+            .stderr(std::fs::File::create(&log).expect("log"));
+        if let Some(value) = no_color {
+            command.env("NO_COLOR", value);
+        }
+        let mut child = command.spawn().expect("start replicron run");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("run finished")
+        {
+            assert!(std::time::Instant::now() < deadline, "no run finished");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = child.wait();
+        let text = std::fs::read_to_string(&log).expect("log");
+        assert!(
+            !text.contains('\u{1b}'),
+            "{format} log (NO_COLOR={no_color:?}) has escape codes:\n{text}"
+        );
+    }
+}
