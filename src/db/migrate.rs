@@ -19,6 +19,7 @@
 
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "mysql")]
 use diesel::migration::{Migration, MigrationName};
 use diesel::prelude::*;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
@@ -207,9 +208,7 @@ fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, Stri
             let mut done = Migrated::default();
             for migration in pending {
                 extend(conn, holder)?;
-                let DbConnection::Sqlite(c) = conn else {
-                    unreachable!("the connection does not change backend")
-                };
+                let c = sqlite(conn)?;
                 c.run_migration(&migration).map_err(|e| text(&*e))?;
                 done.applied += 1;
             }
@@ -223,9 +222,7 @@ fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, Stri
             let mut done = Migrated::default();
             for migration in pending {
                 extend(conn, holder)?;
-                let DbConnection::Postgres(c) = conn else {
-                    unreachable!("the connection does not change backend")
-                };
+                let c = postgres(conn)?;
                 c.run_migration(&migration).map_err(|e| text(&*e))?;
                 done.applied += 1;
             }
@@ -239,9 +236,7 @@ fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, Stri
             let mut done = Migrated::default();
             for migration in pending {
                 extend(conn, holder)?;
-                let DbConnection::Mysql(c) = conn else {
-                    unreachable!("the connection does not change backend")
-                };
+                let c = mysql(conn)?;
                 let name = migration.name().to_string();
                 let up = MYSQL_UP
                     .iter()
@@ -263,6 +258,42 @@ fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, Stri
         }
     }
 }
+
+macro_rules! backend_accessor {
+    ($feature:literal, $name:ident, $variant:ident, $connection:ty, $only:meta) => {
+        /// The connection itself, once matched to this backend above.
+        #[cfg(feature = $feature)]
+        fn $name(conn: &mut DbConnection) -> Result<&mut $connection, String> {
+            match conn {
+                DbConnection::$variant(c) => Ok(c),
+                #[cfg_attr($only, expect(unreachable_patterns, reason = "the only backend"))]
+                _ => Err("the connection changed backend".to_string()),
+            }
+        }
+    };
+}
+
+backend_accessor!(
+    "sqlite",
+    sqlite,
+    Sqlite,
+    diesel::SqliteConnection,
+    not(any(feature = "mysql", feature = "postgres"))
+);
+backend_accessor!(
+    "postgres",
+    postgres,
+    Postgres,
+    diesel::PgConnection,
+    not(any(feature = "mysql", feature = "sqlite"))
+);
+backend_accessor!(
+    "mysql",
+    mysql,
+    Mysql,
+    diesel::MysqlConnection,
+    not(any(feature = "sqlite", feature = "postgres"))
+);
 
 /// A MariaDB/MySQL migration run statement by statement, where a statement
 /// whose object already exists counts as done.
