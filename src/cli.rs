@@ -362,7 +362,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 
 fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
-    let from = args.from.unwrap_or_else(Utc::now);
+    let (from, clock_note) = match args.from {
+        Some(from) => (from, None),
+        None if args.count == 0 => (Utc::now(), None),
+        None => now_for_check(&config),
+    };
     let enabled = config.enabled_jobs().count();
     println!(
         "{}: valid; {} job{} ({enabled} enabled); database {}",
@@ -371,6 +375,9 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         if config.jobs.len() == 1 { "" } else { "s" },
         config.database.url
     );
+    if let Some(note) = clock_note {
+        println!("{note}");
+    }
     for job in &config.jobs {
         println!();
         let state = if job.enabled { "" } else { " (disabled)" };
@@ -392,6 +399,34 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// "Now" for `check`: the database's clock, as the daemon fires on it. A
+/// SQLite file's clock is this host's (and `check` does not create the
+/// file); an unreachable server is no error for a check.
+fn now_for_check(config: &Config) -> (DateTime<Utc>, Option<String>) {
+    if config.database.url.backend() == crate::config::Backend::Sqlite {
+        return (Utc::now(), None);
+    }
+    let estimate = crate::db::establish(&config.database.url).and_then(|mut conn| {
+        crate::db::clock::estimate_offset(&mut conn, &SystemClock, 3)
+            .map_err(|e| crate::db::DbError::query("reading the database clock", e))
+    });
+    match estimate {
+        Ok(estimate) => (
+            Utc::now() + estimate.offset,
+            Some(format!(
+                "now is read from the database's clock (this host's clock is {} from it)",
+                daemon::clock::describe(estimate)
+            )),
+        ),
+        Err(e) => (
+            Utc::now(),
+            Some(format!(
+                "now is read from this host's clock (the database's cannot be read: {e})"
+            )),
+        ),
+    }
 }
 
 fn migrate(args: &ConfigArg) -> anyhow::Result<ExitCode> {
@@ -747,6 +782,17 @@ fn import_crontab(args: &ImportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// This host's clock against the database's, in `status`.
+#[derive(Debug, serde::Serialize)]
+struct ClockStatus {
+    /// How far this host's clock is ahead of the database's (negative: behind).
+    host_ahead_seconds: f64,
+    /// The estimate's error bound.
+    error_seconds: f64,
+    /// The database's time when `status` read it.
+    database_now: String,
+}
+
 /// One row of `status`.
 #[derive(Debug, serde::Serialize)]
 struct JobStatus {
@@ -767,6 +813,8 @@ fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let mut conn = pool.get()?;
     let query = |what: &str, e| crate::db::DbError::query(what, e);
     let now = lease::database_now(&mut conn).map_err(|e| query("reading the database clock", e))?;
+    let offset = crate::db::clock::estimate_offset(&mut conn, &SystemClock, 5)
+        .map_err(|e| query("reading the database clock", e))?;
     let locks = lease::list_locks(&mut conn).map_err(|e| query("reading the leases", e))?;
     let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
     for lock in &locks {
@@ -789,7 +837,7 @@ fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             enabled: job.map(|j| j.enabled),
             next: job
                 .filter(|j| j.enabled)
-                .and_then(|j| j.schedule.next_after(Utc::now()))
+                .and_then(|j| j.schedule.next_after(now))
                 .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
             lease_held: held,
             locked_by: lock.and_then(|l| l.locked_by.clone()),
@@ -800,37 +848,52 @@ fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let stuck_count = rows.iter().filter(|r| r.problem.is_some()).count();
+    let clock = ClockStatus {
+        host_ahead_seconds: -(offset.offset.num_microseconds().unwrap_or(0) as f64) / 1e6,
+        error_seconds: offset.error.as_secs_f64(),
+        database_now: now.to_rfc3339_opts(SecondsFormat::Millis, true),
+    };
     match args.format {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
-        OutputFormat::Table => print_table(
-            &["JOB", "NEXT", "LEASE", "LAST RUN", "PROBLEM"],
-            rows.iter().map(|r| {
-                let lease = if r.lease_held {
-                    format!(
-                        "held by {} until {}",
-                        r.locked_by.as_deref().unwrap_or("?"),
-                        r.lock_until.as_deref().unwrap_or("?")
-                    )
-                } else {
-                    "free".to_string()
-                };
-                let last = r.last_run.as_ref().map_or("never".to_string(), |run| {
-                    format!("{} at {} on {}", run.status, run.started_at, run.instance)
-                });
-                let next = match (r.enabled, &r.next) {
-                    (None, _) => "not in config".to_string(),
-                    (Some(false), _) => "disabled".to_string(),
-                    (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),
-                };
-                vec![
-                    r.job.clone(),
-                    next,
-                    lease,
-                    last,
-                    r.problem.clone().unwrap_or_default(),
-                ]
-            }),
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "clock": clock, "jobs": rows }))?
         ),
+        OutputFormat::Table => {
+            println!(
+                "database time {}; this host's clock is {} from it\n",
+                clock.database_now,
+                daemon::clock::describe(offset)
+            );
+            print_table(
+                &["JOB", "NEXT", "LEASE", "LAST RUN", "PROBLEM"],
+                rows.iter().map(|r| {
+                    let lease = if r.lease_held {
+                        format!(
+                            "held by {} until {}",
+                            r.locked_by.as_deref().unwrap_or("?"),
+                            r.lock_until.as_deref().unwrap_or("?")
+                        )
+                    } else {
+                        "free".to_string()
+                    };
+                    let last = r.last_run.as_ref().map_or("never".to_string(), |run| {
+                        format!("{} at {} on {}", run.status, run.started_at, run.instance)
+                    });
+                    let next = match (r.enabled, &r.next) {
+                        (None, _) => "not in config".to_string(),
+                        (Some(false), _) => "disabled".to_string(),
+                        (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),
+                    };
+                    vec![
+                        r.job.clone(),
+                        next,
+                        lease,
+                        last,
+                        r.problem.clone().unwrap_or_default(),
+                    ]
+                }),
+            )
+        }
     }
     Ok(if stuck_count > 0 {
         ExitCode::from(1)

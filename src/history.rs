@@ -360,6 +360,24 @@ pub fn list_runs(conn: &mut DbConnection, filter: &RunFilter) -> QueryResult<Vec
     query.load(conn)
 }
 
+/// The last attempt recorded for instant `instant` of `job` under lease
+/// `fence`, if any (found through the run's unique key).
+pub fn latest_attempt(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+    fence: i64,
+) -> QueryResult<Option<RunRow>> {
+    runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::job.eq(job))
+        .filter(runs::scheduled_at.eq(to_db_time(instant)))
+        .filter(runs::fence.eq(fence))
+        .order(runs::attempt.desc())
+        .first(conn)
+        .optional()
+}
+
 /// The newest run of `job`, if any.
 pub fn latest_run(conn: &mut DbConnection, job: &str) -> QueryResult<Option<RunRow>> {
     runs::replicron_runs

@@ -18,16 +18,20 @@ use crate::db::cached;
 use crate::db::clock::{At, DbNow, DbNowPlus, ReleasedUntil};
 use crate::db::schema::replicron_locks::dsl as locks;
 
-/// The claim's conditions (SPEC §4) on the rows `$names` selects: the lease
-/// has ended by the database's clock, and `$scheduled` is later than the
-/// last instant claimed.
+/// The claim's conditions on the rows `$names` selects: the lease has ended
+/// by the database's clock, `$scheduled` is later than the last instant
+/// claimed, and the database's clock has reached `$scheduled` (a replica
+/// whose clock runs fast cannot start an instant early).
 macro_rules! claimable {
     ($names:expr, $scheduled:expr) => {
-        $names.and(locks::lock_until.le(DbNow)).and(
-            locks::last_scheduled_at
-                .is_null()
-                .or(locks::last_scheduled_at.lt($scheduled.nullable())),
-        )
+        $names
+            .and(locks::lock_until.le(DbNow))
+            .and(
+                locks::last_scheduled_at
+                    .is_null()
+                    .or(locks::last_scheduled_at.lt($scheduled.nullable())),
+            )
+            .and($scheduled.le(DbNow))
     };
 }
 
@@ -154,8 +158,34 @@ pub enum Claim {
     /// replica's.
     Taken,
     /// The instant is unclaimed, but the lease is held (a run of the job
-    /// is going): it can be claimed only once the lease ends.
-    Held,
+    /// is going, or its release has not landed, or `lock_at_least_for`
+    /// keeps it): it can be claimed only once the lease ends.
+    Held(Holder),
+    /// The database's clock has not reached the instant yet (this
+    /// replica's clock is ahead of it): try again after `wait`.
+    NotYet {
+        /// How far the database's clock is from the instant.
+        wait: Duration,
+    },
+    /// The row was claimable, but this statement did not change it: a
+    /// conflicting write won certification on another node, or the
+    /// statement failed with a deadlock or serialization error. Claim again.
+    Contended,
+}
+
+/// Who holds a lease, as its row says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The instant the holder claimed.
+    pub instant: Option<DateTime<Utc>>,
+    /// The holder's fence.
+    pub fence: i64,
+    /// When it claimed, by the database's clock: a run claimed before an
+    /// instant may have been going when the instant came (an overrun); one
+    /// claimed after it started late, and the instant waits for it.
+    pub claimed_at: Option<DateTime<Utc>>,
+    /// When the lease ends unless extended or released.
+    pub until: DateTime<Utc>,
 }
 
 impl Claim {
@@ -163,7 +193,7 @@ impl Claim {
     pub fn won(self) -> Option<Lease> {
         match self {
             Claim::Won(lease) => Some(lease),
-            Claim::Taken | Claim::Held => None,
+            _ => None,
         }
     }
 }
@@ -213,14 +243,15 @@ fn claim_one(
             fence,
         }));
     }
-    // Not won: the row tells whether the instant is taken or the lease held.
-    let row: Option<Option<NaiveDateTime>> = locks::replicron_locks
-        .select(locks::last_scheduled_at)
+    // Not won: the row tells whether the instant is taken, not yet due, or
+    // waits for a held lease.
+    let row: Option<RowState> = locks::replicron_locks
+        .select(ROW_STATE)
         .filter(locks::name.eq(job))
         .get_result(conn)
         .optional()?;
     Ok(match row {
-        Some(last_claimed) => not_won(last_claimed, scheduled),
+        Some(state) => not_won(&state, scheduled),
         // No cached "the row exists": a missing row is created and the
         // claim tried once more.
         None if create_missing => {
@@ -231,13 +262,54 @@ fn claim_one(
     })
 }
 
-/// What a claim of `scheduled` that was not won came to, given the row's
-/// last claimed instant: taken if that instant or a later one was claimed,
-/// else held. Instants compared with instants: no clock is read here.
-fn not_won(last_claimed: Option<NaiveDateTime>, scheduled: At) -> Claim {
+/// What a claim reads back of a lease row: its name, holder, last claimed
+/// instant, fence, claim time and end, and the database's clock.
+type RowState = (
+    String,
+    Option<String>,
+    Option<NaiveDateTime>,
+    i64,
+    Option<NaiveDateTime>,
+    NaiveDateTime,
+    NaiveDateTime,
+);
+
+const ROW_STATE: (
+    locks::name,
+    locks::locked_by,
+    locks::last_scheduled_at,
+    locks::fence,
+    locks::locked_at,
+    locks::lock_until,
+    DbNow,
+) = (
+    locks::name,
+    locks::locked_by,
+    locks::last_scheduled_at,
+    locks::fence,
+    locks::locked_at,
+    locks::lock_until,
+    DbNow,
+);
+
+/// What a claim of `scheduled` that was not won came to, given the row as
+/// read with the database's clock: taken if that instant or a later one
+/// was claimed, not yet if the database's clock is short of the instant,
+/// held if the lease has not ended, else contended.
+fn not_won(row: &RowState, scheduled: At) -> Claim {
+    let (_, _, last_claimed, fence, locked_at, lock_until, now) = row;
     match last_claimed {
-        Some(last) if last >= scheduled.0 => Claim::Taken,
-        _ => Claim::Held,
+        Some(last) if *last >= scheduled.0 => Claim::Taken,
+        _ if *now < scheduled.0 => Claim::NotYet {
+            wait: (scheduled.0 - *now).to_std().unwrap_or_default(),
+        },
+        _ if lock_until > now => Claim::Held(Holder {
+            instant: last_claimed.map(|t| t.and_utc()),
+            fence: *fence,
+            claimed_at: locked_at.map(|t| t.and_utc()),
+            until: lock_until.and_utc(),
+        }),
+        _ => Claim::Contended,
     }
 }
 
@@ -297,8 +369,17 @@ pub fn claim_at_database_now(
     instance: &str,
     lock_at_most_for: Duration,
 ) -> QueryResult<Claim> {
-    let now = database_now(conn)?;
-    claim(conn, job, instance, now, lock_at_most_for)
+    // Contended means another statement got in the way of a claimable
+    // row: read the clock again and try once more.
+    let mut claimed = Claim::Contended;
+    for _ in 0..5 {
+        let now = database_now(conn)?;
+        claimed = claim(conn, job, instance, now, lock_at_most_for)?;
+        if claimed != Claim::Contended {
+            break;
+        }
+    }
+    Ok(claimed)
 }
 
 /// Claims `instant` of several jobs at once, for replicas where many jobs
@@ -357,19 +438,13 @@ fn claim_rows(
         }
     }
     let names: Vec<&str> = jobs.iter().map(|(n, _)| *n).collect();
-    let columns = (
-        locks::name,
-        locks::locked_by,
-        locks::last_scheduled_at,
-        locks::fence,
-    );
-    let rows: Vec<(String, Option<String>, Option<NaiveDateTime>, i64)> = match names[..] {
+    let rows: Vec<RowState> = match names[..] {
         [name] => locks::replicron_locks
-            .select(columns)
+            .select(ROW_STATE)
             .filter(locks::name.eq(name))
             .load(conn)?,
         _ => locks::replicron_locks
-            .select(columns)
+            .select(ROW_STATE)
             .filter(locks::name.eq_any(&names))
             .load(conn)?,
     };
@@ -379,7 +454,7 @@ fn claim_rows(
             // The instant is this instance's exactly when the row names it
             // and this instance: instants only grow, so no one else's claim
             // and no earlier claim of ours can look like this.
-            Some((_, Some(by), Some(last), fence))
+            Some((_, Some(by), Some(last), fence, ..))
                 if by == instance && *last == scheduled.0 && (jobs.len() > 1 || changed == 1) =>
             {
                 Claim::Won(Lease {
@@ -389,7 +464,7 @@ fn claim_rows(
                     fence: *fence,
                 })
             }
-            Some((_, _, last_claimed, _)) => not_won(*last_claimed, scheduled),
+            Some(state) => not_won(state, scheduled),
             // No cached "the row exists": a missing row is created and the
             // claim tried once more.
             None if create_missing => {

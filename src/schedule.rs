@@ -16,6 +16,7 @@
 //! through a year's DST transitions in milliseconds.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
@@ -168,6 +169,34 @@ fn expand_macro(expression: &str) -> Result<String, String> {
     Ok(expanded.to_string())
 }
 
+impl Ticker {
+    /// The instants skipped since the last call, if any.
+    pub fn take_skipped(&mut self) -> Option<Skipped> {
+        self.skipped.take()
+    }
+
+    /// Counts the instants after `after`, up to and including `until`.
+    fn note_skipped(&mut self, after: DateTime<Utc>, until: DateTime<Utc>) {
+        let mut cursor = after;
+        while let Some(next) = self.schedule.next_after(cursor) {
+            if next > until {
+                break;
+            }
+            let skipped = self.skipped.get_or_insert(Skipped {
+                first: next,
+                last: next,
+                count: 0,
+            });
+            skipped.last = next;
+            skipped.count += 1;
+            if skipped.count >= Skipped::COUNT_LIMIT {
+                break;
+            }
+            cursor = next;
+        }
+    }
+}
+
 /// Where the current time comes from.
 pub trait Clock: Send + Sync + 'static {
     /// The current wall-clock time.
@@ -209,11 +238,89 @@ impl Clock for TokioClock {
     }
 }
 
+/// How far a host's clock is from the database's, as last estimated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offset {
+    /// Database time minus host time.
+    pub offset: TimeDelta,
+    /// How wrong `offset` may be: half the round trip of the sample it came
+    /// from, plus the database clock's resolution.
+    pub error: Duration,
+}
+
+/// The database's clock, read on this host: the host's clock plus the
+/// [`Offset`] last estimated by sampling the database. Replicas sleep until
+/// each instant by this clock, so that a host whose clock is fast does not
+/// start jobs early; before any estimate it is the host's clock.
+pub struct DatabaseClock {
+    host: Arc<dyn Clock>,
+    offset_us: AtomicI64,
+    /// Microseconds; negative until the first estimate.
+    error_us: AtomicI64,
+}
+
+impl DatabaseClock {
+    /// The database's clock over `host`, not yet estimated.
+    pub fn new(host: Arc<dyn Clock>) -> Self {
+        DatabaseClock {
+            host,
+            offset_us: AtomicI64::new(0),
+            error_us: AtomicI64::new(-1),
+        }
+    }
+
+    /// The host's own clock.
+    pub fn host(&self) -> &Arc<dyn Clock> {
+        &self.host
+    }
+
+    /// Applies a new estimate.
+    pub fn set(&self, estimate: Offset) {
+        let offset = estimate.offset.num_microseconds().unwrap_or(i64::MAX);
+        self.offset_us.store(offset, Ordering::Relaxed);
+        let error = i64::try_from(estimate.error.as_micros()).unwrap_or(i64::MAX);
+        self.error_us.store(error, Ordering::Relaxed);
+    }
+
+    /// The last estimate, if there was one.
+    pub fn offset(&self) -> Option<Offset> {
+        let error = self.error_us.load(Ordering::Relaxed);
+        (error >= 0).then(|| Offset {
+            offset: TimeDelta::microseconds(self.offset_us.load(Ordering::Relaxed)),
+            error: Duration::from_micros(error.unsigned_abs()),
+        })
+    }
+}
+
+impl Clock for DatabaseClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.host.now() + TimeDelta::microseconds(self.offset_us.load(Ordering::Relaxed))
+    }
+}
+
+/// Instants a [`Ticker`] skipped because they were more than
+/// [`LATE_LIMIT`] late when its caller came back for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// The first one.
+    pub first: DateTime<Utc>,
+    /// The last one.
+    pub last: DateTime<Utc>,
+    /// How many (counted up to [`Skipped::COUNT_LIMIT`]).
+    pub count: usize,
+}
+
+impl Skipped {
+    /// Skipped instants are counted up to this many.
+    pub const COUNT_LIMIT: usize = 10_000;
+}
+
 /// Sleeps until each instant of one schedule in turn.
 pub struct Ticker {
     schedule: Schedule,
     clock: Arc<dyn Clock>,
     last: Option<DateTime<Utc>>,
+    skipped: Option<Skipped>,
 }
 
 impl Ticker {
@@ -223,6 +330,7 @@ impl Ticker {
             schedule,
             clock,
             last: None,
+            skipped: None,
         }
     }
 
@@ -232,6 +340,7 @@ impl Ticker {
             schedule,
             clock,
             last: Some(last),
+            skipped: None,
         }
     }
 
@@ -243,12 +352,18 @@ impl Ticker {
     /// Sleeps until the next instant and returns it. Never returns the same
     /// instant twice, even if the wall clock steps backwards. An instant the
     /// caller was too busy to take when it came is still returned, late,
-    /// unless it is older than [`LATE_LIMIT`]. Returns `None` only for a
+    /// unless it is older than [`LATE_LIMIT`]: those are skipped, and
+    /// [`Ticker::take_skipped`] tells which. Returns `None` only for a
     /// schedule that has no further instant.
     pub async fn tick(&mut self) -> Option<DateTime<Utc>> {
         let now = self.clock.now();
         let from = match self.last {
-            Some(last) => last.max(now - LATE_LIMIT),
+            Some(last) if last < now - LATE_LIMIT => {
+                let from = now - LATE_LIMIT;
+                self.note_skipped(last, from);
+                from
+            }
+            Some(last) => last,
             None => now,
         };
         let target = self.schedule.next_after(from)?;
@@ -588,6 +703,36 @@ mod tests {
         assert!(clock.now() >= utc("2027-01-01T00:00:02Z"));
     }
 
+    /// A host whose clock is 3 s fast, or 3 s slow, wakes at the database's
+    /// instant once the offset is known: never before it by the database's
+    /// clock, and without sleeping 3 s too long.
+    #[tokio::test(start_paused = true)]
+    async fn the_database_clock_wakes_at_the_database_instant() {
+        for skew in [3, -3] {
+            let database = TokioClock::starting_at(utc("2027-01-01T00:00:00.250Z"));
+            let host = Arc::new(TokioClock::starting_at(
+                utc("2027-01-01T00:00:00.250Z") + TimeDelta::seconds(skew),
+            ));
+            let clock = Arc::new(DatabaseClock::new(host.clone()));
+            assert_eq!(clock.offset(), None);
+            clock.set(Offset {
+                offset: TimeDelta::seconds(-skew),
+                error: Duration::from_micros(300),
+            });
+            let mut ticker = Ticker::new(schedule("* * * * * *", "UTC"), clock.clone());
+            for expected in ["2027-01-01T00:00:01Z", "2027-01-01T00:00:02Z"] {
+                let instant = ticker.tick().await.expect("instant");
+                assert_eq!(instant, utc(expected));
+                assert!(
+                    database.now() >= instant,
+                    "woke before the database's {instant}"
+                );
+                assert!(database.now() - instant < TimeDelta::milliseconds(2));
+                assert_eq!(host.now() - database.now(), TimeDelta::seconds(skew));
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_busy_caller_still_gets_the_instants_it_was_late_for() {
         let clock = Arc::new(SteppedClock {
@@ -602,9 +747,16 @@ mod tests {
         assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:03Z")));
         assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:04Z")));
         assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:05Z")));
-        // A step forward past the late limit skips what is too old.
+        assert_eq!(ticker.take_skipped(), None);
+        // A step forward past the late limit skips what is too old, and
+        // says which.
         *clock.offset.lock().expect("lock") = TimeDelta::hours(1);
         let next = ticker.tick().await.expect("instant");
         assert!(clock.now() - next <= LATE_LIMIT, "{next}");
+        let skipped = ticker.take_skipped().expect("skipped instants");
+        assert_eq!(skipped.first, utc("2027-01-01T00:00:06Z"));
+        assert_eq!(skipped.last + TimeDelta::seconds(1), next);
+        assert_eq!(skipped.count as i64, (next - skipped.first).num_seconds());
+        assert_eq!(ticker.take_skipped(), None);
     }
 }

@@ -53,10 +53,11 @@ pub fn overrun(job: &str) {
     counter!("replicron_overruns_total", "job" => job.to_string()).increment(1);
 }
 
-/// An instant skipped because the database was unreachable.
-pub fn skipped_database_down(job: &str) {
-    counter!("replicron_instants_skipped_database_down_total", "job" => job.to_string())
-        .increment(1);
+/// Instants skipped for `reason` (`database_down`, `too_late`, `error`);
+/// overruns are counted by [`overrun`].
+pub fn skipped(job: &str, reason: &'static str, count: usize) {
+    counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
+        .increment(count as u64);
 }
 
 /// How late a run started after its instant.
@@ -90,6 +91,14 @@ pub fn database_error() {
 /// History writes waiting for the database.
 pub fn pending_history_writes(n: usize) {
     gauge!("replicron_history_pending_writes").set(n as f64);
+}
+
+/// The last estimate of this host's clock against the database's: how far
+/// the host is ahead (negative: behind), and the estimate's error bound.
+pub fn clock_offset(estimate: crate::schedule::Offset) {
+    let ahead = -(estimate.offset.num_microseconds().unwrap_or(0) as f64) / 1e6;
+    gauge!("replicron_clock_offset_seconds").set(ahead);
+    gauge!("replicron_clock_offset_error_seconds").set(estimate.error.as_secs_f64());
 }
 
 /// Whether the database answers.

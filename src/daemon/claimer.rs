@@ -24,10 +24,8 @@ pub enum Claimed {
     /// Won; the run's history row, if its start could be recorded in the
     /// batch (attempt 1).
     Won(Lease, Option<i64>),
-    /// Another replica has it, or a later instant.
-    Taken,
-    /// Unclaimed, but the lease is held.
-    Held,
+    /// Not won: why, as [`Claim`] says (never [`Claim::Won`]).
+    NotWon(Claim),
 }
 
 struct Request {
@@ -159,8 +157,7 @@ fn claim_and_record(
                 let id = ids.get(&lease.job).copied();
                 Claimed::Won(lease, id)
             }
-            Claim::Taken => Claimed::Taken,
-            Claim::Held => Claimed::Held,
+            not_won => Claimed::NotWon(not_won),
         })
         .collect())
 }

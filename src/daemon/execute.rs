@@ -2,7 +2,9 @@
 //! record how it ended, retry a failure if the job says so, release.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use chrono::{DateTime, Utc};
 
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
@@ -31,14 +33,16 @@ pub struct Outcome {
 /// History rows carry `job.name`, which is the lease's name except for
 /// `exec --once`, whose lease row is its key's. `first_run` is the history
 /// row of attempt 1 when the claim batch recorded it (and marked the
-/// vanished holders' runs abandoned). Returns how the last attempt ended
-/// (`None` if none could be recorded).
+/// vanished holders' runs abandoned). `ended` is set, by the database's
+/// clock, once the last attempt is over, before the lease is released.
+/// Returns how the last attempt ended (`None` if none could be recorded).
 pub async fn execute(
     shared: Arc<Shared>,
     job: Arc<Job>,
     lease: Lease,
     claimed: Instant,
     first_run: Option<i64>,
+    ended: Option<Arc<OnceLock<DateTime<Utc>>>>,
 ) -> Option<Outcome> {
     let times = LeaseTimes::new(job.lock_at_most_for, job.kill_grace);
     let mut keeper = Keeper::start(shared.clone(), lease.clone(), times, claimed);
@@ -70,6 +74,9 @@ pub async fn execute(
         info!(job = %job.name, instant = %fmt_instant(lease.instant), attempt, "retrying in {}", humantime::format_duration(job.retry_backoff));
     }
     keeper.stop();
+    if let Some(ended) = ended {
+        let _ = ended.set(shared.clock.now());
+    }
     release(&shared, &job, &lease).await;
     last
 }

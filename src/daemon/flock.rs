@@ -122,10 +122,18 @@ async fn locked(
             Claim::Won(held) => {
                 info!(lock = %job.name, fence = held.fence, "lock acquired");
                 return Ok(Executed::Ran(
-                    execute::execute(shared.clone(), job.clone(), held, Instant::now(), None).await,
+                    execute::execute(
+                        shared.clone(),
+                        job.clone(),
+                        held,
+                        Instant::now(),
+                        None,
+                        None,
+                    )
+                    .await,
                 ));
             }
-            Claim::Taken | Claim::Held => {}
+            Claim::Taken | Claim::Held(_) | Claim::NotYet { .. } | Claim::Contended => {}
         }
         if give_up.is_some_and(|at| Instant::now() + pause > at) {
             return Ok(Executed::NotAcquired);
@@ -168,7 +176,15 @@ async fn once(shared: &Arc<Shared>, job: &Arc<Job>, key: &str) -> Result<Execute
         info!(lock = %job.name, key, instant = %fmt_instant(instant), "first caller for this key: running");
         // Recorded under NAME at the key's instant; the lease row is the key's own.
         return Ok(Executed::Ran(
-            execute::execute(shared.clone(), job.clone(), held, Instant::now(), None).await,
+            execute::execute(
+                shared.clone(),
+                job.clone(),
+                held,
+                Instant::now(),
+                None,
+                None,
+            )
+            .await,
         ));
     }
     // Another caller has it: wait for its run to end.

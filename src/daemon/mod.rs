@@ -24,6 +24,7 @@
 //! lease, and the journal is flushed.
 
 mod claimer;
+pub mod clock;
 mod execute;
 mod flock;
 pub mod health;
@@ -31,7 +32,7 @@ pub mod journal;
 mod keeper;
 mod retention;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -41,15 +42,17 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use self::claimer::Claimed;
+use self::clock::ClockSync;
 pub use self::execute::Outcome;
 pub use self::flock::{ExecRequest, Executed, exec};
 use self::health::{DbState, Health};
 use self::journal::Journal;
 use crate::config::{Config, Job};
 use crate::db::{DbError, Pool};
+use crate::history::{self, RunStatus};
 use crate::lease::{self, Claim};
 use crate::runner::Guard;
-use crate::schedule::{Clock, Ticker};
+use crate::schedule::{Clock, DatabaseClock, LATE_LIMIT, Ticker};
 use crate::telemetry::{self, Liveness};
 
 /// Where the daemon is in its life.
@@ -182,10 +185,19 @@ pub async fn run(daemon: Daemon) -> Result<(), DaemonError> {
     } = daemon;
     let jobs: Vec<Arc<Job>> = config.enabled_jobs().cloned().map(Arc::new).collect();
     let created = ensure_rows(&pool, &jobs).await?;
+    // The tick loops fire on the database's clock, estimated before they start.
+    let database_clock = Arc::new(DatabaseClock::new(clock));
+    let mut clock_sync = ClockSync::new(database_clock.clone(), pool.clone());
+    match clock_sync.sync().await {
+        Ok(estimate) => info!(host_ahead_by = %clock::describe(estimate), "database clock read"),
+        Err(e) => {
+            warn!("cannot read the database's clock yet, firing on this host's until it can: {e}")
+        }
+    }
     let shared = Shared::start(
         pool.clone(),
         instance,
-        clock,
+        database_clock,
         phase.clone(),
         liveness,
         false,
@@ -208,6 +220,7 @@ pub async fn run(daemon: Daemon) -> Result<(), DaemonError> {
             shared.clone(),
             config.daemon.history_retention,
         )),
+        tokio::spawn(clock_sync.run(shared.health.clone(), draining(phase.clone()))),
     ];
     let mut loops: Vec<Loop> = jobs
         .into_iter()
@@ -377,10 +390,12 @@ pub async fn run_once(
         })
         .await?;
     let status = match claimed {
-        Claim::Won(lease) => {
-            Triggered::Ran(execute::execute(shared.clone(), job, lease, Instant::now(), None).await)
+        Claim::Won(lease) => Triggered::Ran(
+            execute::execute(shared.clone(), job, lease, Instant::now(), None, None).await,
+        ),
+        Claim::Taken | Claim::Held(_) | Claim::NotYet { .. } | Claim::Contended => {
+            Triggered::NotClaimed
         }
-        Claim::Taken | Claim::Held => Triggered::NotClaimed,
     };
     let unwritten = shared.journal.flush(JOURNAL_FLUSH_TIMEOUT).await;
     for write in &unwritten {
@@ -404,11 +419,42 @@ async fn draining(mut phase: watch::Receiver<Phase>) {
     let _ = phase.wait_for(|p| *p != Phase::Running).await;
 }
 
+/// A run this replica started: when it claimed it and, once its last
+/// attempt's process has ended, when that was (both by the database's
+/// clock). An instant that comes while it is recorded and released is no
+/// overrun: only one that came while it was going.
+struct Current {
+    task: JoinHandle<()>,
+    claimed_at: DateTime<Utc>,
+    ended: Arc<OnceLock<DateTime<Utc>>>,
+}
+
+impl Current {
+    fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+
+    /// Whether the run was going at `instant`.
+    fn was_going_at(&self, instant: DateTime<Utc>) -> bool {
+        self.claimed_at < instant && self.ended.get().is_none_or(|end| *end > instant)
+    }
+}
+
 async fn job_loop(shared: Arc<Shared>, job: Arc<Job>, mut retired: watch::Receiver<bool>) {
-    let mut current: Option<JoinHandle<()>> = None;
+    let mut current: Option<Current> = None;
     let mut overrun_reported = false;
     let mut health = shared.health.subscribe();
     let mut ticker = Ticker::new(job.schedule.clone(), shared.clock.clone());
+    let stop = |retired: &mut watch::Receiver<bool>| {
+        let (phase, retired) = (shared.phase.clone(), retired.clone());
+        async move {
+            let mut retired = retired;
+            tokio::select! {
+                () = draining(phase) => {}
+                _ = retired.wait_for(|retired| *retired) => {}
+            }
+        }
+    };
     if let Some((instant, run)) = catch_up(&shared, &job).await {
         current = run;
         ticker = Ticker::resuming_after(job.schedule.clone(), shared.clock.clone(), instant);
@@ -416,14 +462,13 @@ async fn job_loop(shared: Arc<Shared>, job: Arc<Job>, mut retired: watch::Receiv
     loop {
         let instant = tokio::select! {
             biased;
-            () = draining(shared.phase.clone()) => break,
-            () = async { let _ = retired.wait_for(|retired| *retired).await; } => break,
+            () = stop(&mut retired) => break,
             changed = health.changed() => {
                 if changed.is_err() {
                     break;
                 }
                 let state = *health.borrow_and_update();
-                if state == DbState::Up && current.as_ref().is_none_or(JoinHandle::is_finished) {
+                if state == DbState::Up && current.as_ref().is_none_or(|run| !run.is_running()) {
                     // Back from an outage: the missed instants are catch-up's.
                     ticker = Ticker::new(job.schedule.clone(), shared.clock.clone());
                     if let Some((instant, run)) = catch_up(&shared, &job).await {
@@ -438,33 +483,92 @@ async fn job_loop(shared: Arc<Shared>, job: Arc<Job>, mut retired: watch::Receiv
                 None => break,
             },
         };
+        if let Some(skipped) = ticker.take_skipped() {
+            telemetry::skipped(&job.name, "too_late", skipped.count);
+            warn!(
+                job = %job.name,
+                first = %fmt_instant(skipped.first),
+                last = %fmt_instant(skipped.last),
+                count = skipped.count,
+                "instants skipped: more than {}s late when this replica got to them (it was blocked, or its clock stepped)",
+                LATE_LIMIT.num_seconds()
+            );
+        }
         if !shared.health.is_up() {
-            telemetry::skipped_database_down(&job.name);
+            telemetry::skipped(&job.name, "database_down", 1);
             debug!(job = %job.name, instant = %fmt_instant(instant), "skipped: the database is unreachable");
             continue;
         }
-        let outcome = if current.as_ref().is_some_and(|run| !run.is_finished()) {
-            telemetry::overrun(&job.name);
-            Attempt::Overrun
-        } else {
-            attempt(&shared, &job, instant).await
-        };
-        match outcome {
+        if let Some(run) = current.as_mut().filter(|run| run.is_running()) {
+            if run.was_going_at(instant) {
+                telemetry::overrun(&job.name);
+                if !overrun_reported {
+                    warn!(
+                        job = %job.name,
+                        instant = %fmt_instant(instant),
+                        running_since = %fmt_instant(run.claimed_at),
+                        "overrun: the job's previous run was still going at this instant; its instants are skipped until it ends"
+                    );
+                    overrun_reported = true;
+                }
+                continue;
+            }
+            // The run started after this instant came due (this replica was
+            // blocked: a stall, a slow claim), or it had ended and is being
+            // recorded and released. The instant waits for it.
+            let deadline = deadline_for(&shared, instant);
+            tokio::select! {
+                biased;
+                () = stop(&mut retired) => break,
+                () = tokio::time::sleep_until(deadline) => {
+                    skip_too_late(&job, instant, "the job's previous run, started late, was still going");
+                    continue;
+                }
+                _ = &mut run.task => {}
+            }
+            // Its task is over (and awaited): nothing left to wait for.
+            current = None;
+        }
+        match attempt(&shared, &job, instant).await {
             Attempt::Won(run) => {
                 current = Some(run);
                 overrun_reported = false;
             }
-            Attempt::Overrun if !overrun_reported => {
-                warn!(job = %job.name, instant = %fmt_instant(instant), "overrun: the job's lease is held by a run still going; its instants are skipped until it ends");
+            Attempt::Overrun { since } if !overrun_reported => {
+                warn!(
+                    job = %job.name,
+                    instant = %fmt_instant(instant),
+                    running_since = %fmt_instant(since),
+                    "overrun: the job's lease is held by a run that was going at this instant; its instants are skipped until it ends"
+                );
                 overrun_reported = true;
             }
             Attempt::Lost => overrun_reported = false,
-            Attempt::Overrun | Attempt::Failed => {}
+            Attempt::Overrun { .. } | Attempt::Skipped => {}
         }
     }
     if let Some(run) = current {
-        let _ = run.await;
+        let _ = run.task.await;
     }
+}
+
+/// The latest moment an instant may still be claimed: [`LATE_LIMIT`] after
+/// it, by the database's clock, as a point on the monotonic clock.
+fn deadline_for(shared: &Shared, instant: DateTime<Utc>) -> Instant {
+    let left = (instant + LATE_LIMIT - shared.clock.now())
+        .to_std()
+        .unwrap_or_default();
+    Instant::now() + left
+}
+
+fn skip_too_late(job: &Job, instant: DateTime<Utc>, why: &str) {
+    telemetry::skipped(&job.name, "too_late", 1);
+    warn!(
+        job = %job.name,
+        instant = %fmt_instant(instant),
+        "instant skipped: not claimable within {}s of its time: {why}",
+        LATE_LIMIT.num_seconds()
+    );
 }
 
 /// Catch-up (SPEC §4): the latest instant at or before now, if it is at
@@ -473,7 +577,7 @@ async fn job_loop(shared: Arc<Shared>, job: Arc<Job>, mut retired: watch::Receiv
 async fn catch_up(
     shared: &Arc<Shared>,
     job: &Arc<Job>,
-) -> Option<(DateTime<Utc>, Option<JoinHandle<()>>)> {
+) -> Option<(DateTime<Utc>, Option<Current>)> {
     let instant = catch_up_instant(job, shared.clock.now())?;
     let run = match attempt(shared, job, instant).await {
         Attempt::Won(run) => {
@@ -500,72 +604,204 @@ pub(crate) fn fmt_instant(instant: DateTime<Utc>) -> String {
     instant.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// How long an unclaimed instant waits for a held lease at most. A short
-/// run of an earlier instant (a replica whose clock is behind, or one that
-/// fired a moment before) ends in moments; a true overrun does not.
-const MAX_CLAIM_PATIENCE: Duration = Duration::from_secs(5);
-
 /// What became of one instant on this replica.
 enum Attempt {
-    /// Won: the run's task.
-    Won(JoinHandle<()>),
+    /// Won: the run.
+    Won(Current),
     /// Another replica has it (or a later one).
     Lost,
-    /// The lease stayed held: an overrun.
-    Overrun,
-    /// A database error: skipped on this replica.
-    Failed,
+    /// The lease was held by a run that was going at the instant, or by
+    /// `lock_at_least_for`: an overrun.
+    Overrun {
+        /// When that run was claimed.
+        since: DateTime<Utc>,
+    },
+    /// Not claimed for another reason, logged where it was found.
+    Skipped,
 }
 
-/// Claims `instant` of `job`; on a win, starts the run. While the lease is
-/// held by a run of an earlier instant, the claim is retried until the
-/// lease ends, the instant is taken, or patience runs out before the next
-/// instant.
+/// Claims `instant` of `job`; on a win, starts the run.
+///
+/// A claim the database refuses as not yet due (this replica's clock is
+/// ahead of the database's) is tried again when it is; a contended one at
+/// once. A lease held by a run claimed after the instant came (it started
+/// late), or by one that had ended before the instant but whose release has
+/// not landed, is waited for until the instant is [`LATE_LIMIT`] old. A
+/// lease held by a run that was going at the instant, or on purpose by
+/// `lock_at_least_for`, makes the instant an overrun.
 async fn attempt(shared: &Arc<Shared>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
-    let until_next = job
-        .schedule
-        .next_after(instant)
-        .and_then(|next| (next - instant).to_std().ok())
-        .unwrap_or(MAX_CLAIM_PATIENCE);
-    let give_up = Instant::now() + until_next.mul_f64(0.8).min(MAX_CLAIM_PATIENCE);
+    let deadline = deadline_for(shared, instant);
     let mut delay = Duration::from_millis(10);
+    let mut wait = |reason: &str| {
+        if *shared.phase.borrow() != Phase::Running {
+            return None;
+        }
+        if Instant::now() + delay > deadline {
+            skip_too_late(job, instant, reason);
+            return None;
+        }
+        let pause = delay;
+        delay = (delay * 2).min(Duration::from_millis(250));
+        Some(pause)
+    };
     loop {
-        match shared.claimer.claim(job, instant).await {
+        let claimed = shared.claimer.claim(job, instant).await;
+        if claimed.is_ok() {
+            shared.health.report_ok();
+        }
+        let pause = match claimed {
             Ok(Claimed::Won(lease, run_id)) => {
-                shared.health.report_ok();
                 telemetry::claim(&job.name, true);
-                let run =
-                    execute::execute(shared.clone(), job.clone(), lease, Instant::now(), run_id);
-                return Attempt::Won(tokio::spawn(async move {
-                    run.await;
-                }));
+                let claimed_at = shared.clock.now();
+                let ended = Arc::new(OnceLock::new());
+                let run = execute::execute(
+                    shared.clone(),
+                    job.clone(),
+                    lease,
+                    Instant::now(),
+                    run_id,
+                    Some(ended.clone()),
+                );
+                return Attempt::Won(Current {
+                    task: tokio::spawn(async move {
+                        run.await;
+                    }),
+                    claimed_at,
+                    ended,
+                });
             }
-            Ok(Claimed::Taken) => {
-                shared.health.report_ok();
+            Ok(Claimed::NotWon(Claim::Won(_) | Claim::Taken)) => {
                 telemetry::claim(&job.name, false);
                 debug!(job = %job.name, instant = %fmt_instant(instant), "claim lost");
                 return Attempt::Lost;
             }
-            Ok(Claimed::Held)
-                if Instant::now() + delay < give_up && *shared.phase.borrow() == Phase::Running =>
-            {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_millis(250));
+            Ok(Claimed::NotWon(Claim::NotYet { wait })) => {
+                debug!(job = %job.name, instant = %fmt_instant(instant), wait_ms = wait.as_millis() as u64, "not yet due by the database's clock");
+                wait.min(MAX_NOT_YET_WAIT) + Duration::from_millis(1)
             }
-            Ok(Claimed::Held) => {
-                telemetry::overrun(&job.name);
-                return Attempt::Overrun;
+            Ok(Claimed::NotWon(Claim::Contended)) => {
+                debug!(job = %job.name, instant = %fmt_instant(instant), "claim contended; claiming again");
+                match wait("claims kept being contended") {
+                    Some(_) => Duration::from_millis(1),
+                    None => return Attempt::Skipped,
+                }
+            }
+            Ok(Claimed::NotWon(Claim::Held(holder))) => {
+                match holder.claimed_at.filter(|since| *since < instant) {
+                    // Claimed after the instant came: a run that started
+                    // late; the instant waits for it.
+                    None => {
+                        match wait("the job's lease stayed held by a run that started after it") {
+                            Some(pause) => pause,
+                            None => return Attempt::Skipped,
+                        }
+                    }
+                    Some(since) => {
+                        if held_on_purpose(job, &holder, since) {
+                            telemetry::overrun(&job.name);
+                            return Attempt::Overrun { since };
+                        }
+                        match was_going_at(shared, job, &holder, instant).await {
+                            Ok(true) => {
+                                telemetry::overrun(&job.name);
+                                return Attempt::Overrun { since };
+                            }
+                            // Its run had ended: its release has not landed yet.
+                            Ok(false) => {
+                                match wait("the release of the job's previous run did not land") {
+                                    Some(pause) => pause,
+                                    None => return Attempt::Skipped,
+                                }
+                            }
+                            Err(e) => {
+                                shared.health.report_error(&e);
+                                telemetry::skipped(&job.name, "error", 1);
+                                warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
+                                return Attempt::Skipped;
+                            }
+                        }
+                    }
+                }
             }
             Err(e) => {
                 shared.health.report_error(&e);
-                if !e.is_unreachable() {
+                if e.is_unreachable() {
+                    // Said once by the health state; a claim whose answer
+                    // was lost may still have been committed.
+                    debug!(job = %job.name, instant = %fmt_instant(instant), "claim not answered: {e}");
+                } else {
+                    telemetry::skipped(&job.name, "error", 1);
                     warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
                 }
-                return Attempt::Failed;
+                return Attempt::Skipped;
             }
+        };
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Whether a lease claimed at `since` is held only because of
+/// `lock_at_least_for`: released, it ends at `claimed_at +
+/// lock_at_least_for`; unreleased, it ends a whole `lock_at_most_for` after
+/// its last confirmation.
+fn held_on_purpose(job: &Job, holder: &lease::Holder, since: DateTime<Utc>) -> bool {
+    let at_least = chrono::TimeDelta::from_std(job.lock_at_least_for).unwrap_or_default();
+    !job.lock_at_least_for.is_zero() && holder.until <= since + at_least
+}
+
+/// How long the history may say a lease's run is still going before that
+/// is believed: its end record lands a moment after the run ends, and after
+/// a stall (this replica's instant is already late) all the writes the stall
+/// held back land together.
+const END_RECORD_PATIENCE: Duration = Duration::from_millis(250);
+const END_RECORD_PATIENCE_AFTER_STALL: Duration = Duration::from_secs(3);
+
+/// Whether the run holding `holder`'s lease was going at `instant`, by its
+/// history: it ended (its last attempt, with no retry to come) before the
+/// instant, or it did not.
+async fn was_going_at(
+    shared: &Shared,
+    job: &Job,
+    holder: &lease::Holder,
+    instant: DateTime<Utc>,
+) -> Result<bool, DbError> {
+    let Some(held_instant) = holder.instant else {
+        return Ok(true);
+    };
+    let late = (shared.clock.now() - instant).to_std().unwrap_or_default();
+    let patience = if late > Duration::from_secs(1) {
+        END_RECORD_PATIENCE_AFTER_STALL
+    } else {
+        END_RECORD_PATIENCE
+    };
+    let give_up = Instant::now() + patience;
+    loop {
+        let (name, fence) = (job.name.clone(), holder.fence);
+        let row = shared
+            .pool
+            .run_blocking(move |conn| {
+                history::latest_attempt(conn, &name, held_instant, fence)
+                    .map_err(|e| DbError::query("reading the previous run", e))
+            })
+            .await?;
+        let ended = row.and_then(|run| {
+            let status: RunStatus = run.status.parse().ok()?;
+            let retry_to_come = matches!(status, RunStatus::Failed | RunStatus::TimedOut)
+                && run.attempt <= job.retries as i32;
+            let finished = run.finished_at?;
+            (status != RunStatus::Running && !retry_to_come).then(|| finished.and_utc())
+        });
+        match ended {
+            Some(end) => return Ok(end > instant),
+            None if Instant::now() >= give_up => return Ok(true),
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
 }
+
+/// The longest pause before claiming again an instant the database said is
+/// not yet due: a wrong offset is corrected by the next estimate.
+const MAX_NOT_YET_WAIT: Duration = Duration::from_secs(5);
 
 /// Drives the phase from SIGTERM/SIGINT: the first signal drains, and after
 /// `grace` stops what is still running; a second signal stops at once.

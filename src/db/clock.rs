@@ -21,9 +21,27 @@ use diesel::sql_types::Timestamp;
 use super::MultiBackend;
 use super::schema::{replicron_locks, replicron_runs};
 
-/// The database's current time, UTC.
+/// The database's current time, UTC, at the millisecond precision of the
+/// columns it is compared with.
 #[derive(Clone, Copy, Debug, QueryId)]
 pub struct DbNow;
+
+/// The database's current time, UTC, as precisely as the backend tells it
+/// (microseconds on MariaDB/MySQL and PostgreSQL, milliseconds on SQLite):
+/// for estimating how far a replica's clock is from the database's.
+#[derive(Clone, Copy, Debug, QueryId)]
+pub struct DbNowPrecise;
+
+impl DbNowPrecise {
+    /// The backend's resolution: how much older than the true time a
+    /// reading can be, since each backend truncates.
+    pub fn resolution(backend: crate::config::Backend) -> std::time::Duration {
+        match backend {
+            crate::config::Backend::Sqlite => std::time::Duration::from_millis(1),
+            _ => std::time::Duration::from_micros(1),
+        }
+    }
+}
 
 /// A time from the application (a scheduled instant, UTC), bound as a
 /// parameter. MariaDB/MySQL receive it as `DATETIME`: bound as `TIMESTAMP`
@@ -129,7 +147,14 @@ macro_rules! timestamp_expression {
     )*};
 }
 
-timestamp_expression!(DbNow, At, DbNowPlus, ReleasedUntil, FinishedAt);
+timestamp_expression!(
+    DbNow,
+    DbNowPrecise,
+    At,
+    DbNowPlus,
+    ReleasedUntil,
+    FinishedAt
+);
 
 #[cfg(feature = "sqlite")]
 mod sqlite {
@@ -139,6 +164,13 @@ mod sqlite {
     const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 
     impl QueryFragment<Sqlite> for DbNow {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            out.push_sql(NOW);
+            Ok(())
+        }
+    }
+
+    impl QueryFragment<Sqlite> for DbNowPrecise {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
             out.push_sql(NOW);
             Ok(())
@@ -197,6 +229,13 @@ mod mysql {
         }
     }
 
+    impl QueryFragment<Mysql> for DbNowPrecise {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+            out.push_sql("UTC_TIMESTAMP(6)");
+            Ok(())
+        }
+    }
+
     impl QueryFragment<Mysql> for At {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
             out.push_bind_param::<diesel::sql_types::Datetime, _>(&self.0)
@@ -251,6 +290,13 @@ mod postgres {
         }
     }
 
+    impl QueryFragment<Pg> for DbNowPrecise {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+            out.push_sql("(clock_timestamp() AT TIME ZONE 'UTC')");
+            Ok(())
+        }
+    }
+
     impl QueryFragment<Pg> for At {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
             out.push_bind_param::<Timestamp, _>(&self.0)
@@ -291,4 +337,38 @@ mod postgres {
             Ok(())
         }
     }
+}
+
+/// Estimates how far `host` is from the database's clock, as NTP does:
+/// `samples` readings of the database's time, each between two readings of
+/// the host's; the one with the shortest round trip wins, and half its
+/// round trip (plus the database clock's resolution) bounds the error.
+pub fn estimate_offset(
+    conn: &mut super::DbConnection,
+    host: &dyn crate::schedule::Clock,
+    samples: usize,
+) -> QueryResult<crate::schedule::Offset> {
+    use diesel::RunQueryDsl as _;
+    let resolution = DbNowPrecise::resolution(conn.backend());
+    let mut best: Option<(chrono::TimeDelta, chrono::TimeDelta)> = None;
+    for _ in 0..samples.max(1) {
+        let before = host.now();
+        let database = diesel::select(DbNowPrecise)
+            .get_result::<NaiveDateTime>(conn)?
+            .and_utc();
+        let after = host.now();
+        let round_trip = (after - before).max(chrono::TimeDelta::zero());
+        // The database truncates: its true time is up to one resolution
+        // later than it says, so the middle of that span is the estimate.
+        let database = database + chrono::TimeDelta::from_std(resolution / 2).unwrap_or_default();
+        let offset = database - (before + round_trip / 2);
+        if best.is_none_or(|(_, shortest)| round_trip < shortest) {
+            best = Some((offset, round_trip));
+        }
+    }
+    let (offset, round_trip) = best.unwrap_or_default();
+    Ok(crate::schedule::Offset {
+        offset,
+        error: (round_trip / 2).to_std().unwrap_or_default() + resolution / 2,
+    })
 }

@@ -19,3 +19,17 @@ pub enum DbConnection {
     #[cfg(feature = "postgres")]
     Postgres(diesel::PgConnection),
 }
+
+impl DbConnection {
+    /// The backend this connection talks to.
+    pub fn backend(&self) -> crate::config::Backend {
+        match self {
+            #[cfg(feature = "sqlite")]
+            DbConnection::Sqlite(_) => crate::config::Backend::Sqlite,
+            #[cfg(feature = "mysql")]
+            DbConnection::Mysql(_) => crate::config::Backend::Mysql,
+            #[cfg(feature = "postgres")]
+            DbConnection::Postgres(_) => crate::config::Backend::Postgres,
+        }
+    }
+}

@@ -201,6 +201,11 @@ pub fn establish(url: &DatabaseUrl) -> Result<DbConnection, DbError> {
                 // A claim must not wait long behind another replica's row lock.
                 conn.batch_execute("SET SESSION innodb_lock_wait_timeout = 10")
                     .map_err(setup_error)?;
+                // On a Galera node, statements read what the whole cluster
+                // has committed, not what this node has applied so far: a
+                // claim must see the release another node just committed.
+                // (A no-op without Galera; MySQL has no such variable.)
+                let _ = conn.batch_execute("SET SESSION wsrep_sync_wait = 7");
                 Ok(DbConnection::Mysql(conn))
             }
             #[cfg(feature = "postgres")]

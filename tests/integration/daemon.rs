@@ -50,14 +50,10 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-/// 3 replicas, 20 jobs firing every second, 20 s; `skews` shifts each
-/// replica's wall clock. Checks every instant of the window ran exactly
-/// once, and none twice anywhere.
-fn exactly_once(kind: Kind, skews: [Option<&str>; 3]) {
-    if skews.iter().any(Option::is_some) && crate::support::libfaketime().is_none() {
-        eprintln!("skipped: libfaketime is not installed");
-        return;
-    }
+/// 3 replicas, 20 jobs firing every second, 20 s. Checks every instant of
+/// the window ran exactly once, and none twice anywhere. (Replicas whose
+/// clocks are skewed: `database_time`.)
+fn exactly_once(kind: Kind) {
     let Some(db) = TestDb::new(kind) else { return };
     let out = db.dir().join("runs.txt");
     let mut jobs = String::new();
@@ -70,21 +66,12 @@ fn exactly_once(kind: Kind, skews: [Option<&str>; 3]) {
 
     let replicas: Vec<Replica> = ["r1", "r2", "r3"]
         .iter()
-        .zip(skews)
-        .map(|(id, skew)| Replica::start(&config, id, skew, &[]))
+        .map(|id| Replica::start(&config, id, None, &[]))
         .collect();
     for replica in &replicas {
         replica.wait_for_log("replicron started", Duration::from_secs(20));
     }
-    // A replica whose clock is ahead starts claiming instants that far in
-    // the future: the instants before its first claim belong to nobody.
-    let ahead = skews
-        .iter()
-        .flatten()
-        .filter_map(|s| s.strip_prefix('+')?.strip_suffix('s')?.parse::<i64>().ok())
-        .max()
-        .unwrap_or(0);
-    let window_start = second(Utc::now()) + TimeDelta::seconds(2 + ahead);
+    let window_start = second(Utc::now()) + TimeDelta::seconds(2);
     std::thread::sleep(Duration::from_secs(20));
     let window_end = second(Utc::now()) - TimeDelta::seconds(2);
     for replica in &replicas {
@@ -141,32 +128,24 @@ fn exactly_once(kind: Kind, skews: [Option<&str>; 3]) {
     assert!(missed.is_empty(), "instants never run: {missed:?}");
     assert!(expected >= 20 * 11, "window too small: {expected}");
 
-    // Lateness of job starts against their instants (without skew only:
-    // under faketime the job's own clock is shifted too).
-    if skews.iter().all(Option::is_none) {
-        assert!(
-            by_instance.len() > 1,
-            "every run on one replica: {by_instance:?}"
-        );
-        let mut late: Vec<f64> = lines
-            .iter()
-            .map(|l| (l.started_ns - l.instant.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6)
-            .collect();
-        late.sort_by(f64::total_cmp);
-        eprintln!(
-            "{kind:?}: {} runs in the window of {expected} instants, 0 duplicates, 0 missed; \
-             start lateness median {:.1} ms, p99 {:.1} ms, max {:.1} ms; runs per replica {by_instance:?}",
-            lines.len(),
-            percentile(&late, 0.5),
-            percentile(&late, 0.99),
-            percentile(&late, 1.0)
-        );
-    } else {
-        eprintln!(
-            "{kind:?} with skews {skews:?}: {} runs, 0 duplicates, 0 missed; runs per replica {by_instance:?}",
-            lines.len()
-        );
-    }
+    // Lateness of job starts against their instants.
+    assert!(
+        by_instance.len() > 1,
+        "every run on one replica: {by_instance:?}"
+    );
+    let mut late: Vec<f64> = lines
+        .iter()
+        .map(|l| (l.started_ns - l.instant.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6)
+        .collect();
+    late.sort_by(f64::total_cmp);
+    eprintln!(
+        "{kind:?}: {} runs in the window of {expected} instants, 0 duplicates, 0 missed; \
+         start lateness median {:.1} ms, p99 {:.1} ms, max {:.1} ms; runs per replica {by_instance:?}",
+        lines.len(),
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        percentile(&late, 1.0)
+    );
     // History agrees: one row per run, all succeeded.
     let rows = history_json(&config, "job-00");
     let in_file = lines.iter().filter(|l| l.job == "job-00").count();
@@ -176,34 +155,17 @@ fn exactly_once(kind: Kind, skews: [Option<&str>; 3]) {
 
 #[test]
 fn three_replicas_run_each_instant_exactly_once_sqlite() {
-    exactly_once(Kind::Sqlite, [None, None, None]);
+    exactly_once(Kind::Sqlite);
 }
 
 #[test]
 fn three_replicas_run_each_instant_exactly_once_mysql() {
-    exactly_once(Kind::Mysql, [None, None, None]);
+    exactly_once(Kind::Mysql);
 }
 
 #[test]
 fn three_replicas_run_each_instant_exactly_once_postgres() {
-    exactly_once(Kind::Postgres, [None, None, None]);
-}
-
-const SKEWS: [Option<&str>; 3] = [Some("+3s"), None, Some("-4s")];
-
-#[test]
-fn skewed_clocks_still_run_each_instant_once_sqlite() {
-    exactly_once(Kind::Sqlite, SKEWS);
-}
-
-#[test]
-fn skewed_clocks_still_run_each_instant_once_mysql() {
-    exactly_once(Kind::Mysql, SKEWS);
-}
-
-#[test]
-fn skewed_clocks_still_run_each_instant_once_postgres() {
-    exactly_once(Kind::Postgres, SKEWS);
+    exactly_once(Kind::Postgres);
 }
 
 /// `kill -9` of the replica running a long job: its job (and grandchild)

@@ -56,6 +56,19 @@ fn rows_round_trip_and_the_unique_key_holds() {
         assert!(replicron::lease::is_contention(&duplicate), "{duplicate}");
         // Another attempt of the same instant is a new row.
         record_run_started(&mut conn, &new_run("j", 0, 2, 7)).expect("attempt 2");
+        // Instants after 2038 survive (a TIMESTAMP bind would turn them to
+        // NULL on MySQL).
+        let far = t(400 * 86_400 * 365);
+        record_run_started(
+            &mut conn,
+            &NewRun {
+                scheduled_at: far,
+                ..new_run("far", 0, 1, 1)
+            },
+        )
+        .expect("a run in the year 2427");
+        let row = latest_run(&mut conn, "far").expect("latest").expect("row");
+        assert_eq!(row.scheduled_at.and_utc(), far);
 
         let output = "line one\nünïcödé ✓\n".repeat(3);
         assert!(

@@ -15,8 +15,10 @@ use crate::support::on_each_backend;
 
 const LONG: Duration = Duration::from_secs(60);
 
+/// An instant the database's clock has passed: a claim may not be for an
+/// instant that is still to come.
 fn t(seconds: i64) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339("2027-01-01T00:00:00Z")
+    DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
         .expect("time")
         .with_timezone(&Utc)
         + TimeDelta::seconds(seconds)
@@ -107,9 +109,15 @@ fn a_lost_claim_says_whether_the_instant_is_taken_or_only_waiting() {
             claim(&mut conn, "job", "b", t(4), LONG).expect("claim"),
             Claim::Taken
         );
-        assert_eq!(
-            claim(&mut conn, "job", "b", t(6), LONG).expect("claim"),
-            Claim::Held
+        assert!(
+            matches!(
+                claim(&mut conn, "job", "b", t(6), LONG).expect("claim"),
+                Claim::Held(holder)
+                    if holder.claimed_at.is_some_and(|since| since > t(6))
+                        && holder.fence == lease.fence
+                        && holder.instant == Some(t(5))
+            ),
+            "held by the run claimed just now"
         );
         release(&mut conn, &lease, Duration::ZERO).expect("release");
         assert!(matches!(
@@ -147,7 +155,7 @@ fn a_batch_claim_decides_each_row_as_a_single_claim_would() {
             "{claims:?}"
         );
         assert_eq!(claims[1], Claim::Taken);
-        assert_eq!(claims[2], Claim::Held);
+        assert!(matches!(claims[2], Claim::Held(_)), "{claims:?}");
         // A job without a row gets one and is claimed.
         assert!(
             matches!(&claims[3], Claim::Won(l) if l.job == "new" && l.fence == 1),
@@ -365,18 +373,42 @@ fn database_time_is_used_not_the_callers() {
             now > before && now < Utc::now() + TimeDelta::seconds(2),
             "{now}"
         );
-        // An instant far in the future or past is only an identity: the
-        // lease still ends at database time + lock_at_most_for.
-        // Instants after 2038 survive (a TIMESTAMP bind would turn them to NULL on MySQL).
-        let far = t(400 * 86_400 * 365);
-        let lease = claim(&mut conn, "job", "a", far, Duration::from_millis(300))
+        // An instant long past is only an identity: the lease still ends at
+        // database time + lock_at_most_for.
+        let past = t(-20 * 86_400 * 365);
+        let lease = claim(&mut conn, "job", "a", past, Duration::from_millis(300))
             .expect("claim")
             .won()
             .expect("won");
         let row = find_lock(&mut conn, "job").expect("find").expect("row");
-        assert_eq!(row.last_scheduled_at, Some(far.naive_utc()));
+        assert_eq!(row.last_scheduled_at, Some(past.naive_utc()));
         thread::sleep(Duration::from_millis(500));
         assert!(!extend(&mut conn, &lease, LONG).expect("extend"));
+        // An instant the database's clock has not reached is refused, and
+        // the refusal says how long to wait. Instants after 2038 compare
+        // right (a TIMESTAMP bind would turn them to NULL on MySQL).
+        let far = t(400 * 86_400 * 365);
+        match claim(&mut conn, "job", "a", far, LONG).expect("claim") {
+            Claim::NotYet { wait } => {
+                let years = wait.as_secs() / (86_400 * 365);
+                assert!((398..=401).contains(&years), "{wait:?}");
+            }
+            other => panic!("a future instant was not refused: {other:?}"),
+        }
+        let soon = lease::database_now(&mut conn).expect("now") + TimeDelta::milliseconds(400);
+        let Claim::NotYet { wait } = claim(&mut conn, "job", "a", soon, LONG).expect("claim")
+        else {
+            panic!("an instant 400 ms ahead was not refused");
+        };
+        assert!(wait <= Duration::from_millis(400), "{wait:?}");
+        thread::sleep(wait + Duration::from_millis(2));
+        assert!(
+            claim(&mut conn, "job", "a", soon, LONG)
+                .expect("claim")
+                .won()
+                .is_some(),
+            "claimed once the database's clock reached it"
+        );
     });
 }
 

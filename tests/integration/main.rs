@@ -4,7 +4,9 @@
 
 mod backends;
 mod check;
+mod cluster;
 mod daemon;
+mod database_time;
 mod exit;
 mod faults;
 mod history;

@@ -79,7 +79,11 @@ fn trigger_status_and_unlock() {
         let (code, out, err) = run(&config, &["status"]);
         assert_eq!(code, 0, "{out}{err}");
         let lines: Vec<&str> = out.lines().collect();
-        assert!(lines[0].starts_with("JOB"), "{out}");
+        assert!(
+            lines[0].starts_with("database time ") && lines[0].contains("this host's clock is "),
+            "{out}"
+        );
+        assert!(lines[2].starts_with("JOB"), "{out}");
         let report = lines
             .iter()
             .find(|l| l.starts_with("report"))
@@ -98,20 +102,27 @@ fn trigger_status_and_unlock() {
         // A lease held with nothing running: stuck, and unlock ends it.
         let pool = db.pool(1);
         let mut conn = pool.get().expect("conn");
-        let at = chrono::Utc::now() + chrono::TimeDelta::days(400);
-        replicron::lease::claim(
+        let held = replicron::lease::claim_at_database_now(
             &mut conn,
             "report",
             "ghost:1:x",
-            at,
             Duration::from_secs(3600),
         )
         .expect("claim")
         .won()
         .expect("won");
+        let at = held.instant;
         let (code, out, _) = run(&config, &["status", "--format", "json"]);
-        let rows: serde_json::Value = serde_json::from_str(&out).expect("json");
-        let report = rows
+        let status: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let ahead = status["clock"]["host_ahead_seconds"]
+            .as_f64()
+            .expect("offset");
+        assert!(
+            ahead.abs() < 0.5,
+            "this host is its own database's clock: {status}"
+        );
+        assert!(status["clock"]["error_seconds"].as_f64().expect("error") < 0.5);
+        let report = status["jobs"]
             .as_array()
             .expect("array")
             .iter()

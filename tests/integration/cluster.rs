@@ -1,0 +1,308 @@
+//! Private MariaDB servers for the tests that need one of their own: a
+//! server with settings of its own (a session time zone), and a 3-node
+//! Galera cluster. Each gets its own data directory and ports under a
+//! temporary folder, starts with `--no-defaults`, and is stopped by PID.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use diesel::RunQueryDsl;
+use diesel::connection::SimpleConnection;
+use replicron::db::DbConnection;
+
+const MARIADBD: &str = "/usr/sbin/mariadbd";
+const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
+const GALERA: &str = "/usr/lib/galera/libgalera_smm.so";
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Whether this machine can start private servers; in CI it must.
+fn available(galera: bool) -> bool {
+    let mut needed = vec![MARIADBD, INSTALL_DB, "/usr/bin/rsync"];
+    if galera {
+        needed.push(GALERA);
+    }
+    let missing: Vec<&str> = needed
+        .into_iter()
+        .filter(|p| !Path::new(p).exists())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "missing {missing:?}: install Debian's mariadb-server, galera-4 and rsync"
+    );
+    eprintln!("skipped: {missing:?} not installed");
+    false
+}
+
+/// One private `mariadbd`.
+pub struct Node {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn start(dir: &Path, port: u16, extra: &[String]) -> Node {
+        let log = std::fs::File::create(dir.with_extension("out")).expect("node log");
+        // The server dies with the test, even one killed before its Drop.
+        let mut command = if Path::new("/usr/bin/setpriv").exists() {
+            let mut c = Command::new("/usr/bin/setpriv");
+            c.args(["--pdeathsig", "KILL", "--", MARIADBD]);
+            c
+        } else {
+            Command::new(MARIADBD)
+        };
+        let child = command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.display()))
+            .arg(format!("--socket={}", dir.with_extension("sock").display()))
+            .arg(format!(
+                "--pid-file={}",
+                dir.with_extension("pid").display()
+            ))
+            .arg(format!(
+                "--log-error={}",
+                dir.with_extension("err").display()
+            ))
+            .arg(format!("--port={port}"))
+            .args(["--bind-address=127.0.0.1", "--user=root"])
+            .args([
+                "--innodb-buffer-pool-size=32M",
+                "--innodb-log-file-size=16M",
+            ])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start mariadbd");
+        Node {
+            port,
+            dir: dir.to_path_buf(),
+            child: Some(child),
+        }
+    }
+
+    /// A URL for database `name` on this node.
+    pub fn url(&self, name: &str) -> String {
+        format!("mysql://root@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// A connection to the server itself.
+    pub fn connect(&self) -> Option<DbConnection> {
+        let url =
+            replicron::config::DatabaseUrl::parse(&self.url("mysql"), Path::new(".")).expect("url");
+        replicron::db::establish(&url).ok()
+    }
+
+    /// Runs `sql` on the server.
+    pub fn execute(&self, sql: &str) {
+        let mut conn = self.connect().expect("connect to the private server");
+        conn.batch_execute(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// The value of status variable `name`, if the server answers.
+    pub fn status(&self, name: &str) -> Option<String> {
+        #[derive(diesel::QueryableByName)]
+        struct Variable {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            #[diesel(column_name = Value)]
+            value: String,
+        }
+        let mut conn = self.connect()?;
+        diesel::sql_query(format!("SHOW STATUS LIKE '{name}'"))
+            .get_result::<Variable>(&mut conn)
+            .ok()
+            .map(|v| v.value)
+    }
+
+    /// Waits until status `name` reads `value`.
+    fn wait_for_status(&mut self, name: &str, value: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.status(name).as_deref() != Some(value) {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("mariadbd exited {status}:\n{}", self.error_log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} is not {value} after {timeout:?}:\n{}",
+                self.error_log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn error_log(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.with_extension("err")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    /// SIGKILL: the node is gone at once, as in a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn install(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("data dir");
+    let output = Command::new(INSTALL_DB)
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", dir.display()))
+        .args([
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ])
+        .output()
+        .expect("mariadb-install-db");
+    assert!(
+        output.status.success(),
+        "mariadb-install-db: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// One private server, for settings the shared one must not get.
+pub struct Server {
+    pub node: Node,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts a private server with `extra` options, or `None` (skipped)
+    /// where this machine has no MariaDB server.
+    pub fn start(extra: &[&str]) -> Option<Server> {
+        if !available(false) {
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        install(&data);
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let node = Node::start(&data, free_port(), &extra);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while node.connect().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the private server did not start:\n{}",
+                node.error_log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(Server { node, _dir: dir })
+    }
+
+    /// Loads the time zone tables (for named zones such as Europe/Berlin).
+    pub fn load_time_zones(&self) {
+        let sql = Command::new("mariadb-tzinfo-to-sql")
+            .arg("/usr/share/zoneinfo")
+            .stderr(Stdio::null())
+            .output()
+            .expect("mariadb-tzinfo-to-sql");
+        let mut conn = self.node.connect().expect("connect");
+        conn.batch_execute("USE mysql").expect("use mysql");
+        conn.batch_execute(&String::from_utf8_lossy(&sql.stdout))
+            .expect("load the time zone tables");
+    }
+}
+
+/// A 3-node Galera cluster on this host.
+pub struct Galera {
+    pub nodes: Vec<Node>,
+    _dir: tempfile::TempDir,
+}
+
+impl Galera {
+    /// Bootstraps node 1, then joins nodes 2 and 3 by state transfer, each
+    /// once the one before is ready. `None` (skipped) where this machine
+    /// has no MariaDB server or Galera.
+    pub fn start() -> Option<Galera> {
+        if !available(true) {
+            return None;
+        }
+        let started = Instant::now();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ports: Vec<[u16; 4]> = (0..3)
+            .map(|_| [free_port(), free_port(), free_port(), free_port()])
+            .collect();
+        let members: Vec<String> = ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{}", p[1]))
+            .collect();
+        let address = format!("--wsrep-cluster-address=gcomm://{}", members.join(","));
+        let mut nodes = Vec::new();
+        for (i, [sql, group, ist, sst]) in ports.iter().enumerate() {
+            let data = dir.path().join(format!("node{}", i + 1));
+            if i == 0 {
+                install(&data);
+            } else {
+                // Joiners get their data by rsync, whose daemon drops to
+                // nobody: their folder starts empty and nobody's.
+                std::fs::create_dir_all(&data).expect("joiner dir");
+                let _ = Command::new("chown").arg("nobody").arg(&data).status();
+            }
+            let mut extra: Vec<String> = [
+                "--binlog-format=ROW",
+                "--default-storage-engine=InnoDB",
+                "--innodb-autoinc-lock-mode=2",
+                "--wsrep-on=ON",
+                "--wsrep-sst-method=rsync",
+                "--wsrep-cluster-name=replicron_test",
+                "--wsrep-node-address=127.0.0.1",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            extra.push(format!("--wsrep-provider={GALERA}"));
+            extra.push(address.clone());
+            extra.push(format!("--wsrep-node-name=node{}", i + 1));
+            extra.push(format!(
+                "--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{group};ist.recv_addr=127.0.0.1:{ist}"
+            ));
+            extra.push(format!("--wsrep-sst-receive-address=127.0.0.1:{sst}"));
+            if i == 0 {
+                extra.push("--wsrep-new-cluster".to_string());
+            }
+            let mut node = Node::start(&data, *sql, &extra);
+            node.wait_for_status("wsrep_ready", "ON", Duration::from_secs(90));
+            nodes.push(node);
+        }
+        nodes[2].wait_for_status("wsrep_cluster_size", "3", Duration::from_secs(30));
+        eprintln!(
+            "a 3-node Galera cluster is up after {:?}",
+            started.elapsed()
+        );
+        Some(Galera { nodes, _dir: dir })
+    }
+}
