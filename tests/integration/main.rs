@@ -9,6 +9,7 @@ mod daemon;
 mod database_time;
 mod exit;
 mod faults;
+mod galera;
 mod history;
 mod lease;
 mod operate;
