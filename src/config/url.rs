@@ -133,35 +133,59 @@ impl fmt::Debug for DatabaseUrl {
     }
 }
 
-/// Replaces the password of `scheme://user:password@host` and of a
-/// `password=` query parameter with `***`.
-pub fn redact(url: &str) -> String {
-    let mut out = url.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let authority_start = scheme_end + 3;
-        let authority_end = out[authority_start..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| authority_start + i);
-        if let Some(at) = out[authority_start..authority_end].rfind('@') {
-            let userinfo = &out[authority_start..authority_start + at];
-            if let Some(colon) = userinfo.find(':') {
-                let start = authority_start + colon + 1;
-                out.replace_range(start..authority_start + at, "***");
+/// Replaces with `***` every password that `text` may hold: the one of
+/// `user:password@host` wherever it appears (with a scheme or not, as in a
+/// mistyped `mysql//admin:secret@db/jobs`), and the value of a `password=`
+/// parameter. For URLs, and for messages that may quote one.
+pub fn redact(text: &str) -> String {
+    const DELIMITERS: &[char] = &[
+        ' ', '\t', '\n', '"', '\'', '/', '?', '#', '(', ')', '<', '>', ',', ';', '`',
+    ];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        let end = rest.find(DELIMITERS).unwrap_or(rest.len());
+        let (token, tail) = rest.split_at(end);
+        // In `user:password@host`, the password runs from the first colon
+        // to the last `@` (a password may itself hold `@`).
+        match (token.find(':'), token.rfind('@')) {
+            (Some(colon), Some(at)) if colon < at => {
+                out.push_str(&token[..=colon]);
+                out.push_str("***");
+                out.push_str(&token[at..]);
             }
+            _ => out.push_str(token),
         }
+        let mut chars = tail.chars();
+        if let Some(delimiter) = chars.next() {
+            out.push(delimiter);
+        }
+        rest = chars.as_str();
     }
-    if let Some(query_start) = out.find('?') {
-        let (head, query) = out.split_at(query_start + 1);
-        let query = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
-                _ => pair.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("&");
-        out = format!("{head}{query}");
+    redact_password_parameters(&out)
+}
+
+/// `password=secret` (in a query or a libpq keyword list) → `password=***`.
+fn redact_password_parameters(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut search = 0;
+    while let Some(found) = lower[search..].find("password=") {
+        let value_start = search + found + "password=".len();
+        let boundary =
+            search + found == 0 || !lower.as_bytes()[search + found - 1].is_ascii_alphanumeric();
+        let value_end = text[value_start..]
+            .find(['&', ' ', '\n', '"', '\''])
+            .map_or(text.len(), |i| value_start + i);
+        if boundary && value_end > value_start {
+            out.push_str(&text[copied..value_start]);
+            out.push_str("***");
+            copied = value_end;
+        }
+        search = value_end.max(value_start);
     }
+    out.push_str(&text[copied..]);
     out
 }
 
@@ -180,6 +204,39 @@ mod tests {
             redact("postgres://db/jobs?user=app&password=hunter2&sslmode=require"),
             "postgres://db/jobs?user=app&password=***&sslmode=require"
         );
+    }
+
+    #[test]
+    fn redacts_passwords_outside_well_formed_urls() {
+        assert_eq!(
+            redact("database URL mysql//admin:Sup3rS3cret@127.0.0.1/nc has no scheme"),
+            "database URL mysql//admin:***@127.0.0.1/nc has no scheme"
+        );
+        assert_eq!(
+            redact("admin:Sup3rS3cret@db.internal"),
+            "admin:***@db.internal"
+        );
+        assert_eq!(
+            redact("mysql://u:p@ss:w@rd@h:3306/db"),
+            "mysql://u:***@h:3306/db"
+        );
+        assert_eq!(
+            redact("host=db user=app password=hunter2 dbname=x"),
+            "host=db user=app password=*** dbname=x"
+        );
+        assert_eq!(
+            redact("postgres://db/jobs?sslmode=require&PASSWORD=hunter2"),
+            "postgres://db/jobs?sslmode=require&PASSWORD=***"
+        );
+        // Nothing to hide: unchanged.
+        for plain in [
+            "postgres://app@db/jobs",
+            "ops@example.com",
+            "a: b@c",
+            "no password here",
+        ] {
+            assert_eq!(redact(plain), plain);
+        }
     }
 
     #[test]
