@@ -8,6 +8,7 @@
 //! can report them all at once. Nothing past this module sees a string that
 //! should have been parsed.
 
+pub mod keys;
 mod raw;
 #[cfg(test)]
 mod tests;
@@ -136,20 +137,98 @@ pub struct Job {
     pub retry_backoff: Duration,
 }
 
-/// Where the config is read in: the environment's overrides.
+/// The environment variable that names the job file, for every command's
+/// `--config`.
+pub const CONFIG_ENV: &str = "REPLICRON_CONFIG";
+/// The job file when neither `--config` nor `REPLICRON_CONFIG` names one.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/replicron/jobs.toml";
+
+/// Overrides `[database] pool_size`.
+pub const POOL_SIZE_ENV: &str = "REPLICRON_POOL_SIZE";
+/// Overrides `[daemon] shutdown_grace`.
+pub const SHUTDOWN_GRACE_ENV: &str = "REPLICRON_SHUTDOWN_GRACE";
+/// Overrides `[daemon] metrics_listen`.
+pub const METRICS_LISTEN_ENV: &str = "REPLICRON_METRICS_LISTEN";
+/// Overrides `[daemon] history_retention`.
+pub const HISTORY_RETENTION_ENV: &str = "REPLICRON_HISTORY_RETENTION";
+
+/// Every environment variable that overrides a `[database]` or `[daemon]`
+/// key, with the key: one file can serve replicas that differ only here
+/// (their metrics ports, say). These, and [`CONFIG_ENV`], are replicron's
+/// own settings and are never passed on to jobs.
+pub const ENV_OVERRIDES: [(&str, &str); 5] = [
+    (DATABASE_URL_ENV, "[database] url"),
+    (POOL_SIZE_ENV, "[database] pool_size"),
+    (SHUTDOWN_GRACE_ENV, "[daemon] shutdown_grace"),
+    (METRICS_LISTEN_ENV, "[daemon] metrics_listen"),
+    (HISTORY_RETENTION_ENV, "[daemon] history_retention"),
+];
+
+/// `[database] pool_size` unless set.
+pub const DEFAULT_POOL_SIZE: u32 = 8;
+/// `[daemon] shutdown_grace` unless set.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// `[daemon] history_retention` unless set.
+pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+/// Where the config is read in: the environment's overrides of
+/// [`ENV_OVERRIDES`], which win over the file.
 #[derive(Clone, Debug, Default)]
 pub struct Environment {
-    /// `REPLICRON_DATABASE_URL`, which wins over `[database] url`.
-    pub database_url: Option<String>,
+    values: BTreeMap<&'static str, String>,
 }
 
 impl Environment {
-    /// Reads the overrides from the process environment.
+    /// Reads the overrides from the process environment; an empty variable
+    /// counts as unset.
     pub fn from_process() -> Self {
-        Environment {
-            database_url: std::env::var(DATABASE_URL_ENV)
-                .ok()
-                .filter(|v| !v.trim().is_empty()),
+        let mut env = Environment::default();
+        for (var, _) in ENV_OVERRIDES {
+            if let Ok(value) = std::env::var(var) {
+                env = env.with(var, value);
+            }
+        }
+        env
+    }
+
+    /// This environment with `var` (one of [`ENV_OVERRIDES`]) set to `value`.
+    pub fn with(mut self, var: &'static str, value: impl Into<String>) -> Self {
+        let value = value.into();
+        if !value.trim().is_empty() {
+            self.values.insert(var, value);
+        }
+        self
+    }
+
+    /// The value of `var`, if set.
+    pub fn get(&self, var: &str) -> Option<&str> {
+        self.values.get(var).map(String::as_str)
+    }
+}
+
+/// A `[database]` or `[daemon]` value and where it came from.
+enum Given<'v> {
+    File(Range<usize>, &'v str),
+    Env(&'static str, &'v str),
+}
+
+impl<'v> Given<'v> {
+    /// The environment's value of `var`, else the file's.
+    fn of(
+        env: &'v Environment,
+        var: &'static str,
+        file: Option<&'v Spanned<String>>,
+    ) -> Option<Self> {
+        match (env.get(var), file) {
+            (Some(value), _) => Some(Given::Env(var, value)),
+            (None, Some(file)) => Some(Given::File(file.span(), file.get_ref())),
+            (None, None) => None,
+        }
+    }
+
+    fn text(&self) -> &'v str {
+        match self {
+            Given::File(_, text) | Given::Env(_, text) => text,
         }
     }
 }
@@ -319,6 +398,16 @@ enum Scope<'a> {
 }
 
 impl Scope<'_> {
+    /// The table a top-level scope names.
+    fn table(self) -> &'static str {
+        match self {
+            Scope::Table("database") => "database",
+            Scope::Table("daemon") => "daemon",
+            Scope::Table(_) => "defaults",
+            Scope::Job(_) => "job",
+        }
+    }
+
     fn job(self) -> Option<String> {
         match self {
             Scope::Job(label) => Some(label.to_string()),
@@ -433,7 +522,7 @@ impl<'t> Checker<'t> {
         }
 
         let database = self.database(database, path, env);
-        let daemon = self.daemon(daemon);
+        let daemon = self.daemon(daemon, env);
         let defaults = self.settings(defaults, &Settings::default(), Scope::Table("defaults"));
         let mut names = HashSet::new();
         let jobs: Vec<Job> = jobs
@@ -511,6 +600,25 @@ impl<'t> Checker<'t> {
         }
     }
 
+    /// Reports a problem with a value, where it came from: a line of the
+    /// file, or an environment variable.
+    fn report_given(&mut self, given: &Given<'_>, scope: Scope<'_>, key: &str, message: String) {
+        match given {
+            Given::File(span, _) => {
+                self.report(Some(span.clone()), Some(scope), Some(key), message)
+            }
+            Given::Env(var, _) => self.report(
+                None,
+                None,
+                Some(var),
+                format!(
+                    "{message} (set in the environment, where it overrides [{}] {key})",
+                    scope.table()
+                ),
+            ),
+        }
+    }
+
     fn database(
         &mut self,
         raw: RawDatabase,
@@ -518,53 +626,50 @@ impl<'t> Checker<'t> {
         env: &Environment,
     ) -> Option<DatabaseConfig> {
         let scope = Scope::Table("database");
-        let pool_size = match raw.pool_size {
-            None => 8,
-            Some(size) => match u32::try_from(*size.get_ref()) {
+        let pool_text = raw
+            .pool_size
+            .as_ref()
+            .map(|s| Spanned::new(s.span(), s.get_ref().to_string()));
+        let pool_size = match Given::of(env, POOL_SIZE_ENV, pool_text.as_ref()) {
+            None => DEFAULT_POOL_SIZE,
+            Some(given) => match given.text().trim().parse::<u32>() {
                 Ok(n) if (1..=1000).contains(&n) => n,
                 _ => {
-                    self.report(
-                        Some(size.span()),
-                        Some(scope),
-                        Some("pool_size"),
-                        format!(
-                            "pool_size must be between 1 and 1000, not {}",
-                            size.get_ref()
-                        ),
-                    );
-                    8
+                    let message =
+                        format!("pool_size must be between 1 and 1000, not {}", given.text());
+                    self.report_given(&given, scope, "pool_size", message);
+                    DEFAULT_POOL_SIZE
                 }
             },
         };
-        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let url = if let Some(from_env) = &env.database_url {
-            let cwd = std::env::current_dir().unwrap_or_default();
-            match DatabaseUrl::parse(from_env, &cwd) {
-                Ok(url) => Some(url),
-                Err(message) => {
-                    self.report(None, None, Some(DATABASE_URL_ENV), message);
-                    None
+        let url = match Given::of(env, DATABASE_URL_ENV, raw.url.as_ref()) {
+            Some(given) => {
+                // A relative SQLite path is taken from the file's folder, or
+                // from the working directory for one from the environment.
+                let base = match given {
+                    Given::File(..) => path.parent().map(Path::to_path_buf).unwrap_or_default(),
+                    Given::Env(..) => std::env::current_dir().unwrap_or_default(),
+                };
+                match DatabaseUrl::parse(given.text(), &base) {
+                    Ok(url) => Some(url),
+                    Err(message) => {
+                        self.report_given(&given, scope, "url", message);
+                        None
+                    }
                 }
             }
-        } else if let Some(url) = raw.url {
-            match DatabaseUrl::parse(url.get_ref(), &base) {
-                Ok(url) => Some(url),
-                Err(message) => {
-                    self.report(Some(url.span()), Some(scope), Some("url"), message);
-                    None
-                }
+            None => {
+                self.report(
+                    None,
+                    Some(scope),
+                    Some("url"),
+                    format!(
+                        "no database URL: set [database] url or {DATABASE_URL_ENV} \
+                         (there is no local default, so that a fleet never runs every job on every replica)"
+                    ),
+                );
+                None
             }
-        } else {
-            self.report(
-                None,
-                Some(scope),
-                Some("url"),
-                format!(
-                    "no database URL: set [database] url or {DATABASE_URL_ENV} \
-                     (there is no local default, so that a fleet never runs every job on every replica)"
-                ),
-            );
-            None
         };
         Some(DatabaseConfig {
             url: url?,
@@ -572,41 +677,47 @@ impl<'t> Checker<'t> {
         })
     }
 
-    fn daemon(&mut self, raw: RawDaemon) -> DaemonConfig {
+    fn daemon(&mut self, raw: RawDaemon, env: &Environment) -> DaemonConfig {
         let scope = Scope::Table("daemon");
-        let shutdown_grace = self
-            .duration(
-                raw.shutdown_grace.as_ref(),
-                scope,
-                "shutdown_grace",
-                Zero::Rejected,
-            )
-            .unwrap_or(Duration::from_secs(30));
-        let history_retention = self
-            .duration(
-                raw.history_retention.as_ref(),
-                scope,
-                "history_retention",
-                Zero::Rejected,
-            )
-            .unwrap_or(Duration::from_secs(30 * 86_400));
-        let metrics_listen = raw.metrics_listen.and_then(|listen| {
-            match listen.get_ref().parse::<SocketAddr>() {
+        let duration =
+            |checker: &mut Self, var, file: Option<&Spanned<String>>, key: &str, default| {
+                let Some(given) = Given::of(env, var, file) else {
+                    return default;
+                };
+                match parse_duration(given.text(), Zero::Rejected) {
+                    Ok(duration) => duration,
+                    Err(message) => {
+                        checker.report_given(&given, scope, key, message);
+                        default
+                    }
+                }
+            };
+        let shutdown_grace = duration(
+            self,
+            SHUTDOWN_GRACE_ENV,
+            raw.shutdown_grace.as_ref(),
+            "shutdown_grace",
+            DEFAULT_SHUTDOWN_GRACE,
+        );
+        let history_retention = duration(
+            self,
+            HISTORY_RETENTION_ENV,
+            raw.history_retention.as_ref(),
+            "history_retention",
+            DEFAULT_HISTORY_RETENTION,
+        );
+        let metrics_listen = Given::of(env, METRICS_LISTEN_ENV, raw.metrics_listen.as_ref())
+            .and_then(|given| match given.text().trim().parse::<SocketAddr>() {
                 Ok(addr) => Some(addr),
                 Err(_) => {
-                    self.report(
-                        Some(listen.span()),
-                        Some(scope),
-                        Some("metrics_listen"),
-                        format!(
-                            "invalid listen address {:?}: expected IP:PORT such as \"127.0.0.1:9187\"",
-                            listen.get_ref()
-                        ),
+                    let message = format!(
+                        "invalid listen address {:?}: expected IP:PORT such as \"127.0.0.1:9187\"",
+                        given.text()
                     );
+                    self.report_given(&given, scope, "metrics_listen", message);
                     None
                 }
-            }
-        });
+            });
         DaemonConfig {
             shutdown_grace,
             metrics_listen,

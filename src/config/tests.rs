@@ -414,6 +414,55 @@ fn invalid_toml_names_the_line() {
     assert!(found[0].message.contains("invalid TOML"));
 }
 
+/// Every `[database]` and `[daemon]` key can be set from the environment,
+/// which wins over the file; a bad value names its variable, not a line.
+#[test]
+fn the_environment_overrides_database_and_daemon_keys() {
+    let text = format!(
+        "{DB}pool_size = 4\n\n[daemon]\nshutdown_grace = \"30s\"\nmetrics_listen = \"127.0.0.1:9187\"\nhistory_retention = \"30d\"\n"
+    );
+    let env = Environment::default()
+        .with(POOL_SIZE_ENV, "12")
+        .with(SHUTDOWN_GRACE_ENV, "5s")
+        .with(METRICS_LISTEN_ENV, "127.0.0.1:9300")
+        .with(HISTORY_RETENTION_ENV, "7d");
+    if cfg!(feature = "sqlite") {
+        let config = Config::parse(Path::new("jobs.toml"), &text, &env).expect("valid");
+        assert_eq!(config.database.pool_size, 12);
+        assert_eq!(config.daemon.shutdown_grace, Duration::from_secs(5));
+        assert_eq!(
+            config.daemon.metrics_listen,
+            Some("127.0.0.1:9300".parse().expect("addr"))
+        );
+        assert_eq!(
+            config.daemon.history_retention,
+            Duration::from_secs(7 * 86_400)
+        );
+        // Unset, the file's values stand.
+        let config =
+            Config::parse(Path::new("jobs.toml"), &text, &Environment::default()).expect("valid");
+        assert_eq!(config.database.pool_size, 4);
+        assert_eq!(config.daemon.shutdown_grace, Duration::from_secs(30));
+    }
+    let bad = Environment::default()
+        .with(POOL_SIZE_ENV, "lots")
+        .with(METRICS_LISTEN_ENV, "9300");
+    let error = Config::parse(Path::new("jobs.toml"), &text, &bad).expect_err("rejected");
+    let keys: Vec<Option<&str>> = error.diagnostics.iter().map(|d| d.key.as_deref()).collect();
+    assert!(keys.contains(&Some(POOL_SIZE_ENV)), "{error}");
+    assert!(keys.contains(&Some(METRICS_LISTEN_ENV)), "{error}");
+    assert!(
+        error.diagnostics.iter().all(|d| d.line.is_none()),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("overrides [daemon] metrics_listen"),
+        "{error}"
+    );
+}
+
 #[test]
 fn database_url_rules() {
     // Missing: an error, never a local default.
@@ -423,9 +472,7 @@ fn database_url_rules() {
     assert!(found[0].message.contains(DATABASE_URL_ENV));
 
     // The environment wins over the file.
-    let env = Environment {
-        database_url: Some("sqlite:///tmp/from-env.db".into()),
-    };
+    let env = Environment::default().with(DATABASE_URL_ENV, "sqlite:///tmp/from-env.db");
     if cfg!(feature = "sqlite") {
         let config = Config::parse(Path::new("jobs.toml"), DB, &env).expect("valid");
         assert_eq!(config.database.url.connection_string(), "/tmp/from-env.db");

@@ -1,0 +1,264 @@
+//! Every key the job file takes, with its default and what it does: the
+//! reference the man page's CONFIGURATION section is rendered from. Unit
+//! tests keep it equal to the keys the parser accepts and its defaults
+//! equal to the ones validation applies.
+
+/// One key of the job file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key {
+    /// `database`, `daemon`, `defaults` or `job`.
+    pub table: &'static str,
+    /// The key.
+    pub name: &'static str,
+    /// Its default, as written in the file (`None`: required or unset).
+    pub default: Option<&'static str>,
+    /// What it does.
+    pub about: &'static str,
+}
+
+const fn key(
+    table: &'static str,
+    name: &'static str,
+    default: Option<&'static str>,
+    about: &'static str,
+) -> Key {
+    Key {
+        table,
+        name,
+        default,
+        about,
+    }
+}
+
+/// What a job's own copy of a `[defaults]` key does.
+pub const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
+
+/// The keys a job takes from `[defaults]` or sets itself.
+const SETTINGS: [(&str, Option<&str>, &str); 10] = [
+    (
+        "timezone",
+        Some("\"UTC\""),
+        "IANA time zone the schedule is evaluated in (\"Europe/Berlin\").",
+    ),
+    (
+        "lock_at_most_for",
+        Some("\"10m\""),
+        "Lease length: how long another replica waits before it may take over a job whose holder died. Kept alive every third of it while the job runs.",
+    ),
+    (
+        "lock_at_least_for",
+        Some("\"0s\""),
+        "The lease is kept at least this long after a run starts, even if the run ends sooner: instants that come meanwhile are not run.",
+    ),
+    (
+        "timeout",
+        Some("\"1h\""),
+        "A run is stopped after this long (SIGTERM to its process group, SIGKILL after kill_grace) and recorded timed_out.",
+    ),
+    (
+        "kill_grace",
+        Some("\"10s\""),
+        "Between SIGTERM and SIGKILL when a run is stopped.",
+    ),
+    (
+        "catch_up",
+        Some("\"0s\""),
+        "At start and when the database is back, the latest instant nobody claimed is run once if it is at most this old and came after the job was added; 0s turns catch-up off.",
+    ),
+    (
+        "output_limit",
+        Some("\"64KiB\""),
+        "How much of the end of a run's stdout and stderr is kept in history.",
+    ),
+    (
+        "shell",
+        Some("\"/bin/sh\""),
+        "The shell that runs command (as shell -c command).",
+    ),
+    (
+        "retries",
+        Some("0"),
+        "How often a failed or timed-out run is tried again, under the same lease (0 to 100).",
+    ),
+    (
+        "retry_backoff",
+        Some("\"10s\""),
+        "The pause before each retry.",
+    ),
+];
+
+/// Every key, table by table, in the order the man page lists them.
+pub fn all() -> Vec<Key> {
+    let mut keys = vec![
+        key(
+            "database",
+            "url",
+            None,
+            "Where leases and history live: sqlite://PATH (one host), mysql://USER:PASS@HOST:PORT/DB or postgres://USER:PASS@HOST:PORT/DB. Required; REPLICRON_DATABASE_URL overrides it. A relative SQLite path is relative to the file's folder.",
+        ),
+        key(
+            "database",
+            "pool_size",
+            Some("8"),
+            "The most connections a replica opens (1 to 1000).",
+        ),
+        key(
+            "daemon",
+            "shutdown_grace",
+            Some("\"30s\""),
+            "On SIGTERM or SIGINT, how long running jobs may finish before they are stopped and recorded killed.",
+        ),
+        key(
+            "daemon",
+            "metrics_listen",
+            None,
+            "IP:PORT to serve /metrics (Prometheus) and /healthz on; unset, nothing is served.",
+        ),
+        key(
+            "daemon",
+            "history_retention",
+            Some("\"30d\""),
+            "History rows older than this are deleted, by one replica at a time.",
+        ),
+    ];
+    keys.extend(
+        SETTINGS
+            .iter()
+            .map(|(name, default, about)| key("defaults", name, *default, about)),
+    );
+    keys.extend([
+        key(
+            "job",
+            "name",
+            None,
+            "Unique; 1 to 64 of A-Z a-z 0-9 _ . : - and not starting with replicron. It names the job's lease row and its history. Required.",
+        ),
+        key(
+            "job",
+            "schedule",
+            None,
+            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). See SCHEDULES. Required.",
+        ),
+        key(
+            "job",
+            "command",
+            None,
+            "A command line run as shell -c command. Exactly one of command and args.",
+        ),
+        key(
+            "job",
+            "args",
+            None,
+            "A program and its arguments, run without a shell: [\"/usr/local/bin/purge\", \"--days\", \"30\"].",
+        ),
+        key(
+            "job",
+            "env",
+            None,
+            "Environment variables for the run, on top of the daemon's own (less replicron's settings, see ENVIRONMENT).",
+        ),
+        key(
+            "job",
+            "working_dir",
+            None,
+            "The run's working directory; the daemon's if unset.",
+        ),
+        key(
+            "job",
+            "enabled",
+            Some("true"),
+            "A disabled job is validated but never scheduled.",
+        ),
+    ]);
+    keys.extend(
+        SETTINGS
+            .iter()
+            .map(|(name, _, _)| key("job", name, None, AS_IN_DEFAULTS)),
+    );
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::{Config, Environment};
+
+    /// The keys serde names as expected when it meets an unknown one.
+    fn accepted(table_header: &str) -> Vec<String> {
+        let text =
+            format!("[database]\nurl = \"sqlite:///tmp/x.db\"\n{table_header}\nno_such_key = 1\n");
+        let error = Config::parse(Path::new("jobs.toml"), &text, &Environment::default())
+            .expect_err("an unknown key");
+        let message = error.to_string();
+        // serde: "expected `a` or `b`" or "expected one of `a`, `b`, `c`".
+        let expected = message
+            .split("expected ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no key list in {message}"));
+        expected
+            .trim_start_matches("one of ")
+            .replace(" or ", ",")
+            .split(',')
+            .map(|k| k.trim().trim_matches('`').to_string())
+            .filter(|k| !k.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn the_reference_lists_exactly_the_keys_the_parser_takes() {
+        for (table, header) in [
+            ("database", "[database]"),
+            ("daemon", "[daemon]"),
+            ("defaults", "[defaults]"),
+            ("job", "[[job]]"),
+        ] {
+            let mut documented: Vec<String> = all()
+                .iter()
+                .filter(|k| k.table == table)
+                .map(|k| k.name.to_string())
+                .collect();
+            let mut parsed = if table == "database" {
+                // The unknown key lands in the [database] above.
+                accepted("")
+            } else {
+                accepted(header)
+            };
+            documented.sort();
+            parsed.sort();
+            assert_eq!(documented, parsed, "[{table}]");
+        }
+    }
+
+    #[test]
+    fn the_documented_defaults_are_the_ones_applied() {
+        // A job that sets every key to its documented default reads the
+        // same as one that sets none.
+        let mut explicit = String::from("[database]\nurl = \"sqlite:///tmp/x.db\"\n\n[defaults]\n");
+        for key in all().iter().filter(|k| k.table == "defaults") {
+            if let Some(default) = key.default {
+                explicit.push_str(&format!("{} = {default}\n", key.name));
+            }
+        }
+        explicit.push_str("\n[[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\n");
+        let implicit = "[database]\nurl = \"sqlite:///tmp/x.db\"\n\n[[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\n";
+        let parse = |text: &str| {
+            Config::parse(Path::new("jobs.toml"), text, &Environment::default()).expect("valid")
+        };
+        if cfg!(feature = "sqlite") {
+            let (a, b) = (parse(&explicit), parse(implicit));
+            assert_eq!(a.jobs, b.jobs);
+            assert_eq!(a.defaults, b.defaults);
+            assert_eq!(a.database.pool_size, crate::config::DEFAULT_POOL_SIZE);
+            assert_eq!(
+                a.daemon.shutdown_grace,
+                crate::config::DEFAULT_SHUTDOWN_GRACE
+            );
+            assert_eq!(
+                a.daemon.history_retention,
+                crate::config::DEFAULT_HISTORY_RETENTION
+            );
+        }
+    }
+}
