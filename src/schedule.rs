@@ -67,10 +67,13 @@ impl Schedule {
                 ));
             }
         };
+        check_ranges(&fields).map_err(|e| format!("invalid schedule {expression:?}: {e}"))?;
         let (dom, dow) = (fields[fields.len() - 3], fields[fields.len() - 1]);
         // Vixie cron: a day field that starts with `*` (including `*/2`)
-        // makes the two day fields combine with AND instead of OR.
-        let vixie_and = dom.starts_with('*') || dow.starts_with('*');
+        // makes the two day fields combine with AND instead of OR; `?` (no
+        // specific value, an extension) counts as `*`.
+        let unrestricted = |field: &str| field.starts_with('*') || field == "?";
+        let vixie_and = unrestricted(dom) || unrestricted(dow);
         let parser = CronParser::builder()
             .seconds(seconds)
             .year(croner::parser::Year::Disallowed)
@@ -140,6 +143,48 @@ impl Schedule {
         }
         instants
     }
+}
+
+/// The fields of a 6-field expression, with the values each may hold.
+const FIELDS: [(&str, u32, u32); 6] = [
+    ("second", 0, 59),
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 7),
+];
+
+/// Names each number of an expression's fields (`minute 61 is out of range
+/// 0–59`), before croner parses it: croner would only say "Number out of
+/// bounds". The extensions croner accepts (`L`, `W`, `#`, `?`) are left to
+/// it.
+fn check_ranges(fields: &[&str]) -> Result<(), String> {
+    let named = &FIELDS[FIELDS.len() - fields.len()..];
+    for (field, (name, low, high)) in fields.iter().zip(named) {
+        for item in field.split(',') {
+            let (range, step) = match item.split_once('/') {
+                Some((range, step)) => (range, Some(step)),
+                None => (item, None),
+            };
+            if step.and_then(|step| step.parse::<u32>().ok()) == Some(0) {
+                return Err(format!(
+                    "{name} step 0 is not allowed: a step is at least 1"
+                ));
+            }
+            for bound in range.split('-') {
+                // Names (jan, mon), `*`, `?` and the L/W/# extensions are
+                // croner's to judge; only plain numbers are checked here.
+                let Ok(value) = bound.parse::<u32>() else {
+                    continue;
+                };
+                if value < *low || value > *high {
+                    return Err(format!("{name} {value} is out of range {low}–{high}"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn expand_macro(expression: &str) -> Result<String, String> {
@@ -452,6 +497,19 @@ mod tests {
         assert!(err.contains("@reboot"), "{err}");
         let err = Schedule::parse("61 * * * *", Tz::UTC).unwrap_err();
         assert!(err.contains("61 * * * *"), "{err}");
+        assert!(err.contains("minute 61 is out of range 0–59"), "{err}");
+        for (bad, message) in [
+            ("0 24 * * *", "hour 24 is out of range 0–23"),
+            ("0 0 0 * *", "day-of-month 0 is out of range 1–31"),
+            ("0 0 1 13 *", "month 13 is out of range 1–12"),
+            ("0 0 * * 8", "day-of-week 8 is out of range 0–7"),
+            ("0 0 1-40 * *", "day-of-month 40 is out of range 1–31"),
+            ("60 0 0 * * *", "second 60 is out of range 0–59"),
+            ("*/0 * * * *", "minute step 0 is not allowed"),
+        ] {
+            let err = Schedule::parse(bad, Tz::UTC).unwrap_err();
+            assert!(err.contains(message), "{bad}: {err}");
+        }
         let err = Schedule::parse("0 0 30 2 *", Tz::UTC).unwrap_err();
         assert!(err.contains("never fires"), "{err}");
     }
@@ -501,6 +559,41 @@ mod tests {
         assert_eq!(
             next_n("0 0 */2 * 1", "UTC", "2027-03-01T00:00:01Z", 2),
             ["2027-03-15T00:00:00Z", "2027-03-29T00:00:00Z"]
+        );
+    }
+
+    /// Beyond crontab(5), as croner reads them: `L` (last), `W` (nearest
+    /// weekday), `#` (nth weekday of the month) and `?` (no specific value).
+    #[test]
+    fn extensions_beyond_crontab() {
+        // The last day of each month.
+        assert_eq!(
+            next_n("0 0 L * *", "UTC", "2027-01-30T00:00:00Z", 3),
+            [
+                "2027-01-31T00:00:00Z",
+                "2027-02-28T00:00:00Z",
+                "2027-03-31T00:00:00Z"
+            ]
+        );
+        // The weekday nearest the 15th: 2027-05-15 is a Saturday, so Friday the 14th.
+        assert_eq!(
+            next_n("0 0 15W * *", "UTC", "2027-05-01T00:00:00Z", 1),
+            ["2027-05-14T00:00:00Z"]
+        );
+        // The second Friday of the month.
+        assert_eq!(
+            next_n("0 0 * * 5#2", "UTC", "2027-03-01T00:00:00Z", 2),
+            ["2027-03-12T00:00:00Z", "2027-04-09T00:00:00Z"]
+        );
+        // The last Friday of the month.
+        assert_eq!(
+            next_n("0 0 * * 5L", "UTC", "2027-03-01T00:00:00Z", 1),
+            ["2027-03-26T00:00:00Z"]
+        );
+        // `?` in a day field is `*`: every Monday, not every day.
+        assert_eq!(
+            next_n("0 0 ? * 1", "UTC", "2027-03-01T00:00:01Z", 2),
+            ["2027-03-08T00:00:00Z", "2027-03-15T00:00:00Z"]
         );
     }
 
