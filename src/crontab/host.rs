@@ -1,0 +1,160 @@
+//! What the importer needs to know about the host cron ran on: its time
+//! zone, its users, its programs and who is importing.
+//!
+//! The decisions are pure functions of values ([`host_zone`] takes the `TZ`
+//! variable, `/etc/timezone` and the `/etc/localtime` link as arguments), so
+//! that tests choose the host; [`Host::from_system`] is the thin layer that
+//! reads this host.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use chrono_tz::Tz;
+
+/// Users a Debian or Red Hat system has whether or not `/etc/passwd` here
+/// lists them: a crontab from another host names them in its user column.
+pub const SYSTEM_USERS: &[&str] = &[
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
+    "www-data", "backup", "list", "irc", "gnats", "nobody", "adm", "operator", "ftp", "apache",
+    "nginx", "postgres", "mysql", "redis", "postfix", "smmsp", "_apt",
+];
+
+/// The zone cron ran jobs in, and where that was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostZone {
+    /// The zone.
+    pub zone: Tz,
+    /// Where it came from, for the comment and the note (`from
+    /// /etc/timezone`, …).
+    pub origin: String,
+    /// Sources that were set but named no zone replicron knows, each
+    /// with why it was passed over.
+    pub rejected: Vec<String>,
+}
+
+/// The host's zone as cron sees it: the `TZ` variable, else
+/// `/etc/timezone`, else the zone the `/etc/localtime` link points to under
+/// `zoneinfo/`, else UTC. Each argument is that source's content, or `None`
+/// when it is absent.
+pub fn host_zone(
+    tz_variable: Option<&str>,
+    etc_timezone: Option<&str>,
+    localtime_target: Option<&Path>,
+) -> HostZone {
+    let mut rejected = Vec::new();
+    let link = localtime_target.map(|p| p.to_string_lossy().into_owned());
+    let candidates = [
+        (tz_variable, "the TZ environment variable"),
+        (etc_timezone, "/etc/timezone"),
+        (link.as_deref(), "the /etc/localtime link"),
+    ];
+    for (value, origin) in candidates {
+        let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        match zone_name(value).and_then(|name| name.parse::<Tz>().ok()) {
+            Some(zone) => {
+                return HostZone {
+                    zone,
+                    origin: format!("from {origin}"),
+                    rejected,
+                };
+            }
+            None => rejected.push(format!(
+                "{origin} says {value:?}, which is no IANA zone name: passed over"
+            )),
+        }
+    }
+    HostZone {
+        zone: Tz::UTC,
+        origin: "by default: neither TZ, /etc/timezone nor /etc/localtime names one".to_string(),
+        rejected,
+    }
+}
+
+/// The IANA name in a `TZ` value, an `/etc/timezone` line or a path into
+/// the zone database (`:Europe/Berlin`, `/usr/share/zoneinfo/posix/UTC`).
+fn zone_name(value: &str) -> Option<&str> {
+    let value = value.strip_prefix(':').unwrap_or(value);
+    let name = match value.rsplit_once("zoneinfo/") {
+        Some((_, name)) => name,
+        None if value.starts_with('/') || value.starts_with('.') => return None,
+        None => value,
+    };
+    let name = name
+        .strip_prefix("posix/")
+        .or_else(|| name.strip_prefix("right/"))
+        .unwrap_or(name);
+    (!name.is_empty()).then_some(name)
+}
+
+/// What cron's host looked like, as far as an import cares.
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// The zone jobs without `CRON_TZ` ran in.
+    pub zone: HostZone,
+    /// Users known here ([`SYSTEM_USERS`] and `/etc/passwd`).
+    pub users: BTreeSet<String>,
+    /// Program names found in the usual `bin` folders.
+    pub programs: BTreeSet<String>,
+    /// The user importing, whom a line's own user is compared with.
+    pub me: Option<String>,
+}
+
+impl Host {
+    /// A host in `zone` that knows only [`SYSTEM_USERS`] and no programs.
+    pub fn new(zone: HostZone) -> Host {
+        Host {
+            zone,
+            users: SYSTEM_USERS.iter().map(|u| u.to_string()).collect(),
+            programs: BTreeSet::new(),
+            me: None,
+        }
+    }
+
+    /// This host: its zone, `/etc/passwd`, `$PATH`'s usual folders and
+    /// `$USER`. What cannot be read is left out, never an error: the import
+    /// then says it was unsure.
+    pub fn from_system() -> Host {
+        let tz = std::env::var("TZ").ok();
+        let etc_timezone = std::fs::read_to_string("/etc/timezone").ok();
+        let localtime = std::fs::read_link("/etc/localtime").ok();
+        let mut host = Host::new(host_zone(
+            tz.as_deref(),
+            etc_timezone.as_deref(),
+            localtime.as_deref(),
+        ));
+        if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
+            host.users.extend(passwd_users(&passwd));
+        }
+        for dir in [
+            "/usr/local/sbin",
+            "/usr/local/bin",
+            "/usr/sbin",
+            "/usr/bin",
+            "/sbin",
+            "/bin",
+        ] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            host.programs.extend(
+                entries
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str().map(str::to_string)),
+            );
+        }
+        host.me = std::env::var("USER").ok().filter(|u| !u.is_empty());
+        host
+    }
+}
+
+/// The user names of an `/etc/passwd` text.
+pub fn passwd_users(passwd: &str) -> impl Iterator<Item = String> + '_ {
+    passwd
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(':').next())
+        .filter(|name| !name.is_empty() && !name.starts_with('+') && !name.starts_with('-'))
+        .map(str::to_string)
+}

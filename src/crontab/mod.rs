@@ -1,0 +1,515 @@
+//! `replicron import-crontab`: crontabs turned into one replicron TOML file.
+//!
+//! Reads user crontabs and system crontabs (`/etc/crontab`, `/etc/cron.d/*`,
+//! with a user column between the schedule and the command), one file or
+//! many, merged into one config with one `[defaults]` and job names unique
+//! across the files. Per file, as cron reads it: comments, environment
+//! lines (`SHELL`, `CRON_TZ`/`TZ` become the shell and time zone of the jobs
+//! below them, `MAILTO` and `MAILFROM` are reported, anything else becomes
+//! the jobs' `env`), 5-field lines and `@` macros. Every schedule is parsed
+//! as `replicron check` parses it, in the zone it runs in, so the output
+//! passes `check` and fires at the instants cron fired. Jobs without a zone
+//! of their own ran in the host's zone, which `[defaults]` keeps.
+//!
+//! What cannot be carried over is reported, line by line, as a [`Note`]:
+//! `@reboot`, a command using crontab's `%` (stdin), an invalid schedule, a
+//! user other than the one importing, and every guess the importer was not
+//! sure of. A file that is not a crontab at all (an anacrontab, a script)
+//! is refused as a whole, so that nothing half-right is printed.
+//!
+//! The work is split: [`files`] finds the files as cron would (a folder's
+//! entries, skipping what cron skips), [`host`] reads what the host says
+//! (its zone, its users), `detect` recognises what a file is and whether it
+//! has a user column, and `name` turns commands into job names. Everything
+//! past [`files`] and [`host`] is pure, so that tests decide what the host
+//! looks like.
+
+pub mod files;
+pub mod host;
+
+mod detect;
+mod name;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+
+use chrono_tz::Tz;
+
+pub use self::host::{Host, HostZone, host_zone};
+use crate::schedule::Schedule;
+
+/// A finding that did not carry over as it was, or that the importer was
+/// not sure of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// The file it is about, as it was named; `None` for the whole import.
+    pub file: Option<String>,
+    /// 1-based line; `None` for the whole file.
+    pub line: Option<usize>,
+    /// What happened.
+    pub message: String,
+}
+
+impl Note {
+    fn at(file: &str, line: usize, message: impl Into<String>) -> Note {
+        Note {
+            file: Some(file.to_string()),
+            line: Some(line),
+            message: message.into(),
+        }
+    }
+
+    fn file(file: &str, message: impl Into<String>) -> Note {
+        Note {
+            file: Some(file.to_string()),
+            line: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// `file:line: message`, as compilers write them.
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => write!(f, "{file}:{line}: {}", self.message),
+            (Some(file), None) => write!(f, "{file}: {}", self.message),
+            (None, _) => write!(f, "replicron: {}", self.message),
+        }
+    }
+}
+
+/// One crontab to import.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// How notes and comments name it: the path as given, or `stdin`.
+    pub name: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// The result of an import.
+#[derive(Clone, Debug, Default)]
+pub struct Import {
+    /// The TOML text.
+    pub toml: String,
+    /// What did not carry over, changed meaning, or was guessed.
+    pub notes: Vec<Note>,
+    /// How many jobs were written.
+    pub jobs: usize,
+}
+
+/// Why nothing was imported.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// A file that is not a crontab; `what` says what it is.
+    #[error("{file}: {what}")]
+    NotACrontab {
+        /// The file, as named.
+        file: String,
+        /// What it is instead, and what to do.
+        what: String,
+    },
+    /// Nothing to import: only folders without crontabs were named.
+    #[error("{0}: no crontab to import: no file there that cron would read")]
+    Nothing(String),
+    /// A file or folder that could not be read.
+    #[error("reading {path}: {error}")]
+    Read {
+        /// The path, as named.
+        path: String,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
+/// Converts `sources` into one config. `user_column` forces (or rules out)
+/// the user column in every file; `None` decides per file from its content
+/// and path. `host` says what cron's host looked like: its zone and users.
+pub fn import(
+    sources: &[Source],
+    user_column: Option<bool>,
+    host: &Host,
+) -> Result<Import, ImportError> {
+    let parsed: Vec<Vec<Line<'_>>> = sources.iter().map(|s| parse(&s.text)).collect();
+    // Refused before anything is written: one anacrontab among the files
+    // stops the whole import rather than leaving its jobs out quietly.
+    for (source, lines) in sources.iter().zip(&parsed) {
+        detect::refuse(&source.name, &source.text, lines)?;
+    }
+    let mut out = Import::default();
+    let mut names = name::Names::default();
+    let mut jobs = String::new();
+    let mut in_host_zone = 0;
+    for (source, lines) in sources.iter().zip(&parsed) {
+        let column = detect::user_column(&source.name, lines, user_column, host);
+        let mut notes: Vec<Note> = column
+            .notes
+            .iter()
+            .map(|(line, message)| Note::at(&source.name, *line, message.clone()))
+            .collect();
+        let mut file = FileImport {
+            source,
+            host,
+            user_column: column.on,
+            skip: &column.skip,
+            env: BTreeMap::new(),
+            shell: None,
+            zone: None,
+            notes: &mut notes,
+            jobs: &mut jobs,
+            names: &mut names,
+            written: 0,
+            in_host_zone: 0,
+        };
+        for line in lines {
+            file.line(line);
+        }
+        let (written, host_zoned) = (file.written, file.in_host_zone);
+        if written == 0 && !lines.iter().any(|l| matches!(l.kind, Kind::Job { .. })) {
+            notes.push(Note::file(&source.name, "no jobs in it"));
+        }
+        out.jobs += written;
+        in_host_zone += host_zoned;
+        // Line order, so that a reader can go down the file with the notes.
+        notes.sort_by_key(|n| n.line);
+        out.notes.extend(notes);
+    }
+    let zone = &host.zone;
+    if in_host_zone > 0 {
+        let mut message = format!(
+            "{in_host_zone} job(s) set no CRON_TZ, so cron ran them in this host's time zone; \
+             [defaults] timezone is set to {} ({}): every replica fires them in that zone, whatever its own",
+            zone.zone.name(),
+            zone.origin
+        );
+        for rejected in &zone.rejected {
+            let _ = write!(message, "; {rejected}");
+        }
+        out.notes.insert(
+            0,
+            Note {
+                file: None,
+                line: None,
+                message,
+            },
+        );
+    }
+    let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+    out.toml = format!(
+        "# Imported from {} by `replicron import-crontab`.\n\
+         # Set the shared database in [database] url, or in REPLICRON_DATABASE_URL:\n\
+         # there is deliberately no default.\n\
+         # [database]\n\
+         # url = \"postgres://replicron:…@db.internal:5432/cron\"\n\n\
+         [defaults]\n\
+         # cron runs jobs in its host's time zone, replicron in UTC unless told:\n\
+         # this is the host's zone ({}).\n\
+         # Jobs under a CRON_TZ line carry their own timezone.\n\
+         timezone = {}\n\n{jobs}",
+        names.join(", "),
+        zone.origin,
+        toml_string(zone.zone.name())
+    );
+    Ok(out)
+}
+
+/// One non-blank, non-comment line of a crontab.
+#[derive(Clone, Debug)]
+struct Line<'a> {
+    /// 1-based.
+    number: usize,
+    /// As written, trimmed.
+    raw: &'a str,
+    kind: Kind<'a>,
+}
+
+#[derive(Clone, Debug)]
+enum Kind<'a> {
+    /// `NAME=value`.
+    Env { key: String, value: String },
+    /// A schedule (5 fields or an `@` word) and the rest of the line: the
+    /// user, if the file has a user column, and the command.
+    Job { schedule: String, rest: &'a str },
+    /// `@reboot` and the rest of the line.
+    Reboot { rest: &'a str },
+    /// Neither: too few fields.
+    Malformed,
+}
+
+fn parse(text: &str) -> Vec<Line<'_>> {
+    let mut lines = Vec::new();
+    for (index, raw) in text.lines().enumerate() {
+        let raw = raw.trim();
+        if raw.is_empty() || raw.starts_with('#') {
+            continue;
+        }
+        let kind = if let Some((key, value)) = env_assignment(raw) {
+            Kind::Env { key, value }
+        } else if raw.starts_with('@') {
+            let (word, rest) = split_word(raw);
+            if word == "@reboot" {
+                Kind::Reboot { rest }
+            } else if rest.is_empty() {
+                Kind::Malformed
+            } else {
+                Kind::Job {
+                    schedule: word.to_string(),
+                    rest,
+                }
+            }
+        } else {
+            let mut rest = raw;
+            let mut fields = Vec::with_capacity(5);
+            for _ in 0..5 {
+                let (word, tail) = split_word(rest);
+                fields.push(word);
+                rest = tail;
+            }
+            if fields.iter().any(|f| f.is_empty()) || rest.is_empty() {
+                Kind::Malformed
+            } else {
+                Kind::Job {
+                    schedule: fields.join(" "),
+                    rest,
+                }
+            }
+        };
+        lines.push(Line {
+            number: index + 1,
+            raw,
+            kind,
+        });
+    }
+    lines
+}
+
+/// The state of one file as its lines are read: cron's environment lines
+/// apply to the lines below them, in that file only.
+struct FileImport<'a> {
+    source: &'a Source,
+    host: &'a Host,
+    user_column: bool,
+    /// Lines the user-column check already reported and left out.
+    skip: &'a std::collections::BTreeSet<usize>,
+    env: BTreeMap<String, String>,
+    shell: Option<String>,
+    /// The last `CRON_TZ`/`TZ`: its zone, or why it is not one.
+    zone: Option<Result<Tz, String>>,
+    notes: &'a mut Vec<Note>,
+    jobs: &'a mut String,
+    names: &'a mut name::Names,
+    written: usize,
+    in_host_zone: usize,
+}
+
+impl FileImport<'_> {
+    fn note(&mut self, line: usize, message: impl Into<String>) {
+        self.notes.push(Note::at(&self.source.name, line, message));
+    }
+
+    /// A commented-out copy of a line that is not imported, so that the
+    /// TOML still shows every job the crontab had.
+    fn left_out(&mut self, line: &Line<'_>, why: &str) {
+        let _ = writeln!(
+            self.jobs,
+            "# {}:{} not imported ({why}): {}\n",
+            self.source.name, line.number, line.raw
+        );
+    }
+
+    fn line(&mut self, line: &Line<'_>) {
+        let number = line.number;
+        match &line.kind {
+            Kind::Env { key, value } => match key.as_str() {
+                "SHELL" => self.shell = Some(value.clone()),
+                "CRON_TZ" | "TZ" => {
+                    let zone = value.parse::<Tz>().map_err(|_| {
+                        format!(
+                            "{key}={value:?} is not a time zone replicron knows (expected an IANA name such as \
+                             \"Europe/Berlin\"): the jobs below it are not imported"
+                        )
+                    });
+                    if let Err(message) = &zone {
+                        self.note(number, message.clone());
+                    }
+                    self.zone = Some(zone);
+                }
+                "MAILTO" | "MAILFROM" => self.note(
+                    number,
+                    format!(
+                        "{key}={value:?}: replicron mails nothing; output goes to its log and history"
+                    ),
+                ),
+                // cronie's: start each job up to that many minutes late.
+                "RANDOM_DELAY" => self.note(
+                    number,
+                    format!(
+                        "{key}={value:?}: replicron fires on the schedule itself, with no random delay"
+                    ),
+                ),
+                _ => {
+                    self.env.insert(key.clone(), value.clone());
+                }
+            },
+            Kind::Reboot { rest } => self.note(
+                number,
+                format!(
+                    "@reboot is not carried over: run it from the host's start-up, not once per fleet: {rest}"
+                ),
+            ),
+            Kind::Malformed => self.note(
+                number,
+                "not a crontab line (5 time fields and a command): skipped",
+            ),
+            Kind::Job { schedule, rest } => self.job(line, schedule, rest),
+        }
+    }
+
+    fn job(&mut self, line: &Line<'_>, schedule: &str, rest: &str) {
+        let number = line.number;
+        if self.skip.contains(&number) {
+            self.left_out(line, "no user where the user column should be");
+            return;
+        }
+        let zone = match &self.zone {
+            None => self.host.zone.zone,
+            Some(Ok(zone)) => *zone,
+            Some(Err(_)) => {
+                self.note(
+                    number,
+                    "not imported: the CRON_TZ or TZ above it is not a known time zone",
+                );
+                self.left_out(line, "unknown time zone");
+                return;
+            }
+        };
+        // The same validation as `replicron check`, in the zone the job
+        // runs in, so that the output is a config that loads.
+        if let Err(error) = Schedule::parse(schedule, zone) {
+            self.note(number, format!("{error}: not imported"));
+            self.left_out(line, "invalid schedule");
+            return;
+        }
+        let (user, command) = if self.user_column {
+            let (user, command) = split_word(rest);
+            (Some(user), command)
+        } else {
+            (None, rest)
+        };
+        if command.is_empty() {
+            self.note(number, "no command: not imported");
+            self.left_out(line, "no command");
+            return;
+        }
+        let Some(command) = unescape_percent(command) else {
+            self.note(
+                number,
+                format!(
+                    "the command uses crontab's % (input lines), which replicron does not feed: job written commented out: {command}"
+                ),
+            );
+            self.left_out(line, "uses % for stdin");
+            return;
+        };
+        let name = self.names.unique(&name::from_command(&command));
+        let _ = writeln!(self.jobs, "# {}:{}: {}", self.source.name, number, line.raw);
+        if let Some(user) = user {
+            let _ = writeln!(
+                self.jobs,
+                "# ran as user {user:?}; replicron runs jobs as its own user"
+            );
+            if self.host.me.as_deref() != Some(user) {
+                self.note(
+                    number,
+                    format!("ran as {user}: under replicron it runs as replicron's user"),
+                );
+            }
+        }
+        let jobs = &mut *self.jobs;
+        let _ = writeln!(jobs, "[[job]]");
+        let _ = writeln!(jobs, "name = {}", toml_string(&name));
+        let _ = writeln!(jobs, "schedule = {}", toml_string(schedule));
+        let _ = writeln!(jobs, "command = {}", toml_string(&command));
+        if self.zone.is_some() {
+            let _ = writeln!(jobs, "timezone = {}", toml_string(zone.name()));
+        } else {
+            self.in_host_zone += 1;
+        }
+        if let Some(shell) = &self.shell {
+            let _ = writeln!(jobs, "shell = {}", toml_string(shell));
+        }
+        if !self.env.is_empty() {
+            let pairs: Vec<String> = self
+                .env
+                .iter()
+                .map(|(k, v)| format!("{} = {}", toml_key(k), toml_string(v)))
+                .collect();
+            let _ = writeln!(jobs, "env = {{ {} }}", pairs.join(", "));
+        }
+        jobs.push('\n');
+        self.written += 1;
+    }
+}
+
+/// `NAME=value` (value optionally quoted), as crontab(5) allows.
+fn env_assignment(line: &str) -> Option<(String, String)> {
+    let (key, value) = line.split_once('=')?;
+    let key = key.trim();
+    if key.is_empty()
+        || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        || key.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return None;
+    }
+    let value = value.trim();
+    let value = value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+        .unwrap_or(value);
+    Some((key.to_string(), value.to_string()))
+}
+
+/// The first whitespace-separated word and what follows it, trimmed.
+fn split_word(text: &str) -> (&str, &str) {
+    let text = text.trim_start();
+    match text.find(char::is_whitespace) {
+        Some(end) => (&text[..end], text[end..].trim_start()),
+        None => (text, ""),
+    }
+}
+
+/// `\%` becomes `%`; an unescaped `%` (crontab's stdin) is `None`.
+fn unescape_percent(command: &str) -> Option<String> {
+    let mut out = String::with_capacity(command.len());
+    let mut chars = command.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'%') => {
+                out.push('%');
+                chars.next();
+            }
+            '%' => return None,
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+fn toml_string(value: &str) -> String {
+    toml::Value::String(value.to_string()).to_string()
+}
+
+fn toml_key(key: &str) -> String {
+    if key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        key.to_string()
+    } else {
+        toml_string(key)
+    }
+}

@@ -1,0 +1,513 @@
+//! The importer on crontabs of every shape, on a host the tests make up:
+//! its zone, users and programs are given, never read.
+
+use std::path::Path;
+
+use chrono_tz::Tz;
+
+use super::*;
+use crate::config::{Config, Environment};
+
+/// A host in `zone` with root, alice and the system users, where `php`
+/// and `mail` are programs and alice imports.
+fn host_in(zone: &str) -> Host {
+    let mut host = Host::new(host_zone(Some(zone), None, None));
+    host.users.insert("alice".to_string());
+    host.programs
+        .extend(["php".to_string(), "mail".to_string()]);
+    host.me = Some("alice".to_string());
+    host
+}
+
+fn host() -> Host {
+    host_in("UTC")
+}
+
+fn one(name: &str, text: &str) -> Vec<Source> {
+    vec![Source {
+        name: name.to_string(),
+        text: text.to_string(),
+    }]
+}
+
+fn run(name: &str, text: &str, user_column: Option<bool>) -> Import {
+    import(&one(name, text), user_column, &host()).expect("a crontab")
+}
+
+/// The output as `replicron check` loads it, once given a database.
+fn load(toml: &str) -> Config {
+    let text = format!("[database]\nurl = \"sqlite:///tmp/unused.db\"\n\n{toml}");
+    Config::parse(Path::new("imported.toml"), &text, &Environment::default())
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"))
+}
+
+fn lines_of(import: &Import) -> Vec<Option<usize>> {
+    import.notes.iter().map(|n| n.line).collect()
+}
+
+/// The notes about files, without the one about the host's zone.
+fn file_notes(import: &Import) -> Vec<&Note> {
+    import.notes.iter().filter(|n| n.file.is_some()).collect()
+}
+
+fn messages(import: &Import) -> String {
+    import
+        .notes
+        .iter()
+        .map(|n| format!("{n}\n"))
+        .collect::<String>()
+}
+
+const DEBIAN_LIKE: &str = "\
+SHELL=/bin/sh
+PATH=/usr/local/sbin:/usr/local/bin:/sbin:/bin:/usr/sbin:/usr/bin
+17 *\t* * *\troot\tcd / && run-parts --report /etc/cron.hourly
+25 6\t* * *\troot\ttest -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.daily; }
+";
+
+#[test]
+fn a_user_crontab() {
+    let text = "# m h dom mon dow command\nMAILTO=ops@example.com\nPATH=/usr/local/bin:/usr/bin:/bin\nCRON_TZ=Europe/Berlin\n\
+                */15 9-17 * * 1-5 /usr/local/bin/sync --quick\n@daily backup.sh > /tmp/backup.log 2>&1\n\
+                @reboot start-cache\n0 4 * * * echo \"50\\% done\"\n5 4 * * * mail -s hi ops%body\n";
+    let import = run("alice.crontab", text, None);
+    assert_eq!(import.jobs, 3);
+    assert!(import.toml.contains("name = \"sync\""), "{}", import.toml);
+    assert!(import.toml.contains("name = \"backup\""), "{}", import.toml);
+    assert!(import.toml.contains("schedule = \"*/15 9-17 * * 1-5\""));
+    assert!(import.toml.contains("timezone = \"Europe/Berlin\""));
+    assert!(
+        import
+            .toml
+            .contains("PATH = \"/usr/local/bin:/usr/bin:/bin\"")
+    );
+    assert!(import.toml.contains("schedule = \"@daily\""));
+    assert!(
+        import.toml.contains("command = 'echo \"50% done\"'"),
+        "{}",
+        import.toml
+    );
+    // Every job has its own zone: the host's is not relied on, not noted.
+    assert_eq!(
+        lines_of(&import),
+        [Some(2), Some(7), Some(9)],
+        "{:?}",
+        import.notes
+    );
+    assert!(import.notes[1].message.contains("@reboot"));
+    assert!(import.notes[2].message.contains('%'));
+    load(&import.toml);
+}
+
+#[test]
+fn a_system_crontab_read_from_anywhere_has_its_user_column_found_by_content() {
+    // Where the old importer only believed the path /etc/crontab: from an
+    // unpacked package, from stdin, under any name.
+    for name in ["/tmp/x/etc/crontab", "stdin", "system-jobs"] {
+        let import = run(name, DEBIAN_LIKE, None);
+        assert_eq!(import.jobs, 2, "{name}");
+        assert!(
+            import
+                .toml
+                .contains("command = \"cd / && run-parts --report /etc/cron.hourly\""),
+            "{name}: {}",
+            import.toml
+        );
+        assert!(
+            import.toml.contains("name = \"cron-hourly\""),
+            "{}",
+            import.toml
+        );
+        assert!(
+            import.toml.contains("name = \"cron-daily\""),
+            "{}",
+            import.toml
+        );
+        assert!(import.toml.contains("ran as user \"root\""));
+        assert!(import.toml.contains("shell = \"/bin/sh\""));
+        // Sure of it: the only notes are the host's zone and the two jobs'
+        // user, by line.
+        assert_eq!(
+            lines_of(&import),
+            [None, Some(3), Some(4)],
+            "{name}: {:?}",
+            import.notes
+        );
+        assert!(
+            file_notes(&import)
+                .iter()
+                .all(|n| n.message.contains("ran as root")),
+            "{}",
+            messages(&import)
+        );
+        load(&import.toml);
+    }
+}
+
+#[test]
+fn the_same_word_on_every_line_is_taken_as_the_user_with_a_note() {
+    // `deploy` is no user here (the crontab comes from another host).
+    let text =
+        "0 * * * * deploy /srv/app/bin/sync\n30 2 * * * deploy /srv/app/bin/report --daily\n";
+    let import = run("jobs", text, None);
+    assert_eq!(import.jobs, 2);
+    assert!(
+        import.toml.contains("command = \"/srv/app/bin/sync\""),
+        "{}",
+        import.toml
+    );
+    let unsure: Vec<&Note> = import
+        .notes
+        .iter()
+        .filter(|n| n.message.contains("taken as the user"))
+        .collect();
+    assert_eq!(unsure.len(), 2, "{}", messages(&import));
+    assert!(
+        unsure[0]
+            .message
+            .contains("every line has the same word there")
+    );
+    assert!(unsure[0].message.contains("--user-column=false"));
+    // In a cron.d folder, the path decides, and still says it guessed.
+    let import = run(
+        "/srv/backup/cron.d/app",
+        "0 * * * * deploy /srv/app/bin/sync\n",
+        None,
+    );
+    assert!(import.toml.contains("command = \"/srv/app/bin/sync\""));
+    assert!(messages(&import).contains("the file's path is a system crontab's"));
+}
+
+#[test]
+fn a_user_crontab_whose_sixth_field_is_a_command_has_no_user_column() {
+    let text = "\
+0 * * * * backup-db --full
+*/5 * * * * /usr/local/bin/poll
+0 3 * * * php /srv/artisan schedule:run
+0 4 * * * php /srv/artisan cache:prune
+";
+    let import = run("alice", text, None);
+    assert_eq!(import.jobs, 4);
+    assert!(
+        import.toml.contains("command = \"backup-db --full\""),
+        "{}",
+        import.toml
+    );
+    assert!(
+        import
+            .toml
+            .contains("command = \"php /srv/artisan schedule:run\"")
+    );
+    assert!(!import.toml.contains("ran as user"));
+    assert!(file_notes(&import).is_empty(), "{}", messages(&import));
+    // Two lines with the same program: `php` is a program here, not a user.
+    let text = "0 3 * * * php /srv/artisan schedule:run\n0 4 * * * php /srv/artisan cache:prune\n";
+    let import = run("alice", text, None);
+    assert!(
+        import
+            .toml
+            .contains("command = \"php /srv/artisan cache:prune\"")
+    );
+    assert!(file_notes(&import).is_empty(), "{}", messages(&import));
+    // A lone unknown word: read as the command, and said to be a guess.
+    let import = run("alice", "0 3 * * * rotate-logs nightly\n", None);
+    assert!(import.toml.contains("command = \"rotate-logs nightly\""));
+    assert!(
+        messages(&import).contains("--user-column=true"),
+        "{}",
+        messages(&import)
+    );
+}
+
+#[test]
+fn the_user_column_can_be_forced_either_way() {
+    let import = run("x", "0 * * * * rotate-logs nightly\n", Some(true));
+    assert!(
+        import.toml.contains("command = \"nightly\""),
+        "{}",
+        import.toml
+    );
+    let import = run("x", DEBIAN_LIKE, Some(false));
+    assert!(
+        import.toml.contains("command = \"root\\tcd / && run-parts"),
+        "{}",
+        import.toml
+    );
+    // Forced on a line whose sixth field is a path: not imported, said why.
+    let import = run("x", "0 * * * * /usr/bin/true\n", Some(true));
+    assert_eq!(import.jobs, 0);
+    assert!(messages(&import).contains("x:1: --user-column=true, but \"/usr/bin/true\""));
+}
+
+#[test]
+fn a_line_that_does_not_fit_the_user_column_is_reported() {
+    let text = "0 * * * * root /usr/bin/a\n5 * * * * root /usr/bin/b\n10 * * * * /usr/bin/c\n";
+    let import = run("x", text, None);
+    assert_eq!(import.jobs, 2);
+    assert!(
+        messages(&import).contains("x:3: expected a user after the schedule"),
+        "{}",
+        messages(&import)
+    );
+    assert!(
+        import.toml.contains("# x:3 not imported"),
+        "{}",
+        import.toml
+    );
+}
+
+#[test]
+fn invalid_schedules_are_reported_by_line_and_not_emitted() {
+    let text = "\
+61 * * * * /usr/bin/minute
+0 0 30 2 * /usr/bin/never
+@fortnightly /usr/bin/macro
+5 4 * * * /usr/bin/fine
+CRON_TZ=Mars/Olympus
+0 1 * * * /usr/bin/martian
+";
+    let import = run("alice", text, None);
+    assert_eq!(import.jobs, 1, "{}", import.toml);
+    assert!(import.toml.contains("name = \"fine\""));
+    for job in ["minute\"", "never\"", "macro\"", "martian\""] {
+        assert!(
+            !import.toml.contains(&format!("name = \"{job}")),
+            "{}",
+            import.toml
+        );
+    }
+    let text = messages(&import);
+    for expected in [
+        "alice:1: invalid schedule \"61 * * * *\": minute 61 is out of range",
+        "alice:2: schedule \"0 0 30 2 *\" never fires: not imported",
+        "alice:3: unknown macro \"@fortnightly\"",
+        "alice:5: CRON_TZ=\"Mars/Olympus\" is not a time zone",
+        "alice:6: not imported: the CRON_TZ or TZ above it",
+    ] {
+        assert!(text.contains(expected), "{expected}:\n{text}");
+    }
+    load(&import.toml);
+}
+
+/// The shape of Debian's /etc/anacrontab.
+const ANACRONTAB: &str = "\
+SHELL=/bin/sh
+HOME=/root
+START_HOURS_RANGE=3-22
+RANDOM_DELAY=30
+1\t5\tcron.daily\trun-parts --report /etc/cron.daily
+7\t10\tcron.weekly\trun-parts --report /etc/cron.weekly
+@monthly\t15\tcron.monthly\trun-parts --report /etc/cron.monthly
+";
+
+#[test]
+fn an_anacrontab_is_refused_saying_what_it_is() {
+    for text in [
+        ANACRONTAB.to_string(),
+        // Without the giveaway variable, by its lines alone.
+        ANACRONTAB.replace("START_HOURS_RANGE=3-22\n", ""),
+        // Only `@period delay id command` lines, which a crontab could read.
+        "START_HOURS_RANGE=3-22\n@monthly 15 cron.monthly run-parts /etc/cron.monthly\n"
+            .to_string(),
+    ] {
+        let error = import(&one("stdin", &text), None, &host()).expect_err("refused");
+        let message = error.to_string();
+        assert!(
+            message.starts_with("stdin: this is an anacrontab"),
+            "{message}"
+        );
+        assert!(
+            message.contains("period delay job-identifier command"),
+            "{message}"
+        );
+        assert!(matches!(error, ImportError::NotACrontab { .. }));
+    }
+    // One anacrontab among crontabs stops the whole import.
+    let mut sources = one("etc/crontab", DEBIAN_LIKE);
+    sources.extend(one("etc/anacrontab", ANACRONTAB));
+    let error = import(&sources, None, &host()).expect_err("refused");
+    assert!(error.to_string().starts_with("etc/anacrontab: "), "{error}");
+}
+
+#[test]
+fn a_script_is_no_crontab() {
+    let error = import(
+        &one("cron.d/helper", "#!/bin/sh\nset -e\ncd /srv\nexec ./run\n"),
+        None,
+        &host(),
+    )
+    .expect_err("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("cron.d/helper: not a crontab"),
+        "{message}"
+    );
+    assert!(message.contains("#!"), "{message}");
+}
+
+#[test]
+fn job_names_come_from_the_script_and_stay_unique() {
+    let sysstat = "\
+PATH=/usr/lib/sysstat:/usr/sbin:/usr/sbin:/usr/bin:/sbin:/bin
+5-55/10 * * * * root command -v debian-sa1 > /dev/null && debian-sa1 1 1
+59 23 * * * root command -v debian-sa1 > /dev/null && debian-sa1 60 2
+";
+    let import = run("cron.d/sysstat", sysstat, None);
+    let config = load(&import.toml);
+    let names: Vec<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["debian-sa1", "debian-sa1-2"]);
+    let anacron = "30 7-23 * * * root [ -x /usr/sbin/anacron ] && if [ ! -d /run/systemd/system ]; then /usr/sbin/anacron -s; fi\n";
+    let import = run("cron.d/anacron", anacron, None);
+    assert_eq!(load(&import.toml).jobs[0].name, "anacron");
+}
+
+#[test]
+fn several_files_make_one_config_with_one_defaults_table() {
+    let sources = vec![
+        Source {
+            name: "etc/crontab".to_string(),
+            text: DEBIAN_LIKE.to_string(),
+        },
+        Source {
+            name: "etc/cron.d/extra".to_string(),
+            text: "MAILTO=root\n17 * * * * root run-parts /etc/cron.hourly\n".to_string(),
+        },
+        Source {
+            name: "alice".to_string(),
+            text: "CRON_TZ=Asia/Tokyo\n0 9 * * * /home/alice/bin/cron-daily\n".to_string(),
+        },
+    ];
+    let import = import(&sources, None, &host_in("Europe/Berlin")).expect("crontabs");
+    assert_eq!(import.jobs, 4);
+    assert_eq!(
+        import.toml.matches("[defaults]").count(),
+        1,
+        "{}",
+        import.toml
+    );
+    assert!(import.toml.contains("etc/crontab, etc/cron.d/extra, alice"));
+    let config = load(&import.toml);
+    let jobs: Vec<(&str, Tz)> = config
+        .jobs
+        .iter()
+        .map(|j| (j.name.as_str(), j.schedule.zone()))
+        .collect();
+    assert_eq!(
+        jobs,
+        [
+            ("cron-hourly", Tz::Europe__Berlin),
+            ("cron-daily", Tz::Europe__Berlin),
+            ("cron-hourly-2", Tz::Europe__Berlin),
+            ("cron-daily-2", Tz::Asia__Tokyo),
+        ]
+    );
+    // A file's SHELL is its own.
+    let extra = import
+        .toml
+        .split("[[job]]")
+        .find(|b| b.contains("cron-hourly-2"))
+        .expect("the job");
+    assert!(!extra.contains("shell"), "{extra}");
+    // Notes name their file; the zone note is about the whole import.
+    let text = messages(&import);
+    assert!(text.contains("etc/cron.d/extra:1: MAILTO"), "{text}");
+    assert!(
+        text.starts_with("replicron: 3 job(s) set no CRON_TZ"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_host_zone_comes_from_tz_then_etc_timezone_then_the_localtime_link() {
+    let link = Path::new("/usr/share/zoneinfo/Asia/Tokyo");
+    let zone = host_zone(
+        Some("America/New_York"),
+        Some("Europe/Berlin\n"),
+        Some(link),
+    );
+    assert_eq!(zone.zone, Tz::America__New_York);
+    assert_eq!(zone.origin, "from the TZ environment variable");
+    let zone = host_zone(None, Some("Europe/Berlin\n"), Some(link));
+    assert_eq!(
+        (zone.zone, zone.origin.as_str()),
+        (Tz::Europe__Berlin, "from /etc/timezone")
+    );
+    let zone = host_zone(Some(""), None, Some(link));
+    assert_eq!(zone.zone, Tz::Asia__Tokyo);
+    assert_eq!(zone.origin, "from the /etc/localtime link");
+    // A POSIX rule is no IANA name: passed over, and said so.
+    let zone = host_zone(
+        Some("CET-1CEST,M3.5.0,M10.5.0/3"),
+        None,
+        Some(Path::new("../usr/share/zoneinfo/posix/Europe/Paris")),
+    );
+    assert_eq!(zone.zone, Tz::Europe__Paris);
+    assert_eq!(zone.rejected.len(), 1, "{:?}", zone.rejected);
+    assert!(zone.rejected[0].contains("CET-1CEST"));
+    assert_eq!(
+        host_zone(Some(":Europe/Rome"), None, None).zone,
+        Tz::Europe__Rome
+    );
+    let zone = host_zone(None, None, None);
+    assert_eq!(zone.zone, Tz::UTC);
+    assert!(zone.origin.starts_with("by default"), "{}", zone.origin);
+}
+
+#[test]
+fn jobs_without_cron_tz_keep_the_host_zone() {
+    let host = Host::new(host_zone(None, Some("America/Chicago"), None));
+    let import = import(&one("etc/crontab", DEBIAN_LIKE), None, &host).expect("a crontab");
+    assert!(
+        import
+            .toml
+            .contains("# this is the host's zone (from /etc/timezone).\n# Jobs under a CRON_TZ line carry their own timezone.\ntimezone = \"America/Chicago\"\n"),
+        "{}",
+        import.toml
+    );
+    let config = load(&import.toml);
+    assert!(
+        config
+            .jobs
+            .iter()
+            .all(|j| j.schedule.zone() == Tz::America__Chicago)
+    );
+    assert_eq!(import.notes[0].file, None);
+    assert!(
+        import.notes[0]
+            .message
+            .contains("[defaults] timezone is set to America/Chicago (from /etc/timezone)"),
+        "{}",
+        messages(&import)
+    );
+    // root imports: no note about the user.
+    let mut host = host;
+    host.me = Some("root".to_string());
+    let import = super::import(&one("etc/crontab", DEBIAN_LIKE), None, &host).expect("a crontab");
+    assert_eq!(import.notes.len(), 1, "{}", messages(&import));
+}
+
+#[test]
+fn folders_skip_what_cron_skips() {
+    for name in [
+        ".placeholder",
+        "sysstat~",
+        "anacron.dpkg-old",
+        "README",
+        "job.sh",
+        "a b",
+    ] {
+        assert!(files::skipped_by_cron(name).is_some(), "{name}");
+    }
+    for name in ["sysstat", "e2scrub_all", "php-sessions", "0hourly"] {
+        assert_eq!(files::skipped_by_cron(name), None, "{name}");
+    }
+}
+
+#[test]
+fn passwd_names_its_users() {
+    let users: Vec<String> = host::passwd_users(
+        "root:x:0:0:root:/root:/bin/bash\n# c\n+nis\nalice:x:1000:1000::/home/alice:/bin/sh\n",
+    )
+    .collect();
+    assert_eq!(users, ["root", "alice"]);
+}
