@@ -60,7 +60,7 @@ pub enum Command {
     Unlock(UnlockArgs),
     /// Run a command while holding a lease: a distributed flock(1).
     Exec(ExecArgs),
-    /// Print a crontab as replicron TOML.
+    /// Print crontabs (files or folders) as one replicron TOML.
     ImportCrontab(ImportArgs),
     /// Print a shell completion script.
     Completions(CompletionArgs),
@@ -71,20 +71,34 @@ pub enum Command {
     Guard,
 }
 
-/// `--config FILE`.
+/// `--config FILE`, shared by every command that reads the job file.
 #[derive(Debug, clap::Args)]
 pub struct ConfigArg {
     /// The job file.
-    #[arg(long, short = 'c', value_name = "FILE")]
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        env = crate::config::CONFIG_ENV,
+        default_value = crate::config::DEFAULT_CONFIG_PATH
+    )]
     pub config: PathBuf,
+}
+
+impl std::ops::Deref for ConfigArg {
+    type Target = PathBuf;
+
+    fn deref(&self) -> &PathBuf {
+        &self.config
+    }
 }
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The job file.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// This replica's id in leases and history; unique per process.
     /// Default: `<hostname>:<pid>:<random>`.
     #[arg(long, value_name = "ID")]
@@ -95,8 +109,8 @@ pub struct RunArgs {
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     /// The job file.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// List instants after this time (RFC 3339). Default: now.
     #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
     pub from: Option<DateTime<Utc>>,
@@ -109,8 +123,8 @@ pub struct CheckArgs {
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
     /// The job file.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
@@ -120,8 +134,8 @@ pub struct StatusArgs {
 #[derive(Debug, clap::Args)]
 pub struct JobArgs {
     /// The job file.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// The job.
     pub job: String,
 }
@@ -130,8 +144,8 @@ pub struct JobArgs {
 #[derive(Debug, clap::Args)]
 pub struct UnlockArgs {
     /// The job file.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// The job (or `exec` lock) whose lease to end.
     pub job: String,
     /// End it even though its holder's run is still recorded `running`
@@ -143,9 +157,9 @@ pub struct UnlockArgs {
 /// Arguments of `exec`.
 #[derive(Debug, clap::Args)]
 pub struct ExecArgs {
-    /// The job file (for the database and `[defaults]`).
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    /// The job file.
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// The lease to hold; runs are recorded in history under this name.
     #[arg(long, value_name = "NAME")]
     pub lock: String,
@@ -164,11 +178,13 @@ pub struct ExecArgs {
 /// Arguments of `import-crontab`.
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
-    /// The crontab file (`-` for stdin).
-    pub file: PathBuf,
+    /// Crontab files (`-` for stdin) and folders such as /etc/cron.d/ (every
+    /// file in it that cron reads), merged into one config.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// Lines name a user after the schedule (`/etc/crontab`, `/etc/cron.d`);
-    /// the default guesses from the path.
-    #[arg(long)]
+    /// by default each file's own lines tell, and guesses are reported.
+    #[arg(long, value_name = "BOOL")]
     pub user_column: Option<bool>,
 }
 
@@ -187,8 +203,8 @@ fn parse_wait(text: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, clap::Args)]
 pub struct HistoryArgs {
     /// The job file.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    #[command(flatten)]
+    pub config: ConfigArg,
     /// Only this job's runs.
     #[arg(long, value_name = "NAME")]
     pub job: Option<String>,
@@ -196,6 +212,9 @@ pub struct HistoryArgs {
     /// lost_lock, killed, abandoned, error).
     #[arg(long, value_name = "STATUS", value_parser = parse_status)]
     pub status: Option<RunStatus>,
+    /// Only the `exec --once` runs of this KEY.
+    #[arg(long, value_name = "KEY")]
+    pub once_key: Option<String>,
     /// At most this many runs.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub limit: u32,
@@ -350,7 +369,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Man => {
             use clap::CommandFactory as _;
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            std::io::Write::write_all(
+                &mut std::io::stdout(),
+                crate::man::render(&Cli::command()).as_bytes(),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Guard => {
@@ -479,7 +501,7 @@ fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             config.daemon.shutdown_grace,
         ));
         let (reload_tx, reloads) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(daemon::watch_reloads(args.config.clone(), reload_tx));
+        tokio::spawn(daemon::watch_reloads(args.config.to_path_buf(), reload_tx));
         daemon::run(daemon::Daemon {
             config,
             pool,
@@ -496,9 +518,21 @@ fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Opens a one-connection pool for a command that reads or writes a little.
+/// Such a command never changes the schema: an unmigrated database (or a
+/// SQLite file that does not exist) is an error that says to migrate.
 fn open_for_command(config: &Config) -> anyhow::Result<Pool> {
-    let pool = Pool::open(&config.database.url, 1)?;
-    pool.migrate()?;
+    let url = &config.database.url;
+    if url.backend() == crate::config::Backend::Sqlite
+        && !std::path::Path::new(url.connection_string()).exists()
+    {
+        anyhow::bail!(
+            "no database at {url}: run `replicron migrate --config {}` (or start `replicron run`) first",
+            config.path.display()
+        );
+    }
+    let pool = Pool::open(url, 1)?;
+    crate::db::migrate::check_migrated(&mut *pool.get()?)
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
     Ok(pool)
 }
 
@@ -508,6 +542,7 @@ fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
     let filter = RunFilter {
         job: args.job.clone(),
         status: args.status,
+        once_key: args.once_key.clone(),
         limit: i64::from(args.limit),
     };
     let rows = history::list_runs(&mut *pool.get()?, &filter)
@@ -515,8 +550,10 @@ fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
     let records: Vec<RunRecord> = rows.into_iter().map(RunRecord::from).collect();
     match args.format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&records)?),
-        OutputFormat::Table => print_table(
-            &[
+        OutputFormat::Table => {
+            // The KEY column only where there are `exec --once` runs.
+            let keys = records.iter().any(|r| r.once_key.is_some());
+            let mut headers = vec![
                 "ID",
                 "JOB",
                 "SCHEDULED_AT",
@@ -525,34 +562,49 @@ fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
                 "EXIT",
                 "DURATION",
                 "INSTANCE",
-            ],
-            records.iter().map(|r| {
-                vec![
-                    r.id.to_string(),
-                    r.job.clone(),
-                    r.scheduled_at.clone(),
-                    r.attempt.to_string(),
-                    r.status.clone(),
-                    r.exit_code.map_or("-".to_string(), |c| c.to_string()),
-                    run_duration(r),
-                    r.instance.clone(),
-                ]
-            }),
-        ),
+            ];
+            if keys {
+                headers.push("KEY");
+            }
+            print_table(
+                &headers,
+                records.iter().map(|r| {
+                    let mut row = vec![
+                        r.id.to_string(),
+                        r.job.clone(),
+                        r.scheduled_at.clone(),
+                        r.attempt.to_string(),
+                        r.status.clone(),
+                        r.exit_code.map_or("-".to_string(), |c| c.to_string()),
+                        run_duration(r),
+                        r.instance.clone(),
+                    ];
+                    if keys {
+                        row.push(r.once_key.clone().unwrap_or_default());
+                    }
+                    row
+                }),
+            )
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn run_duration(record: &RunRecord) -> String {
     let parse = |t: &str| DateTime::parse_from_rfc3339(t).ok();
-    match (
-        parse(&record.started_at),
-        record.finished_at.as_deref().and_then(parse),
-    ) {
-        (Some(start), Some(end)) => {
-            let ms = (end - start).num_milliseconds().max(0);
-            format!("{}.{:03}s", ms / 1000, ms % 1000)
-        }
+    let seconds = |from: &str, to: &str| {
+        let ms = (parse(to)? - parse(from)?).num_milliseconds().max(0);
+        Some(format!("{}.{:03}s", ms / 1000, ms % 1000))
+    };
+    match (&record.finished_at, &record.confirmed_at) {
+        (Some(end), _) => seconds(&record.started_at, end).unwrap_or_else(|| "-".to_string()),
+        // Its holder vanished: the end is not known, only that the run
+        // lasted until its lease was last confirmed.
+        (None, Some(confirmed)) if record.status != RunStatus::Running.as_str() => format!(
+            "unknown (≥{})",
+            seconds(&record.started_at, confirmed).unwrap_or_default()
+        ),
+        (None, None) if record.status != RunStatus::Running.as_str() => "unknown".to_string(),
         _ => "-".to_string(),
     }
 }
@@ -599,7 +651,7 @@ fn command_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-fn exit_code_of(outcome: Option<daemon::Outcome>) -> ExitCode {
+fn exit_code_of(outcome: Option<&daemon::Outcome>) -> ExitCode {
     match outcome {
         Some(daemon::Outcome {
             status: RunStatus::Succeeded,
@@ -608,19 +660,47 @@ fn exit_code_of(outcome: Option<daemon::Outcome>) -> ExitCode {
         Some(daemon::Outcome {
             status: RunStatus::Failed,
             exit_code: Some(code),
+            ..
         }) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1).max(1)),
         _ => ExitCode::from(1),
     }
 }
 
-fn describe(outcome: Option<daemon::Outcome>) -> String {
+fn describe(outcome: Option<&daemon::Outcome>) -> String {
     match outcome {
         Some(o) => match o.exit_code {
             Some(code) => format!("{} (exit {code})", o.status),
+            // Could not start: the output says why (no such command, …).
+            None if o.status == RunStatus::Error => {
+                format!(
+                    "{}: {}",
+                    o.status,
+                    o.output.trim().trim_start_matches("replicron: ")
+                )
+            }
             None => o.status.to_string(),
         },
         None => "not started: its start could not be recorded".to_string(),
     }
+}
+
+/// The last lines of a run's output, indented, for `trigger`.
+fn output_tail(output: &str, lines: usize) -> String {
+    let all: Vec<&str> = output.lines().collect();
+    let shown = &all[all.len().saturating_sub(lines)..];
+    let mut text = String::new();
+    if all.len() > shown.len() {
+        text.push_str(&format!(
+            "  … ({} earlier lines in `replicron history`)\n",
+            all.len() - shown.len()
+        ));
+    }
+    for line in shown {
+        text.push_str("  ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
 }
 
 fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
@@ -643,8 +723,11 @@ fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     })?;
     match triggered {
         daemon::Triggered::Ran(outcome) => {
-            println!("{}: {}", args.job, describe(outcome));
-            Ok(exit_code_of(outcome))
+            println!("{}: {}", args.job, describe(outcome.as_ref()));
+            if let Some(outcome) = outcome.as_ref().filter(|o| o.status != RunStatus::Error) {
+                print!("{}", output_tail(&outcome.output, 20));
+            }
+            Ok(exit_code_of(outcome.as_ref()))
         }
         daemon::Triggered::NotClaimed => {
             eprintln!(
@@ -691,19 +774,19 @@ fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     Ok(match executed {
         daemon::Executed::Ran(outcome) => {
             if !matches!(
-                outcome.map(|o| o.status),
+                outcome.as_ref().map(|o| o.status),
                 Some(RunStatus::Succeeded | RunStatus::Failed)
             ) {
-                eprintln!("replicron: {name}: {}", describe(outcome));
+                eprintln!("replicron: {name}: {}", describe(outcome.as_ref()));
             }
-            exit_code_of(outcome)
+            exit_code_of(outcome.as_ref())
         }
         daemon::Executed::RanElsewhere(outcome) => {
             eprintln!(
                 "replicron: {name}: already run for this key elsewhere: {}",
-                describe(outcome)
+                describe(outcome.as_ref())
             );
-            exit_code_of(outcome)
+            exit_code_of(outcome.as_ref())
         }
         daemon::Executed::NotAcquired => {
             eprintln!(
@@ -757,27 +840,31 @@ fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn import_crontab(args: &ImportArgs) -> anyhow::Result<ExitCode> {
-    let (text, source) = if args.file.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
-        (text, "stdin".to_string())
-    } else {
-        let text = std::fs::read_to_string(&args.file)
-            .with_context(|| format!("reading {}", args.file.display()))?;
-        (text, args.file.display().to_string())
+    use crate::crontab::{self, ImportError};
+    let refused = |error: ImportError| -> anyhow::Error {
+        match error {
+            ImportError::Read { .. } => error.into(),
+            ImportError::NotACrontab { .. } | ImportError::Nothing(_) => {
+                UsageError(error.to_string()).into()
+            }
+        }
     };
-    let user_column = args
-        .user_column
-        .unwrap_or_else(|| source == "/etc/crontab" || source.starts_with("/etc/cron.d/"));
-    let import = crate::crontab::import(&text, &source, user_column);
+    let collected = crontab::files::collect(&args.files).map_err(refused)?;
+    let host = crontab::Host::from_system();
+    let import = crontab::import(&collected.sources, args.user_column, &host).map_err(refused)?;
     print!("{}", import.toml);
-    for note in &import.notes {
-        eprintln!("{source}:{}: {}", note.line, note.message);
+    let notes: Vec<&crontab::Note> = collected.notes.iter().chain(&import.notes).collect();
+    for note in &notes {
+        eprintln!("{note}");
     }
+    let what = match collected.sources.as_slice() {
+        [one] => one.name.clone(),
+        all => format!("{} files", all.len()),
+    };
     eprintln!(
-        "{source}: {} job(s) imported, {} line(s) to look at",
+        "{what}: {} job(s) imported, {} line(s) to look at",
         import.jobs,
-        import.notes.len()
+        notes.len()
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -816,6 +903,8 @@ fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let offset = crate::db::clock::estimate_offset(&mut conn, &SystemClock, 5)
         .map_err(|e| query("reading the database clock", e))?;
     let locks = lease::list_locks(&mut conn).map_err(|e| query("reading the leases", e))?;
+    let instances =
+        crate::registry::list_instances(&mut conn).map_err(|e| query("reading the replicas", e))?;
     let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
     for lock in &locks {
         let own =
@@ -831,7 +920,8 @@ fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         let last =
             history::latest_run(&mut conn, &name).map_err(|e| query("reading the history", e))?;
         let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
-        let problem = stuck(job, lock, last.as_ref(), held, now);
+        let problem = stuck(job, lock, last.as_ref(), held, now, &instances)
+            .or_else(|| failed(last.as_ref()));
         rows.push(JobStatus {
             job: name.clone(),
             enabled: job.map(|j| j.enabled),
@@ -902,6 +992,33 @@ fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Whether the job's last run ended badly: an operator should look.
+fn failed(last: Option<&history::RunRow>) -> Option<String> {
+    let run = last?;
+    let status: RunStatus = run.status.parse().ok()?;
+    let bad = matches!(
+        status,
+        RunStatus::Failed
+            | RunStatus::TimedOut
+            | RunStatus::LostLock
+            | RunStatus::Abandoned
+            | RunStatus::Error
+    );
+    bad.then(|| {
+        let how = match run.exit_code {
+            Some(code) => format!("{status} (exit {code})"),
+            None => status.to_string(),
+        };
+        format!(
+            "FAILED: last run {} {how} at {} on {}; `replicron history --job {}` shows its output",
+            run.id,
+            history::rfc3339(run.started_at),
+            run.instance,
+            run.job
+        )
+    })
+}
+
 /// Why a job's lease looks stuck, if it does (see README, "status").
 fn stuck(
     job: Option<&crate::config::Job>,
@@ -909,7 +1026,9 @@ fn stuck(
     last: Option<&history::RunRow>,
     held: bool,
     now: DateTime<Utc>,
+    instances: &[crate::registry::Instance],
 ) -> Option<String> {
+    let holder = last.and_then(|run| instances.iter().find(|i| i.row.id == run.instance));
     let lock = lock?;
     let current = last.filter(|run| run.fence == lock.fence);
     let running = current.filter(|run| run.status == RunStatus::Running.as_str());
@@ -939,10 +1058,33 @@ fn stuck(
                     .to_string()
             })
         }
-        (false, Some(run)) => Some(format!(
-            "ORPHANED: run {} is recorded running but its lease is gone (its holder {} vanished)",
-            run.id, run.instance
-        )),
+        (false, Some(run)) => {
+            let ended = (now - lock.lock_until.and_utc())
+                .to_std()
+                .unwrap_or_default();
+            let ended = humantime::format_duration(std::time::Duration::from_secs(ended.as_secs()));
+            Some(match holder {
+                // The holder runs on: it finds its lease gone when it next
+                // confirms it, and stops the run (recorded lost_lock).
+                Some(alive) if alive.alive => format!(
+                    "LEASE ENDED: run {} is recorded running, but its lease ended {ended} ago (unlocked, or lost); \
+                     its holder is alive ({}) and stops the run when it next confirms the lease",
+                    run.id, run.instance
+                ),
+                Some(gone) => format!(
+                    "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
+                     was last seen at {}: it vanished; the next claim marks the run abandoned",
+                    run.id,
+                    run.instance,
+                    history::rfc3339(gone.row.last_seen)
+                ),
+                None => format!(
+                    "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
+                     is not a running replica; the next claim marks the run abandoned",
+                    run.id, run.instance
+                ),
+            })
+        }
         (false, None) => None,
     }
 }

@@ -95,6 +95,8 @@ pub struct NewRun<'a> {
     pub instance: &'a str,
     /// Under which lease.
     pub fence: i64,
+    /// The KEY of an `exec --once` run.
+    pub once_key: Option<&'a str>,
 }
 
 /// A row of `replicron_runs`.
@@ -123,6 +125,10 @@ pub struct RunRow {
     pub exit_code: Option<i32>,
     /// The tail of its output.
     pub output: String,
+    /// The holder's last confirmation of its lease (UTC), if any.
+    pub confirmed_at: Option<NaiveDateTime>,
+    /// The KEY of an `exec --once` run.
+    pub once_key: Option<String>,
 }
 
 /// A run as `history --format json` prints it: SPEC §5's column names,
@@ -151,6 +157,11 @@ pub struct RunRecord {
     pub exit_code: Option<i32>,
     /// The tail of its output.
     pub output: String,
+    /// The holder's last confirmation of its lease: for a run whose end is
+    /// not known (`abandoned`), the best bound.
+    pub confirmed_at: Option<String>,
+    /// The KEY of an `exec --once` run.
+    pub once_key: Option<String>,
 }
 
 /// RFC 3339, UTC, milliseconds: how replicron writes every time.
@@ -173,6 +184,8 @@ impl From<RunRow> for RunRecord {
             status: row.status,
             exit_code: row.exit_code,
             output: row.output,
+            confirmed_at: row.confirmed_at.map(rfc3339),
+            once_key: row.once_key,
         }
     }
 }
@@ -184,6 +197,8 @@ pub struct RunFilter {
     pub job: Option<String>,
     /// Only runs in this state.
     pub status: Option<RunStatus>,
+    /// Only `exec --once` runs of this KEY.
+    pub once_key: Option<String>,
     /// At most this many, newest first.
     pub limit: i64,
 }
@@ -205,6 +220,7 @@ pub fn record_run_started(conn: &mut DbConnection, run: &NewRun<'_>) -> QueryRes
             runs::status.eq(RunStatus::Running.as_str()),
             runs::exit_code.eq(None::<i32>),
             runs::output.eq(""),
+            runs::once_key.eq(run.once_key),
         ))
         .execute(conn)?;
     // RETURNING is not portable to MariaDB/MySQL; the unique key is.
@@ -290,6 +306,19 @@ pub fn record_run_finished(
     Ok(changed == 1)
 }
 
+/// Notes that run `id`'s holder has just confirmed its lease: were the
+/// holder to vanish, the run is known to have lasted at least until now.
+pub fn record_run_confirmed(conn: &mut DbConnection, id: i64) -> QueryResult<usize> {
+    cached::update(
+        runs::replicron_runs,
+        runs::confirmed_at.eq(DbNow.nullable()),
+        runs::id
+            .eq(id)
+            .and(runs::status.eq(RunStatus::Running.as_str())),
+    )
+    .execute(conn)
+}
+
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunFinish {
@@ -309,10 +338,9 @@ pub struct RunFinish {
 pub fn mark_abandoned(conn: &mut DbConnection, job: &str, fence: i64) -> QueryResult<usize> {
     cached::update(
         runs::replicron_runs,
-        (
-            runs::finished_at.eq(DbNow.nullable()),
-            runs::status.eq(RunStatus::Abandoned.as_str()),
-        ),
+        // When it ended is not known: its holder's last confirmation
+        // (`confirmed_at`) is the best bound, and finished_at stays empty.
+        runs::status.eq(RunStatus::Abandoned.as_str()),
         runs::job
             .eq(job)
             .and(runs::status.eq(RunStatus::Running.as_str()))
@@ -337,10 +365,7 @@ pub fn mark_abandoned_behind_leases(conn: &mut DbConnection, jobs: &[&str]) -> Q
             .filter(runs::status.eq(RunStatus::Running.as_str()))
             .filter(runs::fence.nullable().lt(current_fence)),
     )
-    .set((
-        runs::finished_at.eq(DbNow.nullable()),
-        runs::status.eq(RunStatus::Abandoned.as_str()),
-    ))
+    .set(runs::status.eq(RunStatus::Abandoned.as_str()))
     .execute(conn)
 }
 
@@ -356,6 +381,9 @@ pub fn list_runs(conn: &mut DbConnection, filter: &RunFilter) -> QueryResult<Vec
     }
     if let Some(status) = filter.status {
         query = query.filter(runs::status.eq(status.as_str()));
+    }
+    if let Some(key) = &filter.once_key {
+        query = query.filter(runs::once_key.eq(key.clone()));
     }
     query.load(conn)
 }

@@ -90,6 +90,9 @@ pub struct LockRow {
     pub last_scheduled_at: Option<NaiveDateTime>,
     /// Claims so far.
     pub fence: i64,
+    /// Database time the row was created (unknown for rows older than the
+    /// column).
+    pub created_at: Option<NaiveDateTime>,
 }
 
 /// Stored times are UTC at millisecond precision; so is every instant.
@@ -141,6 +144,7 @@ fn insert_row(conn: &mut DbConnection, job: &str) -> QueryResult<usize> {
             locks::locked_by.eq(None::<String>),
             locks::last_scheduled_at.eq(None::<NaiveDateTime>),
             locks::fence.eq(0_i64),
+            locks::created_at.eq(DbNow.nullable()),
         ))
         .execute(conn);
     match result {

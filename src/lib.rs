@@ -23,6 +23,8 @@ pub mod daemon;
 pub mod db;
 pub mod history;
 pub mod lease;
+pub mod man;
+pub mod registry;
 pub mod runner;
 pub mod schedule;
 pub mod telemetry;

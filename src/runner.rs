@@ -135,6 +135,15 @@ pub async fn spawn(spec: &RunSpec, guard: &Guard, deadlines: Deadlines) -> io::R
         Command::Shell { shell, command } => (shell, vec!["-c", command]),
         Command::Exec { args } => (&args[0], args[1..].iter().map(String::as_str).collect()),
     };
+    // Found here rather than by the exec that setpriv makes, so that a
+    // missing program is reported as such, not as setpriv's failure.
+    let path = spec
+        .env
+        .get("PATH")
+        .cloned()
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    let program = find_program(program, &path, spec.working_dir.as_deref())?;
     // The parent-death signal must be set in the child before it runs the
     // job. util-linux's setpriv does that and then execs the job, which lets
     // std start the child with posix_spawn (vfork) instead of fork: forking
@@ -161,6 +170,15 @@ pub async fn spawn(spec: &RunSpec, guard: &Guard, deadlines: Deadlines) -> io::R
     } else {
         (Stdio::null(), Stdio::piped(), Stdio::piped())
     };
+    // replicron's own settings (the database URL and its password among
+    // them) are not the job's: a job that needs one sets it in its `env`.
+    for var in crate::config::ENV_OVERRIDES
+        .iter()
+        .map(|(var, _)| *var)
+        .chain([crate::config::CONFIG_ENV])
+    {
+        command.env_remove(var);
+    }
     command
         .envs(&spec.env)
         .stdin(stdin)
@@ -203,6 +221,44 @@ pub async fn spawn(spec: &RunSpec, guard: &Guard, deadlines: Deadlines) -> io::R
         readers,
         tail,
     })
+}
+
+/// The file `program` names: itself if it holds a `/` (relative to the run's
+/// working directory), else the first executable of that name in `path`.
+fn find_program(program: &str, path: &str, working_dir: Option<&Path>) -> io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |candidate: &Path| {
+        candidate
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let not_found = || {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no such command: {program}"),
+        )
+    };
+    if program.contains('/') {
+        let candidate = match working_dir {
+            Some(dir) if !program.starts_with('/') => dir.join(program),
+            _ => PathBuf::from(program),
+        };
+        return if executable(&candidate) {
+            Ok(candidate)
+        } else if candidate.exists() {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("not an executable file: {program}"),
+            ))
+        } else {
+            Err(not_found())
+        };
+    }
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(program))
+        .find(|candidate| executable(candidate))
+        .ok_or_else(not_found)
 }
 
 /// util-linux's setpriv, if this host has it.

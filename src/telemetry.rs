@@ -37,9 +37,97 @@ pub fn install() -> PrometheusHandle {
             if metrics::set_global_recorder(recorder).is_err() {
                 debug!("a metrics recorder was already installed");
             }
+            describe();
             handle
         })
         .clone()
+}
+
+/// The HELP text of every metric (`promtool check metrics` wants one).
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "replicron_claims_total",
+        "Claims of a job's instants by this replica, by result (won: it ran the instant; lost: another replica or a later instant had it)"
+    );
+    describe_counter!(
+        "replicron_overruns_total",
+        "Instants not run because the job's previous run was still going when they came (or lock_at_least_for kept its lease)"
+    );
+    describe_counter!(
+        "replicron_instants_skipped_total",
+        "Instants this replica did not claim, by reason: database_down, too_late (more than 60 s late), error"
+    );
+    describe_histogram!(
+        "replicron_start_lateness_seconds",
+        Unit::Seconds,
+        "Time from a scheduled instant (by the database's clock) to its run's process start"
+    );
+    describe_counter!(
+        "replicron_runs_total",
+        "Run attempts that ended on this replica, by status"
+    );
+    describe_histogram!(
+        "replicron_run_duration_seconds",
+        Unit::Seconds,
+        "How long run attempts took, by job"
+    );
+    describe_gauge!(
+        "replicron_last_success_timestamp_seconds",
+        Unit::Seconds,
+        "Unix time of the job's last successful run on this replica (0: none since it started)"
+    );
+    describe_counter!(
+        "replicron_lease_extensions_failed_total",
+        "Keep-alive extensions of a running job's lease that failed (not answered, or the lease was gone)"
+    );
+    describe_counter!(
+        "replicron_database_errors_total",
+        "Database calls that failed"
+    );
+    describe_gauge!(
+        "replicron_history_pending_writes",
+        "History writes (runs' ends) queued until the database takes them"
+    );
+    describe_gauge!(
+        "replicron_clock_offset_seconds",
+        Unit::Seconds,
+        "How far this host's clock is ahead of the database's (negative: behind); replicas fire on the database's clock"
+    );
+    describe_gauge!(
+        "replicron_clock_offset_error_seconds",
+        Unit::Seconds,
+        "The error bound of replicron_clock_offset_seconds: half the sample's round trip plus the database clock's resolution"
+    );
+    describe_gauge!(
+        "replicron_database_up",
+        "1 while the database answers, 0 while it is unreachable"
+    );
+    counter!("replicron_database_errors_total").increment(0);
+    gauge!("replicron_history_pending_writes").set(0.0);
+}
+
+/// Every per-job counter and gauge an alert may need, at 0, so that a rule
+/// such as `increase(replicron_runs_total{status="failed"}[1h]) > 0` sees
+/// the job before its first failure.
+pub fn register_job(job: &str) {
+    for result in ["won", "lost"] {
+        counter!("replicron_claims_total", "job" => job.to_string(), "result" => result)
+            .increment(0);
+    }
+    counter!("replicron_overruns_total", "job" => job.to_string()).increment(0);
+    for reason in ["database_down", "too_late", "error"] {
+        counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
+            .increment(0);
+    }
+    for status in RunStatus::ALL {
+        if status != RunStatus::Running {
+            counter!("replicron_runs_total", "job" => job.to_string(), "status" => status.as_str())
+                .increment(0);
+        }
+    }
+    counter!("replicron_lease_extensions_failed_total", "job" => job.to_string()).increment(0);
+    gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string()).increment(0.0);
 }
 
 /// A claim this replica won or lost.

@@ -20,13 +20,28 @@ use crate::lease::{self, Lease};
 use crate::runner::{self, Exit, RunSpec, Running};
 use crate::telemetry;
 
+/// How a run is recorded when that differs from its lease: an `exec
+/// --once` run holds the lease of its KEY, whose instant only names the
+/// key, and is recorded at the time it started, with the key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recording {
+    /// Recorded (and given as `REPLICRON_SCHEDULED_AT`) instead of the
+    /// lease's instant.
+    pub instant: Option<DateTime<Utc>>,
+    /// The `exec --once` KEY.
+    pub once_key: Option<String>,
+}
+
 /// How the last attempt of an instant ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
     /// Its status.
     pub status: RunStatus,
     /// Its exit code, if it exited.
     pub exit_code: Option<i32>,
+    /// The tail of its output, as recorded in history (for a run that could
+    /// not start: why).
+    pub output: String,
 }
 
 /// Runs the instant `lease` was won for, with its retries, then releases.
@@ -43,6 +58,7 @@ pub async fn execute(
     claimed: Instant,
     first_run: Option<i64>,
     ended: Option<Arc<OnceLock<DateTime<Utc>>>>,
+    recording: Recording,
 ) -> Option<Outcome> {
     let times = LeaseTimes::new(job.lock_at_most_for, job.kill_grace);
     let mut keeper = Keeper::start(shared.clone(), lease.clone(), times, claimed);
@@ -59,8 +75,16 @@ pub async fn execute(
             break;
         }
         let recorded = if attempt == 1 { first_run } else { None };
-        let outcome = run_attempt(&shared, &job, &lease, &mut keeper, attempt, recorded).await;
-        last = outcome;
+        let outcome = run_attempt(
+            &shared,
+            &job,
+            &lease,
+            &recording,
+            &mut keeper,
+            attempt,
+            recorded,
+        )
+        .await;
         let retryable = matches!(
             outcome,
             Some(Outcome {
@@ -68,6 +92,7 @@ pub async fn execute(
                 ..
             })
         );
+        last = outcome;
         if !retryable || attempt == attempts {
             break;
         }
@@ -104,10 +129,16 @@ async fn pause_before_retry(shared: &Shared, job: &Job, keeper: &mut Keeper) -> 
 }
 
 /// The environment of a run: the job's `env` and the `REPLICRON_*` variables.
-fn run_env(job: &Job, lease: &Lease, run_id: i64, attempt: i32) -> BTreeMap<String, String> {
+fn run_env(
+    job: &Job,
+    lease: &Lease,
+    instant: DateTime<Utc>,
+    run_id: i64,
+    attempt: i32,
+) -> BTreeMap<String, String> {
     let mut env = job.env.clone();
     env.insert("REPLICRON_JOB".into(), job.name.clone());
-    env.insert("REPLICRON_SCHEDULED_AT".into(), fmt_instant(lease.instant));
+    env.insert("REPLICRON_SCHEDULED_AT".into(), fmt_instant(instant));
     env.insert("REPLICRON_RUN_ID".into(), run_id.to_string());
     env.insert("REPLICRON_FENCE".into(), lease.fence.to_string());
     env.insert("REPLICRON_INSTANCE".into(), lease.instance.clone());
@@ -121,14 +152,17 @@ async fn run_attempt(
     shared: &Arc<Shared>,
     job: &Job,
     lease: &Lease,
+    recording: &Recording,
     keeper: &mut Keeper,
     attempt: i32,
     recorded: Option<i64>,
 ) -> Option<Outcome> {
+    let instant = recording.instant.unwrap_or(lease.instant);
     let started = if let Some(id) = recorded {
         Ok(id)
     } else {
-        let (lease, instance, name) = (lease.clone(), shared.instance.clone(), job.name.clone());
+        let (fence, instance, name) = (lease.fence, shared.instance.clone(), job.name.clone());
+        let once_key = recording.once_key.clone();
         shared
             .pool
             .run_blocking(move |conn| {
@@ -136,10 +170,11 @@ async fn run_attempt(
                     conn,
                     &NewRun {
                         job: &name,
-                        scheduled_at: lease.instant,
+                        scheduled_at: instant,
                         attempt,
                         instance: &instance,
-                        fence: lease.fence,
+                        fence,
+                        once_key: once_key.as_deref(),
                     },
                 )
                 .map_err(|e| DbError::query("recording the run's start", e))
@@ -160,7 +195,7 @@ async fn run_attempt(
         job: job.name.clone(),
         run_id,
         command: job.command.clone(),
-        env: run_env(job, lease, run_id, attempt),
+        env: run_env(job, lease, instant, run_id, attempt),
         working_dir: job.working_dir.clone(),
         output_limit: job.output_limit,
         inherit_stdio: shared.inherit_stdio,
@@ -185,7 +220,7 @@ async fn run_attempt(
                 late_ms = late.num_milliseconds(),
                 "run started"
             );
-            let (mut status, exit) = watch_run(shared, job, keeper, &mut running).await;
+            let (mut status, exit) = watch_run(shared, job, keeper, &mut running, run_id).await;
             // Killed by a signal once the lease's confirmation deadline had
             // passed: the guard stopped it for its lease (it acts on the same
             // deadline as the keeper, which may not have noticed yet).
@@ -225,13 +260,12 @@ async fn run_attempt(
         finish: RunFinish {
             status,
             exit_code: exit,
-            output,
+            output: output.clone(),
             duration,
         },
     });
     let ended = shared.clock.now().timestamp_millis() as f64 / 1000.0;
     telemetry::run_finished(&job.name, status, duration, ended);
-    telemetry::pending_history_writes(shared.journal.pending());
     info!(
         job = %job.name,
         instant = %fmt_instant(lease.instant),
@@ -239,13 +273,14 @@ async fn run_attempt(
         fence = lease.fence,
         attempt,
         status = %status,
-        exit_code = ?exit,
+        exit_code = exit,
         duration_ms = duration.as_millis() as u64,
         "run finished"
     );
     Some(Outcome {
         status,
         exit_code: exit,
+        output,
     })
 }
 
@@ -256,6 +291,7 @@ async fn watch_run(
     job: &Job,
     keeper: &mut Keeper,
     running: &mut Running,
+    run_id: i64,
 ) -> (RunStatus, Exit) {
     let deadline = Instant::now() + job.timeout;
     let mut phase = shared.phase.clone();
@@ -285,6 +321,7 @@ async fn watch_run(
             state = keeper.changed() => {
                 if let LeaseState::Held(confirmed) = state {
                     shared.guard.refresh(running.group(), keeper.times().deadlines(confirmed)).await;
+                    shared.journal.push(Write::Confirmed { job: job.name.clone(), id: run_id });
                 }
             }
             changed = phase.changed() => {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::execute::{self, Outcome};
-use super::{DaemonError, Phase, Shared, ensure_rows, fmt_instant};
+use super::{DaemonError, Phase, Shared, ensure_rows};
 use crate::config::{Command, Defaults, Job};
 use crate::db::{DbError, Pool};
 use crate::history::{self, RunFilter, RunStatus};
@@ -38,7 +38,7 @@ pub struct ExecRequest {
 }
 
 /// What `exec` came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Executed {
     /// The command ran here and ended so.
     Ran(Option<Outcome>),
@@ -129,6 +129,7 @@ async fn locked(
                         Instant::now(),
                         None,
                         None,
+                        execute::Recording::default(),
                     )
                     .await,
                 ));
@@ -165,16 +166,40 @@ async fn once(shared: &Arc<Shared>, job: &Arc<Job>, key: &str) -> Result<Execute
         shared.instance.clone(),
         job.lock_at_most_for,
     );
-    let claimed = shared
-        .pool
-        .run_blocking(move |conn| {
-            lease::claim(conn, &name, &me, instant, lease_for)
-                .map_err(|e| DbError::query("claiming the once-lock", e))
-        })
-        .await?;
+    // Until someone has claimed the key (Won here, Taken elsewhere), keep
+    // trying: a deadlock or a lease held by nobody's claim of this key
+    // decides nothing.
+    let mut pause = Duration::from_millis(5);
+    let claimed = loop {
+        let (name, me) = (name.clone(), me.clone());
+        let claimed = shared
+            .pool
+            .run_blocking(move |conn| {
+                lease::claim(conn, &name, &me, instant, lease_for)
+                    .map_err(|e| DbError::query("claiming the once-lock", e))
+            })
+            .await?;
+        if matches!(claimed, Claim::Won(_) | Claim::Taken) {
+            break claimed;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    };
     if let Claim::Won(held) = claimed {
-        info!(lock = %job.name, key, instant = %fmt_instant(instant), "first caller for this key: running");
-        // Recorded under NAME at the key's instant; the lease row is the key's own.
+        info!(lock = %job.name, key, "first caller for this key: running");
+        // The lease row is the key's own, its instant only names the key:
+        // the run is recorded under NAME at the time it starts, with KEY.
+        let started = shared
+            .pool
+            .run_blocking(|conn| {
+                lease::database_now(conn)
+                    .map_err(|e| DbError::query("reading the database clock", e))
+            })
+            .await?;
+        let recording = execute::Recording {
+            instant: Some(started),
+            once_key: Some(key.to_string()),
+        };
         return Ok(Executed::Ran(
             execute::execute(
                 shared.clone(),
@@ -183,6 +208,7 @@ async fn once(shared: &Arc<Shared>, job: &Arc<Job>, key: &str) -> Result<Execute
                 Instant::now(),
                 None,
                 None,
+                recording,
             )
             .await,
         ));
@@ -190,8 +216,8 @@ async fn once(shared: &Arc<Shared>, job: &Arc<Job>, key: &str) -> Result<Execute
     // Another caller has it: wait for its run to end.
     let mut pause = Duration::from_millis(50);
     loop {
-        let (name, lease_name) = (job.name.clone(), lease_name.clone());
-        let (rows, held) = shared
+        let (name, lease_name, key) = (job.name.clone(), lease_name.clone(), key.to_string());
+        let (mine, held) = shared
             .pool
             .run_blocking(move |conn| {
                 let rows = history::list_runs(
@@ -199,6 +225,7 @@ async fn once(shared: &Arc<Shared>, job: &Arc<Job>, key: &str) -> Result<Execute
                     &RunFilter {
                         job: Some(name),
                         status: None,
+                        once_key: Some(key),
                         limit: 1000,
                     },
                 )
@@ -208,10 +235,6 @@ async fn once(shared: &Arc<Shared>, job: &Arc<Job>, key: &str) -> Result<Execute
                 Ok((rows, held))
             })
             .await?;
-        let mine: Vec<_> = rows
-            .into_iter()
-            .filter(|r| r.scheduled_at == instant.naive_utc())
-            .collect();
         if let Some(last) = mine.iter().max_by_key(|r| r.attempt)
             && last.status != RunStatus::Running.as_str()
         {
@@ -219,10 +242,12 @@ async fn once(shared: &Arc<Shared>, job: &Arc<Job>, key: &str) -> Result<Execute
             return Ok(Executed::RanElsewhere(Some(Outcome {
                 status,
                 exit_code: last.exit_code,
+                output: last.output.clone(),
             })));
         }
         if !held && mine.iter().all(|r| r.status == RunStatus::Running.as_str()) {
-            // The lease is gone and nothing ended: the first caller vanished.
+            // The key was claimed, its lease is gone and nothing ended: the
+            // first caller vanished (before or after recording its start).
             // At most once means not again.
             return Ok(Executed::RanElsewhere(None));
         }

@@ -33,6 +33,13 @@ pub enum Write {
         /// How it ended.
         finish: RunFinish,
     },
+    /// Run `id` of `job` had its lease confirmed.
+    Confirmed {
+        /// The job, for messages.
+        job: String,
+        /// The run.
+        id: i64,
+    },
     /// Runs of `job` still `running` under a fence below `fence` lost their
     /// holder.
     Abandoned {
@@ -49,6 +56,9 @@ impl Write {
             Write::Finished { job, id, finish } => {
                 format!("the end of run {id} of {job} ({})", finish.status)
             }
+            Write::Confirmed { job, id } => {
+                format!("the lease confirmation of run {id} of {job}")
+            }
             Write::Abandoned { job, fence } => {
                 format!("marking runs of {job} before fence {fence} abandoned")
             }
@@ -60,6 +70,9 @@ impl Write {
             Write::Finished { id, finish, .. } => history::record_run_finished(conn, *id, finish)
                 .map(drop)
                 .map_err(|e| DbError::query("recording a run's end", e)),
+            Write::Confirmed { id, .. } => history::record_run_confirmed(conn, *id)
+                .map(drop)
+                .map_err(|e| DbError::query("recording a lease confirmation", e)),
             Write::Abandoned { job, fence } => {
                 let marked = history::mark_abandoned(conn, job, *fence)
                     .map_err(|e| DbError::query("marking abandoned runs", e))?;
@@ -72,6 +85,27 @@ impl Write {
     }
 }
 
+/// How many writes are not in the database yet, mirrored in the
+/// `replicron_history_pending_writes` gauge at every change.
+#[derive(Default)]
+struct Pending(AtomicUsize);
+
+impl Pending {
+    fn add(&self) {
+        let now = self.0.fetch_add(1, Ordering::Relaxed) + 1;
+        crate::telemetry::pending_history_writes(now);
+    }
+
+    fn done(&self) {
+        let now = self.0.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        crate::telemetry::pending_history_writes(now);
+    }
+
+    fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 enum Message {
     Write(Write),
     Flush(Duration, oneshot::Sender<Vec<String>>),
@@ -81,23 +115,23 @@ enum Message {
 #[derive(Clone)]
 pub struct Journal {
     sender: mpsc::UnboundedSender<Message>,
-    pending: Arc<AtomicUsize>,
+    pending: Arc<Pending>,
 }
 
 impl Journal {
     /// Starts the writer task.
     pub fn start(pool: Pool, health: Arc<Health>) -> Journal {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let pending = Arc::new(AtomicUsize::new(0));
+        let pending = Arc::new(Pending::default());
         tokio::spawn(writer(pool, health, receiver, pending.clone()));
         Journal { sender, pending }
     }
 
     /// Queues `write`.
     pub fn push(&self, write: Write) {
-        self.pending.fetch_add(1, Ordering::Relaxed);
+        self.pending.add();
         if let Err(e) = self.sender.send(Message::Write(write)) {
-            self.pending.fetch_sub(1, Ordering::Relaxed);
+            self.pending.done();
             if let Message::Write(write) = e.0 {
                 error!(
                     "history write lost, the writer is gone: {}",
@@ -109,7 +143,7 @@ impl Journal {
 
     /// Writes not yet in the database.
     pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::Relaxed)
+        self.pending.get()
     }
 
     /// Waits up to `timeout` for every queued write to land; returns the
@@ -127,7 +161,7 @@ async fn writer(
     pool: Pool,
     health: Arc<Health>,
     mut receiver: mpsc::UnboundedReceiver<Message>,
-    pending: Arc<AtomicUsize>,
+    pending: Arc<Pending>,
 ) {
     let mut queue: VecDeque<Write> = VecDeque::new();
     let mut flushes: Vec<(tokio::time::Instant, oneshot::Sender<Vec<String>>)> = Vec::new();
@@ -143,7 +177,7 @@ async fn writer(
             match pool.run_blocking(move |conn| attempt.apply(conn)).await {
                 Ok(()) => {
                     queue.pop_front();
-                    pending.fetch_sub(1, Ordering::Relaxed);
+                    pending.done();
                     health.report_ok();
                     retry = Duration::from_millis(200);
                 }
@@ -152,7 +186,7 @@ async fn writer(
                 Err(e) if !e.is_unreachable() && pool.ping().await.is_ok() => {
                     // The database answers and refused it: retrying cannot help.
                     queue.pop_front();
-                    pending.fetch_sub(1, Ordering::Relaxed);
+                    pending.done();
                     error!("history write failed: {}: {e}", write.describe());
                 }
                 Err(e) => {
@@ -189,7 +223,7 @@ fn accept(
     message: Message,
     queue: &mut VecDeque<Write>,
     flushes: &mut Vec<(tokio::time::Instant, oneshot::Sender<Vec<String>>)>,
-    pending: &AtomicUsize,
+    pending: &Pending,
 ) {
     match message {
         Message::Write(write) => {
@@ -197,7 +231,7 @@ fn accept(
             if queue.len() > MAX_PENDING
                 && let Some(dropped) = queue.pop_front()
             {
-                pending.fetch_sub(1, Ordering::Relaxed);
+                pending.done();
                 error!(
                     "history queue full ({MAX_PENDING} writes waiting for the database): dropped {}",
                     dropped.describe()

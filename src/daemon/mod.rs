@@ -51,6 +51,7 @@ use crate::config::{Config, Job};
 use crate::db::{DbError, Pool};
 use crate::history::{self, RunStatus};
 use crate::lease::{self, Claim};
+use crate::registry;
 use crate::runner::Guard;
 use crate::schedule::{Clock, DatabaseClock, LATE_LIMIT, Ticker};
 use crate::telemetry::{self, Liveness};
@@ -79,6 +80,9 @@ pub enum DaemonError {
     /// The guard process could not be started.
     #[error("cannot start the guard process: {0}")]
     Guard(#[source] std::io::Error),
+    /// The instance id is taken, or could not be registered.
+    #[error(transparent)]
+    Register(#[from] crate::registry::RegisterError),
 }
 
 /// What every task of the daemon shares.
@@ -184,6 +188,14 @@ pub async fn run(daemon: Daemon) -> Result<(), DaemonError> {
         liveness,
     } = daemon;
     let jobs: Vec<Arc<Job>> = config.enabled_jobs().cloned().map(Arc::new).collect();
+    let me = registry::Me::new(&instance);
+    let registering = me.clone();
+    let taken_over = pool
+        .run_blocking(move |conn| Ok(registry::register(conn, &registering)))
+        .await??;
+    if let Some(previous) = taken_over {
+        info!(instance = %me.id, previous_pid = previous.pid, previous_host = %previous.host, "took over the instance id of a replica that is gone");
+    }
     let created = ensure_rows(&pool, &jobs).await?;
     // The tick loops fire on the database's clock, estimated before they start.
     let database_clock = Arc::new(DatabaseClock::new(clock));
@@ -221,6 +233,7 @@ pub async fn run(daemon: Daemon) -> Result<(), DaemonError> {
             config.daemon.history_retention,
         )),
         tokio::spawn(clock_sync.run(shared.health.clone(), draining(phase.clone()))),
+        tokio::spawn(heartbeat(pool.clone(), me.clone(), shared.health.clone())),
     ];
     let mut loops: Vec<Loop> = jobs
         .into_iter()
@@ -255,11 +268,22 @@ pub async fn run(daemon: Daemon) -> Result<(), DaemonError> {
     for write in &unwritten {
         error!("history write not recorded before exit: {write}");
     }
+    let leaving = me.clone();
+    if let Err(e) = pool
+        .run_blocking(move |conn| {
+            registry::deregister(conn, &leaving)
+                .map_err(|e| DbError::query("leaving the registry", e))
+        })
+        .await
+    {
+        warn!("could not remove this replica from the registry; it goes stale by itself: {e}");
+    }
     info!(instance = %shared.instance, unwritten = unwritten.len(), "replicron stopped");
     Ok(())
 }
 
 fn start_loop(shared: &Arc<Shared>, job: Arc<Job>) -> Loop {
+    telemetry::register_job(&job.name);
     let (retire, retired) = watch::channel(false);
     let handle = tokio::spawn(job_loop(shared.clone(), job.clone(), retired));
     Loop {
@@ -358,6 +382,34 @@ pub async fn watch_reloads(path: std::path::PathBuf, reloads: mpsc::Sender<Confi
     }
 }
 
+/// Says every [`registry::HEARTBEAT_EVERY`] that this replica is alive; warns
+/// loudly if its row was taken over by another process with its id.
+async fn heartbeat(pool: Pool, me: registry::Me, health: Arc<Health>) {
+    let mut every = tokio::time::interval(registry::HEARTBEAT_EVERY);
+    let mut said = false;
+    loop {
+        every.tick().await;
+        let beating = me.clone();
+        match pool
+            .run_blocking(move |conn| {
+                registry::heartbeat(conn, &beating).map_err(|e| DbError::query("heartbeat", e))
+            })
+            .await
+        {
+            Ok(true) => {
+                health.report_ok();
+                said = false;
+            }
+            Ok(false) if !said => {
+                error!(instance = %me.id, "another process has taken over this replica's instance id: leases and history can no longer tell the two apart; stop one of them");
+                said = true;
+            }
+            Ok(false) => {}
+            Err(e) => health.report_error(&e),
+        }
+    }
+}
+
 /// Runs `job` once now, through its lease, in this process: `replicron
 /// trigger`. The instant is the database's current time.
 pub async fn run_once(
@@ -391,7 +443,16 @@ pub async fn run_once(
         .await?;
     let status = match claimed {
         Claim::Won(lease) => Triggered::Ran(
-            execute::execute(shared.clone(), job, lease, Instant::now(), None, None).await,
+            execute::execute(
+                shared.clone(),
+                job,
+                lease,
+                Instant::now(),
+                None,
+                None,
+                execute::Recording::default(),
+            )
+            .await,
         ),
         Claim::Taken | Claim::Held(_) | Claim::NotYet { .. } | Claim::Contended => {
             Triggered::NotClaimed
@@ -405,7 +466,7 @@ pub async fn run_once(
 }
 
 /// What `trigger` came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Triggered {
     /// The job's lease is held (a run is going) or a later instant was
     /// claimed meanwhile: nothing ran.
@@ -579,6 +640,30 @@ async fn catch_up(
     job: &Arc<Job>,
 ) -> Option<(DateTime<Utc>, Option<Current>)> {
     let instant = catch_up_instant(job, shared.clock.now())?;
+    // A job the fleet has just been given has missed nothing: only instants
+    // after its lease row was created are caught up.
+    let name = job.name.clone();
+    let row = shared
+        .pool
+        .run_blocking(move |conn| {
+            lease::find_lock(conn, &name).map_err(|e| DbError::query("reading the lease", e))
+        })
+        .await;
+    match row {
+        Ok(Some(row))
+            if row
+                .created_at
+                .is_some_and(|created| instant < created.and_utc()) =>
+        {
+            debug!(job = %job.name, instant = %fmt_instant(instant), "no catch-up: the instant came before the job was added");
+            return None;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            shared.health.report_error(&e);
+            return None;
+        }
+    }
     let run = match attempt(shared, job, instant).await {
         Attempt::Won(run) => {
             info!(job = %job.name, instant = %fmt_instant(instant), "catching up a missed instant");
@@ -661,6 +746,7 @@ async fn attempt(shared: &Arc<Shared>, job: &Arc<Job>, instant: DateTime<Utc>) -
                     Instant::now(),
                     run_id,
                     Some(ended.clone()),
+                    execute::Recording::default(),
                 );
                 return Attempt::Won(Current {
                     task: tokio::spawn(async move {

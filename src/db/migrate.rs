@@ -19,7 +19,7 @@
 
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "mysql")]
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
 use diesel::migration::{Migration, MigrationName};
 use diesel::prelude::*;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
@@ -36,21 +36,29 @@ const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql
 #[cfg(feature = "postgres")]
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 
-/// The SQL of each MariaDB/MySQL migration, which the tolerant runner needs
+/// The SQL of each migration, for the backends whose migrations run
 /// statement by statement (diesel's embedded migrations do not expose it).
-/// A unit test checks that it names exactly the folders under
-/// `migrations/mysql`.
-#[cfg(feature = "mysql")]
-macro_rules! mysql_up {
-    ($($name:literal),* $(,)?) => {
-        &[$(($name, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/mysql/", $name, "/up.sql")))),*]
+/// A unit test checks that each list names exactly the folders of its
+/// backend.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+macro_rules! up_sql {
+    ($backend:literal: $($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/", $backend, "/", $name, "/up.sql")))),*]
     };
 }
 
 #[cfg(feature = "mysql")]
-const MYSQL_UP: &[(&str, &str)] = mysql_up!(
+const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-21-000000_create_locks_and_runs",
     "2026-11-21-000001_index_running_runs",
+    "2026-11-22-000000_day_one",
+);
+
+#[cfg(feature = "sqlite")]
+const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
+    "2026-11-21-000000_create_locks_and_runs",
+    "2026-11-21-000001_index_running_runs",
+    "2026-11-22-000000_day_one",
 );
 
 /// The row of the migration lock.
@@ -208,9 +216,9 @@ fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, Stri
             let mut done = Migrated::default();
             for migration in pending {
                 extend(conn, holder)?;
-                let c = sqlite(conn)?;
-                c.run_migration(&migration).map_err(|e| text(&*e))?;
+                let healed = run_tolerant(sqlite(conn)?, migration, SQLITE_UP, true)?;
                 done.applied += 1;
+                done.healed += usize::from(healed);
             }
             Ok(done)
         }
@@ -236,27 +244,45 @@ fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, Stri
             let mut done = Migrated::default();
             for migration in pending {
                 extend(conn, holder)?;
-                let c = mysql(conn)?;
-                let name = migration.name().to_string();
-                let up = MYSQL_UP
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, sql)| *sql)
-                    .ok_or_else(|| format!("migration {name} has no SQL in MYSQL_UP"))?;
-                let tolerant = Tolerant {
-                    inner: migration,
-                    up,
-                    healed: std::cell::Cell::new(false),
-                };
-                c.run_migration(&tolerant).map_err(|e| text(&*e))?;
+                // MariaDB/MySQL commit each DDL statement by itself: a
+                // transaction around them would only pretend.
+                let healed = run_tolerant(mysql(conn)?, migration, MYSQL_UP, false)?;
                 done.applied += 1;
-                if tolerant.healed.get() {
-                    done.healed += 1;
-                }
+                done.healed += usize::from(healed);
             }
             Ok(done)
         }
     }
+}
+
+/// Runs `migration` statement by statement with its SQL from `up`, taking
+/// a statement whose work is already there as done; returns whether any
+/// was (the migration had been cut short before).
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+fn run_tolerant<DB, C>(
+    conn: &mut C,
+    migration: Box<dyn Migration<DB>>,
+    up: &'static [(&'static str, &'static str)],
+    transaction: bool,
+) -> Result<bool, String>
+where
+    DB: diesel::backend::Backend,
+    C: MigrationHarness<DB>,
+{
+    let name = migration.name().to_string();
+    let sql = up
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, sql)| *sql)
+        .ok_or_else(|| format!("migration {name} has no SQL listed in src/db/migrate.rs"))?;
+    let tolerant = Tolerant {
+        inner: migration,
+        up: sql,
+        healed: std::cell::Cell::new(false),
+        transaction,
+    };
+    conn.run_migration(&tolerant).map_err(|e| e.to_string())?;
+    Ok(tolerant.healed.get())
 }
 
 macro_rules! backend_accessor {
@@ -295,20 +321,23 @@ backend_accessor!(
     not(any(feature = "sqlite", feature = "postgres"))
 );
 
-/// A MariaDB/MySQL migration run statement by statement, where a statement
-/// whose object already exists counts as done.
-#[cfg(feature = "mysql")]
-struct Tolerant {
-    inner: Box<dyn Migration<diesel::mysql::Mysql>>,
+/// A migration run statement by statement, where a statement whose object
+/// already exists (or whose object to drop is gone) counts as done: on
+/// MariaDB/MySQL, whose DDL commits statement by statement, and on SQLite,
+/// which has no `ADD COLUMN IF NOT EXISTS`.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+struct Tolerant<DB: diesel::backend::Backend> {
+    inner: Box<dyn Migration<DB>>,
     up: &'static str,
     healed: std::cell::Cell<bool>,
+    transaction: bool,
 }
 
-#[cfg(feature = "mysql")]
-impl Migration<diesel::mysql::Mysql> for Tolerant {
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+impl<DB: diesel::backend::Backend> Migration<DB> for Tolerant<DB> {
     fn run(
         &self,
-        conn: &mut dyn diesel::connection::BoxableConnection<diesel::mysql::Mysql>,
+        conn: &mut dyn diesel::connection::BoxableConnection<DB>,
     ) -> diesel::migration::Result<()> {
         for statement in statements(self.up) {
             match conn.batch_execute(statement) {
@@ -328,15 +357,17 @@ impl Migration<diesel::mysql::Mysql> for Tolerant {
 
     fn revert(
         &self,
-        conn: &mut dyn diesel::connection::BoxableConnection<diesel::mysql::Mysql>,
+        conn: &mut dyn diesel::connection::BoxableConnection<DB>,
     ) -> diesel::migration::Result<()> {
         self.inner.revert(conn)
     }
 
     fn metadata(&self) -> &dyn diesel::migration::MigrationMetadata {
-        // MariaDB/MySQL commit each DDL statement by itself: a transaction
-        // around them would only pretend.
-        &NoTransaction
+        if self.transaction {
+            &InTransaction(true)
+        } else {
+            &InTransaction(false)
+        }
     }
 
     fn name(&self) -> &dyn MigrationName {
@@ -344,13 +375,14 @@ impl Migration<diesel::mysql::Mysql> for Tolerant {
     }
 }
 
-#[cfg(feature = "mysql")]
-struct NoTransaction;
+/// Whether a migration runs in a transaction.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+struct InTransaction(bool);
 
-#[cfg(feature = "mysql")]
-impl diesel::migration::MigrationMetadata for NoTransaction {
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+impl diesel::migration::MigrationMetadata for InTransaction {
     fn run_in_transaction(&self) -> bool {
-        false
+        self.0
     }
 }
 
@@ -358,10 +390,10 @@ impl diesel::migration::MigrationMetadata for NoTransaction {
 /// (the rule `migrations/README.md` states), with the comments above it; a
 /// piece that is only comments is no statement.
 #[cfg_attr(
-    not(any(feature = "mysql", test)),
+    not(any(feature = "mysql", feature = "sqlite", test)),
     expect(
         dead_code,
-        reason = "only MariaDB/MySQL migrations run statement by statement"
+        reason = "PostgreSQL migrations run whole, in a transaction"
     )
 )]
 fn statements(sql: &str) -> Vec<&str> {
@@ -385,20 +417,22 @@ fn statements(sql: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Whether a MariaDB/MySQL error says the statement's work is already
-/// there: a table, column or index that exists (1050, 1060, 1061), or one
-/// to drop that is gone (1091).
+/// Whether an error says the statement's work is already there: a table,
+/// column or index that exists (MariaDB/MySQL 1050, 1060, 1061; SQLite's
+/// "already exists", "duplicate column name"), or one to drop that is gone
+/// (1091).
 #[cfg_attr(
-    not(any(feature = "mysql", test)),
+    not(any(feature = "mysql", feature = "sqlite", test)),
     expect(
         dead_code,
-        reason = "only MariaDB/MySQL migrations run statement by statement"
+        reason = "PostgreSQL migrations run whole, in a transaction"
     )
 )]
 fn already_done(message: &str) -> bool {
     [
         "already exists",
         "Duplicate column name",
+        "duplicate column name",
         "Duplicate key name",
         "check that",
     ]
@@ -406,10 +440,72 @@ fn already_done(message: &str) -> bool {
     .any(|needle| message.contains(needle))
 }
 
+/// Whether every migration of this build has been applied, without
+/// creating anything: the commands that only use the database (`status`,
+/// `history`, `trigger`, …) say "not migrated" instead of changing the
+/// schema. `Err` says how many are missing.
+pub fn check_migrated(conn: &mut DbConnection) -> Result<(), NotMigrated> {
+    #[derive(QueryableByName)]
+    struct Version {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        version: String,
+    }
+    let applied: Vec<String> = diesel::sql_query("SELECT version FROM __diesel_schema_migrations")
+        .load::<Version>(conn)
+        .map(|rows| rows.into_iter().map(|r| r.version).collect())
+        .unwrap_or_default();
+    let embedded = embedded_versions(conn);
+    let missing = embedded.iter().filter(|v| !applied.contains(v)).count();
+    if missing == 0 {
+        Ok(())
+    } else {
+        Err(NotMigrated {
+            missing,
+            total: embedded.len(),
+        })
+    }
+}
+
+/// The database lacks migrations this build has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the database is not migrated ({missing} of {total} migrations missing): run `replicron migrate` \
+     (`replicron run` migrates at start too)"
+)]
+pub struct NotMigrated {
+    /// How many are missing.
+    pub missing: usize,
+    /// How many this build has.
+    pub total: usize,
+}
+
+/// The versions of this backend's embedded migrations, as diesel records
+/// them.
+fn embedded_versions(conn: &DbConnection) -> Vec<String> {
+    use diesel::migration::{Migration as _, MigrationSource};
+    fn versions<DB: diesel::backend::Backend>(source: &EmbeddedMigrations) -> Vec<String>
+    where
+        EmbeddedMigrations: MigrationSource<DB>,
+    {
+        source
+            .migrations()
+            .map(|all| all.iter().map(|m| m.name().version().to_string()).collect())
+            .unwrap_or_default()
+    }
+    match conn {
+        #[cfg(feature = "sqlite")]
+        DbConnection::Sqlite(_) => versions::<diesel::sqlite::Sqlite>(&SQLITE_MIGRATIONS),
+        #[cfg(feature = "mysql")]
+        DbConnection::Mysql(_) => versions::<diesel::mysql::Mysql>(&MYSQL_MIGRATIONS),
+        #[cfg(feature = "postgres")]
+        DbConnection::Postgres(_) => versions::<diesel::pg::Pg>(&POSTGRES_MIGRATIONS),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[cfg(feature = "mysql")]
+    #[cfg(any(feature = "mysql", feature = "sqlite"))]
     use diesel::migration::MigrationSource;
 
     #[test]
@@ -431,28 +527,56 @@ mod tests {
             "Duplicate key name 'replicron_runs_job_status'"
         ));
         assert!(already_done("Duplicate column name 'paused'"));
+        assert!(already_done("duplicate column name: created_at"));
         assert!(already_done("Can't DROP INDEX `x`; check that it exists"));
         assert!(!already_done("You have an error in your SQL syntax"));
     }
 
-    #[cfg(feature = "mysql")]
-    #[test]
-    fn every_mysql_migration_has_its_statements() {
-        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/mysql");
+    /// The folders of `migrations/<backend>`, sorted.
+    #[cfg(any(feature = "mysql", feature = "sqlite"))]
+    fn folders(backend: &str) -> Vec<String> {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(backend);
         let mut on_disk: Vec<String> = std::fs::read_dir(folder)
-            .expect("migrations/mysql")
+            .expect("migrations folder")
             .filter_map(|e| e.ok())
             .filter(|e| e.path().is_dir())
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         on_disk.sort();
+        on_disk
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn every_mysql_migration_has_its_statements() {
         let listed: Vec<String> = MYSQL_UP.iter().map(|(n, _)| n.to_string()).collect();
         assert_eq!(
-            listed, on_disk,
+            listed,
+            folders("mysql"),
             "MYSQL_UP must list every folder of migrations/mysql"
         );
         let embedded: Vec<String> =
             MigrationSource::<diesel::mysql::Mysql>::migrations(&MYSQL_MIGRATIONS)
+                .expect("embedded")
+                .iter()
+                .map(|m| m.name().to_string())
+                .collect();
+        assert_eq!(listed, embedded);
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn every_sqlite_migration_has_its_statements() {
+        let listed: Vec<String> = SQLITE_UP.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(
+            listed,
+            folders("sqlite"),
+            "SQLITE_UP must list every folder of migrations/sqlite"
+        );
+        let embedded: Vec<String> =
+            MigrationSource::<diesel::sqlite::Sqlite>::migrations(&SQLITE_MIGRATIONS)
                 .expect("embedded")
                 .iter()
                 .map(|m| m.name().to_string())

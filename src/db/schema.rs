@@ -19,6 +19,9 @@ diesel::table! {
         last_scheduled_at -> Nullable<Timestamp>,
         /// +1 on every successful claim.
         fence -> BigInt,
+        /// Database time the row was created (NULL for rows older than
+        /// this column).
+        created_at -> Nullable<Timestamp>,
     }
 }
 
@@ -47,6 +50,28 @@ diesel::table! {
         exit_code -> Nullable<Integer>,
         /// The tail of stdout and stderr.
         output -> Text,
+        /// The holder's last confirmation of the run's lease.
+        confirmed_at -> Nullable<Timestamp>,
+        /// The KEY of an `exec --once` run.
+        once_key -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    /// The replicas running now, kept fresh by their heartbeats.
+    replicron_instances (id) {
+        /// Instance id.
+        id -> Text,
+        /// Host name.
+        host -> Text,
+        /// Process id on that host.
+        pid -> BigInt,
+        /// replicron's version.
+        version -> Text,
+        /// Database time it started.
+        started_at -> Timestamp,
+        /// Database time of its last heartbeat.
+        last_seen -> Timestamp,
     }
 }
 
@@ -63,4 +88,4 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(replicron_locks, replicron_runs);
+diesel::allow_tables_to_appear_in_same_query!(replicron_locks, replicron_runs, replicron_instances);

@@ -226,3 +226,76 @@ fn logs_into_a_file_have_no_colour_codes() {
         );
     }
 }
+
+/// A URL without its `://` still has its password hidden, from the file and
+/// from the environment.
+#[test]
+fn a_malformed_url_never_prints_its_password() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        "[database]\nurl = \"mysql//admin:Sup3rS3cret@127.0.0.1/nc\"\n",
+    );
+    let output = replicron(&["check", "--config", &path]);
+    let (out, err) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{out}{err}");
+    assert!(err.contains("has no scheme"), "{err}");
+    assert!(err.contains("admin:***@127.0.0.1"), "{err}");
+    assert!(
+        !err.contains("Sup3rS3cret") && !out.contains("Sup3rS3cret"),
+        "{err}"
+    );
+    let path = write(dir.path(), "");
+    let output = std::process::Command::new(crate::support::binary())
+        .args(["check", "--config", &path])
+        .env(
+            "REPLICRON_DATABASE_URL",
+            "postgres:/app:Sup3rS3cret@db/jobs",
+        )
+        .output()
+        .expect("check");
+    let (out, err) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{out}{err}");
+    assert!(
+        !err.contains("Sup3rS3cret") && !out.contains("Sup3rS3cret"),
+        "{err}"
+    );
+}
+
+/// `--config` defaults to `REPLICRON_CONFIG`, else
+/// `/etc/replicron/jobs.toml`; the file named is the one read and reported.
+#[test]
+fn the_config_comes_from_replicron_config_or_etc() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = write(
+        dir.path(),
+        &format!(
+            "{DB}\n[[job]]\nname = \"env-named\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+        ),
+    );
+    let output = std::process::Command::new(crate::support::binary())
+        .args(["check", "--count", "0"])
+        .env("REPLICRON_CONFIG", &path)
+        .env_remove("REPLICRON_DATABASE_URL")
+        .output()
+        .expect("check");
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    assert!(
+        out.contains(&format!("{path}: valid")) && out.contains("env-named"),
+        "{out}"
+    );
+    let output = std::process::Command::new(crate::support::binary())
+        .args(["check", "--count", "0"])
+        .env_remove("REPLICRON_CONFIG")
+        .env_remove("REPLICRON_DATABASE_URL")
+        .output()
+        .expect("check");
+    let (out, err) = text(&output);
+    if std::path::Path::new("/etc/replicron/jobs.toml").exists() {
+        eprintln!("/etc/replicron/jobs.toml exists here: its check is not asserted");
+    } else {
+        assert_eq!(output.status.code(), Some(2), "{out}{err}");
+        assert!(err.contains("/etc/replicron/jobs.toml"), "{err}");
+    }
+}

@@ -191,6 +191,8 @@ fn kill_the_holder(kind: Kind) {
         .position(|r| r.id == holder)
         .expect("holder is a replica");
     let victim = replicas.remove(index);
+    // Let its lease be confirmed (every second) before the holder dies.
+    std::thread::sleep(Duration::from_millis(2500));
     let killed_at = Instant::now();
     victim.signal(Signal::SIGKILL);
     while process_alive(shell_pid) || process_alive(sleep_pid) {
@@ -226,6 +228,32 @@ fn kill_the_holder(kind: Kind) {
         .unwrap_or_else(|| panic!("no history row for {instant}: {rows:?}"));
     assert_eq!(old["status"], "abandoned", "{rows:?}");
     assert_eq!(old["instance"], holder.as_str());
+    // When it ended is not known: not invented, but bounded below by the
+    // holder's last confirmation of its lease.
+    assert!(old["finished_at"].is_null(), "{old}");
+    let time = |key: &str| {
+        DateTime::parse_from_rfc3339(old[key].as_str().unwrap_or_else(|| panic!("{key}: {old}")))
+            .expect("rfc3339")
+    };
+    let confirmed_after = time("confirmed_at") - time("started_at");
+    assert!(
+        confirmed_after >= TimeDelta::seconds(1) && confirmed_after < TimeDelta::seconds(4),
+        "{old}"
+    );
+    let table = crate::support::replicron(&[
+        "history",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--job",
+        "long",
+    ]);
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("abandoned") && l.contains("unknown (≥")),
+        "{table}"
+    );
     eprintln!(
         "{kind:?}: the killed replica's job was gone {gone_after:?} after kill -9; {survivor} ran {next_instant} next"
     );
@@ -446,4 +474,113 @@ fn runs_get_their_environment_and_working_dir() {
             assert!(set.contains(row["instance"].as_str().expect("instance")));
         },
     );
+}
+
+/// `sec min hour day month *`: a schedule that fires once a year, at `t`.
+fn once_at(t: DateTime<Utc>) -> String {
+    use chrono::{Datelike, Timelike};
+    format!(
+        "{} {} {} {} {} *",
+        t.second(),
+        t.minute(),
+        t.hour(),
+        t.day(),
+        t.month()
+    )
+}
+
+/// Catch-up runs an instant nobody claimed only if the job's lease row
+/// existed by then: a job new to the fleet has missed nothing, while a job
+/// whose replicas were all down at its instant is caught up.
+#[test]
+fn catch_up_skips_what_came_before_the_job_existed() {
+    crate::support::on_each_backend(|db| {
+        let past = second(Utc::now()) - TimeDelta::seconds(20);
+        let config = db.config(&format!(
+            "[[job]]\nname = \"new-purge\"\nschedule = \"{}\"\ncatch_up = \"1h\"\ncommand = 'echo purged'\n",
+            once_at(past)
+        ));
+        let mut replica = Replica::start(&config, "first", None, &[]);
+        replica.wait_for_log("replicron started", Duration::from_secs(20));
+        std::thread::sleep(Duration::from_secs(2));
+        replica.signal(Signal::SIGTERM);
+        assert!(
+            replica
+                .wait_exit(Duration::from_secs(20))
+                .is_some_and(|s| s.success())
+        );
+        let rows = history_json(&config, "new-purge");
+        assert!(
+            rows.is_empty(),
+            "a job new to the fleet ran as catch-up: {rows:?}"
+        );
+
+        // Its row exists now; the next instant comes while no replica runs.
+        let soon = second(Utc::now()) + TimeDelta::seconds(2);
+        let config = db.config(&format!(
+            "[[job]]\nname = \"new-purge\"\nschedule = \"{}\"\ncatch_up = \"1h\"\ncommand = 'echo purged'\n",
+            once_at(soon)
+        ));
+        std::thread::sleep(
+            (soon - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(1),
+        );
+        let mut replica = Replica::start(&config, "second", None, &[]);
+        replica.wait_for_log("catching up a missed instant", Duration::from_secs(20));
+        let row = wait_for_status(&config, "new-purge", Duration::from_secs(10));
+        assert_eq!(row["status"], "succeeded");
+        assert_eq!(
+            row["scheduled_at"],
+            soon.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        );
+        replica.signal(Signal::SIGTERM);
+        let _ = replica.wait_exit(Duration::from_secs(20));
+    });
+}
+
+/// A job does not see replicron's own settings: the database URL (and its
+/// password), the config's path and every override, from the environment
+/// of the daemon, unless the job sets one in its own `env`.
+#[test]
+fn jobs_do_not_inherit_replicrons_settings() {
+    let Some(db) = TestDb::new(Kind::Sqlite) else {
+        return;
+    };
+    let config = db.config(
+        "[[job]]\nname = \"dump\"\nschedule = \"* * * * * *\"\ncommand = 'env'\noutput_limit = \"1MiB\"\n\n\
+         [[job]]\nname = \"own\"\nschedule = \"* * * * * *\"\nenv = { REPLICRON_POOL_SIZE = \"mine\" }\n\
+         command = 'echo \"pool=$REPLICRON_POOL_SIZE url=${REPLICRON_DATABASE_URL:-unset}\"'\n",
+    );
+    let secret_url = format!("{}?password=Sup3rS3cret", db.url);
+    let mut replica = Replica::start(
+        &config,
+        "scrubbed",
+        None,
+        &[
+            ("REPLICRON_DATABASE_URL", secret_url.as_str()),
+            ("REPLICRON_CONFIG", config.to_str().expect("utf-8")),
+            ("REPLICRON_POOL_SIZE", "3"),
+            ("REPLICRON_SHUTDOWN_GRACE", "5s"),
+            ("REPLICRON_HISTORY_RETENTION", "7d"),
+            ("SOMETHING_ELSE", "kept"),
+        ],
+    );
+    replica.wait_for_log("replicron started", Duration::from_secs(20));
+    let dump = wait_for_status(&config, "dump", Duration::from_secs(10));
+    let own = wait_for_status(&config, "own", Duration::from_secs(10));
+    replica.signal(Signal::SIGTERM);
+    let _ = replica.wait_exit(Duration::from_secs(20));
+    let env = dump["output"].as_str().expect("output");
+    assert!(env.contains("SOMETHING_ELSE=kept"), "{env}");
+    assert!(env.contains("REPLICRON_JOB=dump"), "{env}");
+    for hidden in [
+        "REPLICRON_DATABASE_URL",
+        "REPLICRON_CONFIG",
+        "REPLICRON_POOL_SIZE",
+        "REPLICRON_SHUTDOWN_GRACE",
+        "REPLICRON_HISTORY_RETENTION",
+        "Sup3rS3cret",
+    ] {
+        assert!(!env.contains(hidden), "the job saw {hidden}:\n{env}");
+    }
+    assert_eq!(own["output"], "pool=mine url=unset\n");
 }

@@ -383,6 +383,7 @@ fn statements_ignore_the_session_zone(url: &str, set_zone: &str, zone: &str) {
             attempt: 1,
             instance: "z",
             fence: held.fence,
+            once_key: None,
         },
     )
     .expect("start");

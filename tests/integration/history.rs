@@ -31,6 +31,7 @@ fn new_run(job: &str, at: i64, attempt: i32, fence: i64) -> NewRun<'_> {
         attempt,
         instance: "host:1:abc",
         fence,
+        once_key: None,
     }
 }
 
@@ -135,11 +136,10 @@ fn running_rows_under_an_older_fence_are_abandoned() {
         assert_eq!(status(old), "abandoned");
         assert_eq!(status(current), "running");
         assert_eq!(status(other_job), "running");
-        assert!(
-            runs.iter()
-                .find(|r| r.id == old)
-                .and_then(|r| r.finished_at)
-                .is_some()
+        // When an abandoned run ended is not known: nothing is invented.
+        assert_eq!(
+            runs.iter().find(|r| r.id == old).map(|r| r.finished_at),
+            Some(None)
         );
     });
 }
@@ -222,16 +222,18 @@ fn history_command_prints_table_and_json() {
             keys,
             [
                 "attempt",
+                "confirmed_at",
                 "exit_code",
                 "fence",
                 "finished_at",
                 "id",
                 "instance",
                 "job",
+                "once_key",
                 "output",
                 "scheduled_at",
                 "started_at",
-                "status"
+                "status",
             ]
         );
 

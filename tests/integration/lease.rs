@@ -186,6 +186,7 @@ fn a_batch_claim_decides_each_row_as_a_single_claim_would() {
                 attempt: 1,
                 instance: "gone",
                 fence: 0,
+                once_key: None,
             },
         )
         .expect("old run");

@@ -11,6 +11,7 @@ mod exit;
 mod faults;
 mod galera;
 mod history;
+mod import;
 mod lease;
 mod operate;
 mod proxy;

@@ -57,9 +57,38 @@ fn trigger_status_and_unlock() {
     on_each_backend(|db| {
         let config = db.config(
             "[[job]]\nname = \"report\"\nschedule = \"@yearly\"\ncommand = 'echo \"report by $REPLICRON_INSTANCE\"'\n\n\
-             [[job]]\nname = \"broken\"\nschedule = \"@yearly\"\ncommand = 'exit 4'\n\n\
+             [[job]]\nname = \"broken\"\nschedule = \"@yearly\"\ncommand = 'echo \"the output of broken\"; exit 4'\n\n\
              [[job]]\nname = \"off\"\nschedule = \"@daily\"\nenabled = false\ncommand = 'true'\n",
         );
+        // Commands other than `run` and `migrate` never change the schema:
+        // on a fresh database they say to migrate, and leave it as it was.
+        let (code, _, err) = run(&config, &["status"]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("run `replicron migrate"), "{err}");
+        for command in [
+            &["history"][..],
+            &["trigger", "report"],
+            &["unlock", "report"],
+        ] {
+            let (code, _, err) = run(&config, command);
+            assert_eq!(code, 1, "{command:?}: {err}");
+            assert!(err.contains("replicron migrate"), "{command:?}: {err}");
+        }
+        if db.kind != Kind::Sqlite {
+            let mut conn = crate::support::connect(&db.url);
+            assert!(
+                replicron::db::migrate::check_migrated(&mut conn)
+                    .is_err_and(|e| e.missing == e.total),
+                "a read-only command created tables"
+            );
+        } else {
+            assert!(
+                !db.dir().join("replicron.db").exists(),
+                "a read-only command created the file"
+            );
+        }
+        let (code, out, err) = run(&config, &["migrate"]);
+        assert_eq!(code, 0, "{out}{err}");
         let (code, out, err) = run(&config, &["trigger", "report"]);
         assert_eq!(code, 0, "{out}{err}");
         assert!(out.contains("report: succeeded (exit 0)"), "{out}");
@@ -72,12 +101,26 @@ fn trigger_status_and_unlock() {
         );
         let (code, out, _) = run(&config, &["trigger", "broken"]);
         assert_eq!(code, 4, "{out}");
+        // trigger shows the output, not only the status.
+        assert!(
+            out.contains("broken: failed (exit 4)\n  the output of broken"),
+            "{out}"
+        );
         let (code, _, err) = run(&config, &["trigger", "nope"]);
         assert_eq!(code, 2, "{err}");
         assert!(err.contains("no job named \"nope\""), "{err}");
 
+        // `broken` failed last: flagged, and status exits 1.
         let (code, out, err) = run(&config, &["status"]);
-        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(code, 1, "{out}{err}");
+        let broken = out
+            .lines()
+            .find(|l| l.starts_with("broken"))
+            .expect("broken row");
+        assert!(
+            broken.contains("FAILED: last run") && broken.contains("failed (exit 4)"),
+            "{out}"
+        );
         let lines: Vec<&str> = out.lines().collect();
         assert!(
             lines[0].starts_with("database time ") && lines[0].contains("this host's clock is "),
@@ -133,7 +176,7 @@ fn trigger_status_and_unlock() {
         assert_eq!(report["locked_by"], "ghost:1:x");
         // Held for seconds only: not yet stuck.
         assert!(report["problem"].is_null(), "{report}");
-        assert_eq!(code, 0);
+        assert_eq!(code, 1, "broken's failure is still flagged");
 
         // A run recorded running under the current fence: unlock asks for --force.
         let fence = report["fence"].as_i64().expect("fence");
@@ -145,6 +188,7 @@ fn trigger_status_and_unlock() {
                 attempt: 1,
                 instance: "ghost:1:x",
                 fence,
+                once_key: None,
             },
         )
         .expect("start");
@@ -170,6 +214,7 @@ fn trigger_status_and_unlock() {
 fn exec_is_a_mutex_and_once_runs_once() {
     on_each_backend(|db| {
         let config = db.config("[defaults]\nlock_at_most_for = \"30s\"\n");
+        db.pool(1);
         let counter = db.dir().join("counter");
         std::fs::write(&counter, "0").expect("counter");
         let script = format!(
@@ -185,9 +230,9 @@ fn exec_is_a_mutex_and_once_runs_once() {
                             .args(["exec", "--config"])
                             .arg(&config)
                             .args(["--lock", "counter", "--", "sh", "-c", &script])
-                            .status()
+                            .output()
                             .expect("exec runs");
-                        assert!(status.success());
+                        assert!(status.status.success(), "{:?}", text(&status));
                     }
                 })
             })
@@ -229,8 +274,9 @@ fn exec_is_a_mutex_and_once_runs_once() {
                             "-c",
                         ])
                         .arg(format!("echo x >> {}; sleep 1; exit 3", marker.display()))
-                        .status()
+                        .output()
                         .expect("exec runs")
+                        .status
                         .code()
                 })
             })
@@ -270,8 +316,69 @@ fn exec_is_a_mutex_and_once_runs_once() {
             ],
         );
         assert_eq!(code, 0);
-        assert_eq!(history_json(&config, "migrate").len(), 2);
+        let rows = history_json(&config, "migrate");
+        assert_eq!(rows.len(), 2);
+        // Recorded at the time they started, with their key.
+        for row in &rows {
+            let started =
+                chrono::DateTime::parse_from_rfc3339(row["started_at"].as_str().expect("start"))
+                    .expect("rfc3339");
+            let scheduled = chrono::DateTime::parse_from_rfc3339(
+                row["scheduled_at"].as_str().expect("instant"),
+            )
+            .expect("rfc3339");
+            assert!(
+                (started - scheduled).abs() < chrono::TimeDelta::seconds(2),
+                "{row}"
+            );
+        }
+        let keys: Vec<&str> = rows.iter().filter_map(|r| r["once_key"].as_str()).collect();
+        assert_eq!(keys, ["release-43", "release-42"]);
+        let (_, table, _) = run(
+            &config,
+            &["history", "--job", "migrate", "--once-key", "release-42"],
+        );
+        assert!(
+            table.lines().next().is_some_and(|h| h.ends_with("KEY")),
+            "{table}"
+        );
+        assert!(
+            table
+                .lines()
+                .nth(1)
+                .is_some_and(|l| l.ends_with("release-42")),
+            "{table}"
+        );
+        assert_eq!(table.lines().count(), 2, "{table}");
     });
+}
+
+/// `exec` with a program that does not exist says so plainly.
+#[test]
+fn exec_of_a_missing_command_says_so() {
+    let Some(db) = TestDb::new(Kind::Sqlite) else {
+        return;
+    };
+    let config = db.config("");
+    db.pool(1);
+    let (code, out, err) = run(
+        &config,
+        &["exec", "--lock", "x", "--", "/nonexistent/cmd", "arg"],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("no such command: /nonexistent/cmd"), "{err}");
+    assert!(!err.contains("setpriv"), "{err}");
+    let rows = history_json(&config, "x");
+    assert_eq!(rows[0]["status"], "error");
+    let (code, _, err) = run(
+        &config,
+        &["exec", "--lock", "x", "--", "no-such-program-here"],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no such command: no-such-program-here"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -280,10 +387,13 @@ fn exec_wait_gives_up_while_the_lock_is_held() {
         return;
     };
     let config = db.config("");
+    db.pool(1);
     let holder = Command::new(binary())
         .args(["exec", "--config"])
         .arg(&config)
         .args(["--lock", "busy", "--", "sleep", "3"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .expect("holder");
     sleep(Duration::from_millis(700));
@@ -354,7 +464,13 @@ fn import_crontab_output_passes_check_with_the_same_instants() {
     ] {
         let path = dir.path().join(name);
         std::fs::write(&path, crontab).expect("crontab");
-        let output = replicron(&["import-crontab", path.to_str().expect("utf-8"), user_column]);
+        // Pinned to UTC: the importer keeps the host's zone, which the
+        // expected instants assume.
+        let output = Command::new(binary())
+            .args(["import-crontab", path.to_str().expect("utf-8"), user_column])
+            .env("TZ", "UTC")
+            .output()
+            .expect("import-crontab");
         let (toml, notes) = text(&output);
         assert!(output.status.success(), "{notes}");
         let imported = dir.path().join(format!("{name}.toml"));
@@ -528,7 +644,179 @@ fn completions_and_man_page() {
     let (out, _) = text(&output);
     assert!(output.status.success());
     assert!(
-        out.contains(".TH replicron 1") && out.contains("exec"),
+        out.contains(".TH REPLICRON 1") && out.contains("exec"),
         "{out}"
     );
+    // It renders without a warning where groff is installed.
+    let dir = tempfile::tempdir().expect("dir");
+    let page = dir.path().join("replicron.1");
+    std::fs::write(&page, &out).expect("page");
+    match Command::new("groff")
+        .args(["-man", "-ww", "-z"])
+        .arg(&page)
+        .output()
+    {
+        Ok(groff) => {
+            let (_, warnings) = text(&groff);
+            assert!(groff.status.success() && warnings.is_empty(), "{warnings}");
+        }
+        Err(_) => eprintln!("skipped: groff is not installed"),
+    }
+}
+
+/// A second process under an instance id that a live replica uses is
+/// refused; a replica restarted under its id after `kill -9` takes it over
+/// at once (its old process is gone from this host).
+#[test]
+fn an_instance_id_in_use_is_refused() {
+    on_each_backend(|db| {
+        let config =
+            db.config("[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n");
+        let first = Replica::start(&config, "twin", None, &[]);
+        first.wait_for_log("replicron started", Duration::from_secs(20));
+        let mut second = Replica::start(&config, "twin", None, &[]);
+        let status = second.wait_exit(Duration::from_secs(20)).expect("refused");
+        assert_eq!(status.code(), Some(1), "{}", second.log_text());
+        assert!(
+            second.log_text().contains("is in use by a live replica"),
+            "{}",
+            second.log_text()
+        );
+        first.signal(Signal::SIGKILL);
+        drop(first);
+        let third = Replica::start(&config, "twin", None, &[]);
+        third.wait_for_log("replicron started", Duration::from_secs(20));
+        assert!(
+            third.log_text().contains("took over the instance id"),
+            "{}",
+            third.log_text()
+        );
+        third.signal(Signal::SIGTERM);
+    });
+}
+
+/// `unlock --force` while the holder runs the job: `status` says the lease
+/// ended and the holder (alive) stops the run, not that it vanished; the
+/// holder then records the run `lost_lock`.
+#[test]
+fn unlock_force_of_a_live_holder_is_no_orphan() {
+    let Some(db) = TestDb::new(Kind::Sqlite) else {
+        return;
+    };
+    let config = db.config(
+        "[[job]]\nname = \"long\"\nschedule = \"*/2 * * * * *\"\nlock_at_most_for = \"6s\"\ncommand = 'sleep 30'\n",
+    );
+    let replica = Replica::start(&config, "holder", None, &[]);
+    replica.wait_for_log("run started", Duration::from_secs(20));
+    let (code, out, err) = run(&config, &["unlock", "long", "--force"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, _) = run(&config, &["status"]);
+    assert_eq!(code, 1, "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("long"))
+        .expect("long row");
+    assert!(
+        row.contains("LEASE ENDED") && row.contains("holder is alive"),
+        "{out}"
+    );
+    assert!(
+        !row.contains("ORPHANED") && !row.contains("vanished"),
+        "{out}"
+    );
+    wait_until(
+        "the holder to stop its run",
+        Duration::from_secs(15),
+        || {
+            history_json(&config, "long")
+                .iter()
+                .any(|r| r["status"] == "lost_lock")
+        },
+    );
+    replica.signal(Signal::SIGTERM);
+}
+
+/// promtool, if installed (in CI it must be: Debian's prometheus package).
+fn promtool() -> Option<&'static str> {
+    let found = std::path::Path::new("/usr/bin/promtool").exists();
+    assert!(
+        found || std::env::var("CI").as_deref() != Ok("true"),
+        "promtool is missing: install Debian's prometheus package"
+    );
+    found.then_some("/usr/bin/promtool")
+}
+
+/// `/metrics` passes `promtool check metrics` (every metric has its HELP);
+/// a job's alerting series exist at 0 before its first run; the pending
+/// history writes go back to 0 once the runs are written.
+#[test]
+fn metrics_are_described_present_from_the_start_and_true() {
+    let Some(db) = TestDb::new(Kind::Sqlite) else {
+        return;
+    };
+    let port = free_port();
+    let config = db.config(&format!(
+        "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+         [[job]]\nname = \"yearly\"\nschedule = \"@yearly\"\ncommand = 'true'\n\n\
+         [[job]]\nname = \"often\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n"
+    ));
+    let replica = Replica::start(&config, "metered", None, &[]);
+    replica.wait_for_log("replicron started", Duration::from_secs(20));
+    let sample = |body: &str, series: &str| -> Option<f64> {
+        body.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    let (_, body) = http_get(port, "/metrics");
+    for series in [
+        "replicron_runs_total{job=\"yearly\",status=\"failed\"}",
+        "replicron_runs_total{job=\"yearly\",status=\"succeeded\"}",
+        "replicron_overruns_total{job=\"yearly\"}",
+        "replicron_last_success_timestamp_seconds{job=\"yearly\"}",
+        "replicron_instants_skipped_total{job=\"yearly\",reason=\"database_down\"}",
+        "replicron_claims_total{job=\"yearly\",result=\"won\"}",
+    ] {
+        assert_eq!(sample(&body, series), Some(0.0), "{series}:\n{body}");
+    }
+    wait_until("three runs written", Duration::from_secs(10), || {
+        history_json(&config, "often").len() >= 3
+    });
+    sleep(Duration::from_millis(300));
+    let (_, body) = http_get(port, "/metrics");
+    assert_eq!(
+        sample(&body, "replicron_history_pending_writes"),
+        Some(0.0),
+        "{body}"
+    );
+    assert!(
+        sample(
+            &body,
+            "replicron_runs_total{job=\"often\",status=\"succeeded\"}"
+        ) >= Some(3.0)
+    );
+    if let Some(promtool) = promtool() {
+        let mut check = Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("promtool");
+        check
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(body.as_bytes())
+            .expect("write");
+        let result = check.wait_with_output().expect("promtool");
+        assert!(
+            result.status.success(),
+            "promtool check metrics: {:?}\n{body}",
+            text(&result)
+        );
+    } else {
+        eprintln!("skipped promtool check metrics: promtool is not installed");
+    }
+    replica.signal(Signal::SIGTERM);
 }

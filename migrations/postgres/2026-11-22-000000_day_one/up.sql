@@ -1,0 +1,21 @@
+-- When a lease row was created: catch-up runs only instants after it, so a
+-- job new to the fleet has missed nothing.
+ALTER TABLE replicron_locks ADD COLUMN IF NOT EXISTS created_at TIMESTAMP(3);
+
+-- The holder's last confirmation of a run's lease: the best bound for when
+-- an abandoned run ended, which is otherwise unknown.
+ALTER TABLE replicron_runs ADD COLUMN IF NOT EXISTS confirmed_at TIMESTAMP(3);
+
+-- The KEY of an `exec --once` run.
+ALTER TABLE replicron_runs ADD COLUMN IF NOT EXISTS once_key VARCHAR(255);
+
+-- The replicas that run now: one row per instance id, kept fresh by its
+-- heartbeat, so that a second process with the same id is refused.
+CREATE TABLE IF NOT EXISTS replicron_instances (
+    id VARCHAR(255) NOT NULL PRIMARY KEY,
+    host VARCHAR(255) NOT NULL,
+    pid BIGINT NOT NULL,
+    version VARCHAR(64) NOT NULL,
+    started_at TIMESTAMP(3) NOT NULL,
+    last_seen TIMESTAMP(3) NOT NULL
+);

@@ -1,0 +1,234 @@
+//! The replicas running now: `replicron_instances`, one row per instance
+//! id, kept fresh by a heartbeat on database time. A process refuses to
+//! start under an id that a live replica already uses: `locked_by` and the
+//! history would no longer say which process held a lease. `status` reads
+//! the same rows to tell a holder that is alive from one that vanished.
+
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use diesel::prelude::*;
+
+use crate::db::DbConnection;
+use crate::db::clock::{DbNow, DbNowPlus};
+use crate::db::schema::replicron_instances::dsl as instances;
+
+/// How often a replica says it is alive.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// A replica not heard from for this long is taken for gone: three missed
+/// heartbeats.
+pub const STALE_AFTER: Duration = Duration::from_secs(30);
+
+/// A row of `replicron_instances`.
+#[derive(Clone, Debug, PartialEq, Eq, Queryable, Selectable)]
+#[diesel(table_name = crate::db::schema::replicron_instances)]
+pub struct InstanceRow {
+    /// Instance id.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id on that host.
+    pub pid: i64,
+    /// replicron's version.
+    pub version: String,
+    /// Database time it started.
+    pub started_at: NaiveDateTime,
+    /// Database time of its last heartbeat.
+    pub last_seen: NaiveDateTime,
+}
+
+/// This process, as it registers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Me {
+    /// Instance id.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: i64,
+    /// replicron's version.
+    pub version: String,
+}
+
+impl Me {
+    /// This process under instance id `id`.
+    pub fn new(id: &str) -> Self {
+        Me {
+            id: id.to_string(),
+            host: hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "unknown-host".to_string()),
+            pid: i64::from(std::process::id()),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// Why a process may not use its instance id.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// A live replica uses it.
+    #[error(
+        "instance id {id:?} is in use by a live replica ({host}, pid {pid}, last seen {ago}s ago): \
+         two processes with one id would make leases and history ambiguous; give each replica its \
+         own --instance-id"
+    )]
+    InUse {
+        /// The id.
+        id: String,
+        /// The other replica's host.
+        host: String,
+        /// Its process id.
+        pid: i64,
+        /// Seconds since its last heartbeat.
+        ago: i64,
+    },
+    /// The database refused a statement.
+    #[error("registering the instance: {0}")]
+    Db(#[from] diesel::result::Error),
+}
+
+/// Registers `me`. A row of its id whose replica was last heard from more
+/// than [`STALE_AFTER`] ago, or that names a process of this host that no
+/// longer exists (a restart), is taken over; a live one is refused.
+/// Returns the row taken over, if any.
+pub fn register(conn: &mut DbConnection, me: &Me) -> Result<Option<InstanceRow>, RegisterError> {
+    let inserted = diesel::insert_into(instances::replicron_instances)
+        .values((
+            instances::id.eq(&me.id),
+            instances::host.eq(&me.host),
+            instances::pid.eq(me.pid),
+            instances::version.eq(&me.version),
+            instances::started_at.eq(DbNow),
+            instances::last_seen.eq(DbNow),
+        ))
+        .execute(conn);
+    match inserted {
+        Ok(_) => return Ok(None),
+        Err(e) if crate::lease::is_contention(&e) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let (row, stale): (InstanceRow, bool) = instances::replicron_instances
+        .filter(instances::id.eq(&me.id))
+        .select((
+            InstanceRow::as_select(),
+            instances::last_seen.lt(DbNowPlus::minus(STALE_AFTER)),
+        ))
+        .first(conn)?;
+    let gone_from_this_host = row.host == me.host && !process_exists(row.pid);
+    if !stale && !gone_from_this_host {
+        let now = crate::lease::database_now(conn)?;
+        return Err(RegisterError::InUse {
+            id: me.id.clone(),
+            host: row.host,
+            pid: row.pid,
+            ago: (now - row.last_seen.and_utc()).num_seconds(),
+        });
+    }
+    // Conditional on the row as read: two processes taking over one stale
+    // id at once cannot both succeed.
+    let taken = diesel::update(
+        instances::replicron_instances
+            .filter(instances::id.eq(&me.id))
+            .filter(instances::pid.eq(row.pid))
+            .filter(instances::last_seen.eq(row.last_seen)),
+    )
+    .set((
+        instances::host.eq(&me.host),
+        instances::pid.eq(me.pid),
+        instances::version.eq(&me.version),
+        instances::started_at.eq(DbNow),
+        instances::last_seen.eq(DbNow),
+    ))
+    .execute(conn)?;
+    if taken == 1 {
+        Ok(Some(row))
+    } else {
+        Err(RegisterError::InUse {
+            id: me.id.clone(),
+            host: "another process".to_string(),
+            pid: 0,
+            ago: 0,
+        })
+    }
+}
+
+/// Whether process `pid` exists on this host.
+fn process_exists(pid: i64) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
+}
+
+/// Says `me` is alive. `false` means its row is no longer this process's
+/// (another process took the id over, or it was pruned).
+pub fn heartbeat(conn: &mut DbConnection, me: &Me) -> QueryResult<bool> {
+    let changed = diesel::update(
+        instances::replicron_instances
+            .filter(instances::id.eq(&me.id))
+            .filter(instances::host.eq(&me.host))
+            .filter(instances::pid.eq(me.pid)),
+    )
+    .set(instances::last_seen.eq(DbNow))
+    .execute(conn)?;
+    Ok(changed == 1)
+}
+
+/// Removes `me` at a clean exit.
+pub fn deregister(conn: &mut DbConnection, me: &Me) -> QueryResult<usize> {
+    diesel::delete(
+        instances::replicron_instances
+            .filter(instances::id.eq(&me.id))
+            .filter(instances::host.eq(&me.host))
+            .filter(instances::pid.eq(me.pid)),
+    )
+    .execute(conn)
+}
+
+/// A registered replica and whether it is alive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instance {
+    /// Its row.
+    pub row: InstanceRow,
+    /// Heard from within [`STALE_AFTER`].
+    pub alive: bool,
+}
+
+/// Every registered replica, by id, with its liveness by database time.
+pub fn list_instances(conn: &mut DbConnection) -> QueryResult<Vec<Instance>> {
+    let rows: Vec<(InstanceRow, bool)> = instances::replicron_instances
+        .order(instances::id)
+        .select((
+            InstanceRow::as_select(),
+            instances::last_seen.ge(DbNowPlus::minus(STALE_AFTER)),
+        ))
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|(row, alive)| Instance { row, alive })
+        .collect())
+}
+
+/// When `instance` was last heard from, and whether that is recent enough
+/// to call it alive; `None` if it is not registered.
+pub fn find_instance(conn: &mut DbConnection, id: &str) -> QueryResult<Option<Instance>> {
+    let row: Option<(InstanceRow, bool)> = instances::replicron_instances
+        .filter(instances::id.eq(id))
+        .select((
+            InstanceRow::as_select(),
+            instances::last_seen.ge(DbNowPlus::minus(STALE_AFTER)),
+        ))
+        .first(conn)
+        .optional()?;
+    Ok(row.map(|(row, alive)| Instance { row, alive }))
+}
+
+/// The time `last_seen` says, in UTC.
+pub fn last_seen(instance: &Instance) -> DateTime<Utc> {
+    instance.row.last_seen.and_utc()
+}
