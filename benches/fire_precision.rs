@@ -1,6 +1,8 @@
 //! Fire precision: how late each per-second instant reaches its callback,
-//! for replicron's schedule engine and, in the same run and process, for
-//! tokio-cron-scheduler 0.15 driving the same kind of callback.
+//! for replicron embedded as a library (a `Scheduler` on SQLite: each
+//! instant is claimed and recorded before the job's function runs) and, in
+//! the same run and process, for tokio-cron-scheduler 0.15 driving the same
+//! kind of callback.
 //!
 //! `cargo bench --bench fire_precision` (60 s, 1 job each). Set
 //! `FIRE_SECONDS` and `FIRE_JOBS` to change the window and the job count.
@@ -13,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DurationRound, TimeDelta, Utc};
-use replicron::schedule::{Schedule, SystemClock, Ticker};
 use tokio_cron_scheduler::{Job, JobScheduler};
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -114,17 +115,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::time::sleep((next_second - now).to_std()?).await;
     let started = Utc::now();
 
-    let mut tasks = Vec::new();
-    for _ in 0..jobs {
+    let dir = tempfile::tempdir()?;
+    let url = format!("sqlite://{}", dir.path().join("fire.db").display());
+    let mut builder = replicron::Scheduler::builder(url).instance_id("fire");
+    for n in 0..jobs {
         let samples = ours.clone();
-        let schedule = Schedule::parse("* * * * * *", chrono_tz::UTC)?;
-        tasks.push(tokio::spawn(async move {
-            let mut ticker = Ticker::new(schedule, Arc::new(SystemClock));
-            while let Some(instant) = ticker.tick().await {
-                record(&samples, Utc::now() - instant);
-            }
-        }));
+        builder = builder.job(
+            replicron::Job::new(&format!("fire-{n:02}"), "* * * * * *")?.run(move |ctx| {
+                record(&samples, Utc::now() - ctx.instant());
+                async { Ok::<(), std::convert::Infallible>(()) }
+            }),
+        );
     }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let ours_task = tokio::spawn(builder.build().await?.run_until(async move {
+        let _ = stop_rx.await;
+    }));
 
     let scheduler = JobScheduler::new().await?;
     for _ in 0..jobs {
@@ -147,9 +153,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     scheduler.shutdown().await?;
-    for task in tasks {
-        task.abort();
-    }
+    let _ = stop_tx.send(());
+    ours_task.await??;
     let expected = seconds * jobs;
     println!(
         "fire lag over {seconds} s, {jobs} per-second job(s) each, from {}:\n",
@@ -157,7 +162,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("| engine | fires | min ms | median ms | p99 ms | max ms |");
     println!("|---|---|---|---|---|---|");
-    println!("{}", summary("replicron schedule engine", &ours, expected));
+    println!("{}", summary("replicron library (SQLite)", &ours, expected));
     println!("{}", summary("tokio-cron-scheduler 0.15", &peer, expected));
     Ok(())
 }

@@ -1,29 +1,30 @@
 //! The replicas running now: `replicron_instances`, one row per instance
-//! id, kept fresh by a heartbeat on database time. A process refuses to
+//! id, kept fresh by a heartbeat on database time (statements here, and
+//! their async calls through the [`Store`]). A process refuses to
 //! start under an id that a live replica already uses: `locked_by` and the
 //! history would no longer say which process held a lease. `status` reads
 //! the same rows to tell a holder that is alive from one that vanished.
 
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
-use crate::db::DbConnection;
 use crate::db::clock::{DbNow, DbNowPlus};
 use crate::db::schema::replicron_instances::dsl as instances;
+use crate::db::{DbConnection, DbError, Store};
 
 /// How often a replica says it is alive.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 
 /// A replica not heard from for this long is taken for gone: three missed
 /// heartbeats.
-pub const STALE_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// A row of `replicron_instances`.
 #[derive(Clone, Debug, PartialEq, Eq, Queryable, Selectable)]
 #[diesel(table_name = crate::db::schema::replicron_instances)]
-pub struct InstanceRow {
+pub(crate) struct InstanceRow {
     /// Instance id.
     pub id: String,
     /// Host name.
@@ -40,7 +41,7 @@ pub struct InstanceRow {
 
 /// This process, as it registers.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Me {
+pub(crate) struct Me {
     /// Instance id.
     pub id: String,
     /// Host name.
@@ -53,7 +54,7 @@ pub struct Me {
 
 impl Me {
     /// This process under instance id `id`.
-    pub fn new(id: &str) -> Self {
+    pub(crate) fn new(id: &str) -> Self {
         Me {
             id: id.to_string(),
             host: hostname::get()
@@ -67,7 +68,7 @@ impl Me {
 
 /// Why a process may not use its instance id.
 #[derive(Debug, thiserror::Error)]
-pub enum RegisterError {
+pub(crate) enum RegisterError {
     /// A live replica uses it.
     #[error(
         "instance id {id:?} is in use by a live replica ({host}, pid {pid}, last seen {ago}s ago): \
@@ -85,15 +86,24 @@ pub enum RegisterError {
         ago: i64,
     },
     /// The database refused a statement.
-    #[error("registering the instance: {0}")]
-    Db(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<diesel::result::Error> for RegisterError {
+    fn from(error: diesel::result::Error) -> Self {
+        RegisterError::Db(DbError::query("registering the instance", error))
+    }
 }
 
 /// Registers `me`. A row of its id whose replica was last heard from more
 /// than [`STALE_AFTER`] ago, or that names a process of this host that no
 /// longer exists (a restart), is taken over; a live one is refused.
 /// Returns the row taken over, if any.
-pub fn register(conn: &mut DbConnection, me: &Me) -> Result<Option<InstanceRow>, RegisterError> {
+pub(crate) fn register(
+    conn: &mut DbConnection,
+    me: &Me,
+) -> Result<Option<InstanceRow>, RegisterError> {
     let inserted = diesel::insert_into(instances::replicron_instances)
         .values((
             instances::id.eq(&me.id),
@@ -106,7 +116,7 @@ pub fn register(conn: &mut DbConnection, me: &Me) -> Result<Option<InstanceRow>,
         .execute(conn);
     match inserted {
         Ok(_) => return Ok(None),
-        Err(e) if crate::lease::is_contention(&e) => {}
+        Err(e) if crate::db::is_contention(&e) => {}
         Err(e) => return Err(e.into()),
     }
     let (row, stale): (InstanceRow, bool) = instances::replicron_instances
@@ -118,7 +128,7 @@ pub fn register(conn: &mut DbConnection, me: &Me) -> Result<Option<InstanceRow>,
         .first(conn)?;
     let gone_from_this_host = row.host == me.host && !process_exists(row.pid);
     if !stale && !gone_from_this_host {
-        let now = crate::lease::database_now(conn)?;
+        let now = crate::db::clock::database_now(conn)?;
         return Err(RegisterError::InUse {
             id: me.id.clone(),
             host: row.host,
@@ -167,7 +177,7 @@ fn process_exists(pid: i64) -> bool {
 
 /// Says `me` is alive. `false` means its row is no longer this process's
 /// (another process took the id over, or it was pruned).
-pub fn heartbeat(conn: &mut DbConnection, me: &Me) -> QueryResult<bool> {
+pub(crate) fn heartbeat(conn: &mut DbConnection, me: &Me) -> QueryResult<bool> {
     let changed = diesel::update(
         instances::replicron_instances
             .filter(instances::id.eq(&me.id))
@@ -180,7 +190,7 @@ pub fn heartbeat(conn: &mut DbConnection, me: &Me) -> QueryResult<bool> {
 }
 
 /// Removes `me` at a clean exit.
-pub fn deregister(conn: &mut DbConnection, me: &Me) -> QueryResult<usize> {
+pub(crate) fn deregister(conn: &mut DbConnection, me: &Me) -> QueryResult<usize> {
     diesel::delete(
         instances::replicron_instances
             .filter(instances::id.eq(&me.id))
@@ -192,7 +202,7 @@ pub fn deregister(conn: &mut DbConnection, me: &Me) -> QueryResult<usize> {
 
 /// A registered replica and whether it is alive.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Instance {
+pub(crate) struct Instance {
     /// Its row.
     pub row: InstanceRow,
     /// Heard from within [`STALE_AFTER`].
@@ -200,7 +210,7 @@ pub struct Instance {
 }
 
 /// Every registered replica, by id, with its liveness by database time.
-pub fn list_instances(conn: &mut DbConnection) -> QueryResult<Vec<Instance>> {
+pub(crate) fn list_instances(conn: &mut DbConnection) -> QueryResult<Vec<Instance>> {
     let rows: Vec<(InstanceRow, bool)> = instances::replicron_instances
         .order(instances::id)
         .select((
@@ -214,21 +224,23 @@ pub fn list_instances(conn: &mut DbConnection) -> QueryResult<Vec<Instance>> {
         .collect())
 }
 
-/// When `instance` was last heard from, and whether that is recent enough
-/// to call it alive; `None` if it is not registered.
-pub fn find_instance(conn: &mut DbConnection, id: &str) -> QueryResult<Option<Instance>> {
-    let row: Option<(InstanceRow, bool)> = instances::replicron_instances
-        .filter(instances::id.eq(id))
-        .select((
-            InstanceRow::as_select(),
-            instances::last_seen.ge(DbNowPlus::minus(STALE_AFTER)),
-        ))
-        .first(conn)
-        .optional()?;
-    Ok(row.map(|(row, alive)| Instance { row, alive }))
-}
+impl Store {
+    /// [`register`]: the row taken over, if any.
+    pub(crate) async fn register(&self, me: Me) -> Result<Option<InstanceRow>, RegisterError> {
+        self.run(move |conn| Ok(register(conn, &me)))
+            .await
+            .map_err(RegisterError::Db)?
+    }
 
-/// The time `last_seen` says, in UTC.
-pub fn last_seen(instance: &Instance) -> DateTime<Utc> {
-    instance.row.last_seen.and_utc()
+    /// [`heartbeat`].
+    pub(crate) async fn heartbeat(&self, me: Me) -> Result<bool, DbError> {
+        self.call("heartbeat", move |conn| heartbeat(conn, &me))
+            .await
+    }
+
+    /// [`deregister`].
+    pub(crate) async fn deregister(&self, me: Me) -> Result<usize, DbError> {
+        self.call("leaving the registry", move |conn| deregister(conn, &me))
+            .await
+    }
 }

@@ -5,15 +5,15 @@
 
 /// One key of the job file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Key {
+pub(crate) struct Key {
     /// `database`, `daemon`, `defaults` or `job`.
-    pub table: &'static str,
+    pub(crate) table: &'static str,
     /// The key.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Its default, as written in the file (`None`: required or unset).
-    pub default: Option<&'static str>,
+    pub(crate) default: Option<&'static str>,
     /// What it does.
-    pub about: &'static str,
+    pub(crate) about: &'static str,
 }
 
 const fn key(
@@ -31,7 +31,7 @@ const fn key(
 }
 
 /// What a job's own copy of a `[defaults]` key does.
-pub const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
+pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
 const SETTINGS: [(&str, Option<&str>, &str); 10] = [
@@ -88,7 +88,7 @@ const SETTINGS: [(&str, Option<&str>, &str); 10] = [
 ];
 
 /// Every key, table by table, in the order the man page lists them.
-pub fn all() -> Vec<Key> {
+pub(crate) fn all() -> Vec<Key> {
     let mut keys = vec![
         key(
             "database",

@@ -11,7 +11,7 @@ type S<T> = Spanned<T>;
 /// `[database]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawDatabase {
+pub(super) struct RawDatabase {
     pub url: Option<S<String>>,
     pub pool_size: Option<S<i64>>,
 }
@@ -19,7 +19,7 @@ pub struct RawDatabase {
 /// `[daemon]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawDaemon {
+pub(super) struct RawDaemon {
     pub shutdown_grace: Option<S<String>>,
     pub metrics_listen: Option<S<String>>,
     pub history_retention: Option<S<String>>,
@@ -28,7 +28,7 @@ pub struct RawDaemon {
 /// The keys a job may take from `[defaults]` or set itself.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSettings {
+pub(super) struct RawSettings {
     pub timezone: Option<S<String>>,
     pub lock_at_most_for: Option<S<String>>,
     pub lock_at_least_for: Option<S<String>>,
@@ -45,7 +45,7 @@ pub struct RawSettings {
 /// `flatten` cannot be combined with `deny_unknown_fields`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawJob {
+pub(super) struct RawJob {
     pub name: Option<S<String>>,
     pub schedule: Option<S<String>>,
     pub command: Option<S<String>>,
@@ -67,7 +67,7 @@ pub struct RawJob {
 
 impl RawJob {
     /// Splits off the keys that override `[defaults]`.
-    pub fn take_settings(&mut self) -> RawSettings {
+    pub(super) fn take_settings(&mut self) -> RawSettings {
         RawSettings {
             timezone: self.timezone.take(),
             lock_at_most_for: self.lock_at_most_for.take(),

@@ -1,5 +1,6 @@
-//! One failing config per rule of SPEC §2, each asserting that the error
-//! names the line, the job and the key.
+//! One failing config per rule of the job file (README "Configuration",
+//! `config/keys.rs`), each asserting that the error names the line, the job
+//! and the key.
 
 use super::*;
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// A database backend replicron can speak to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// SQLite, one file shared by the replicas of one host.
     Sqlite,
     /// MariaDB or MySQL.
@@ -17,7 +17,7 @@ pub enum Backend {
 
 impl Backend {
     /// The cargo feature that compiles this backend in.
-    pub fn feature(self) -> &'static str {
+    pub(crate) fn feature(self) -> &'static str {
         match self {
             Backend::Sqlite => "sqlite",
             Backend::Mysql => "mysql",
@@ -26,7 +26,7 @@ impl Backend {
     }
 
     /// Whether this binary was built with the backend's feature.
-    pub fn is_compiled_in(self) -> bool {
+    pub(crate) fn is_compiled_in(self) -> bool {
         match self {
             Backend::Sqlite => cfg!(feature = "sqlite"),
             Backend::Mysql => cfg!(feature = "mysql"),
@@ -48,7 +48,7 @@ impl fmt::Display for Backend {
 /// A validated database URL. Its `Display` is redacted; the secret form is
 /// only reachable through [`DatabaseUrl::connection_string`].
 #[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl {
+pub(crate) struct DatabaseUrl {
     backend: Backend,
     connection_string: String,
 }
@@ -57,7 +57,7 @@ impl DatabaseUrl {
     /// Parses `url`. A relative SQLite path is taken relative to `base_dir`
     /// (the config file's folder, or the working directory for a URL that
     /// came from the environment).
-    pub fn parse(url: &str, base_dir: &Path) -> Result<Self, String> {
+    pub(crate) fn parse(url: &str, base_dir: &Path) -> Result<Self, String> {
         let url = url.trim();
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             format!(
@@ -108,12 +108,12 @@ impl DatabaseUrl {
     }
 
     /// The backend this URL names.
-    pub fn backend(&self) -> Backend {
+    pub(crate) fn backend(&self) -> Backend {
         self.backend
     }
 
     /// What the driver needs to connect, password included: never log it.
-    pub fn connection_string(&self) -> &str {
+    pub(crate) fn connection_string(&self) -> &str {
         &self.connection_string
     }
 }
@@ -137,7 +137,7 @@ impl fmt::Debug for DatabaseUrl {
 /// `user:password@host` wherever it appears (with a scheme or not, as in a
 /// mistyped `mysql//admin:secret@db/jobs`), and the value of a `password=`
 /// parameter. For URLs, and for messages that may quote one.
-pub fn redact(text: &str) -> String {
+pub(crate) fn redact(text: &str) -> String {
     const DELIMITERS: &[char] = &[
         ' ', '\t', '\n', '"', '\'', '/', '?', '#', '(', ')', '<', '>', ',', ';', '`',
     ];

@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Whether a zero duration is meaningful for a key (`catch_up = "0s"` turns
 /// catch-up off) or a mistake (`timeout = "0s"` would kill every run at once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Zero {
+pub(crate) enum Zero {
     /// `"0s"` is accepted.
     Allowed,
     /// `"0s"` is an error.
@@ -14,7 +14,7 @@ pub enum Zero {
 }
 
 /// Parses a humantime duration such as `"90s"` or `"1h 30m"`.
-pub fn parse_duration(text: &str, zero: Zero) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str, zero: Zero) -> Result<Duration, String> {
     let trimmed = text.trim();
     if trimmed.starts_with('-') {
         return Err(format!("duration {text:?} is negative"));
@@ -29,7 +29,7 @@ pub fn parse_duration(text: &str, zero: Zero) -> Result<Duration, String> {
 }
 
 /// Parses a size such as `"64KiB"`, `"1 MiB"`, `"500kB"` or `"4096"` (bytes).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let split = trimmed
         .find(|c: char| !c.is_ascii_digit())

@@ -8,7 +8,7 @@ use super::{ImportError, Note, Source};
 
 /// The files found, and what was passed over on the way.
 #[derive(Debug, Default)]
-pub struct Collected {
+pub(crate) struct Collected {
     /// The crontabs, in the order they were named (a folder's by name).
     pub sources: Vec<Source>,
     /// Folder entries that were skipped, and why.
@@ -20,7 +20,7 @@ pub struct Collected {
 /// letters, digits, `_` and `-` (as run-parts does), which leaves out
 /// package leftovers (`.dpkg-old`), editor backups (`~`) and anything with
 /// a dot; a README is documentation.
-pub fn skipped_by_cron(name: &str) -> Option<&'static str> {
+pub(crate) fn skipped_by_cron(name: &str) -> Option<&'static str> {
     if name.starts_with('.') {
         Some("a hidden file")
     } else if name.ends_with('~') {
@@ -46,7 +46,7 @@ pub fn skipped_by_cron(name: &str) -> Option<&'static str> {
 
 /// Reads every path: `-` is standard input, a folder is the files in it
 /// that cron would read.
-pub fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportError> {
+pub(crate) fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportError> {
     let mut collected = Collected::default();
     for path in paths {
         let path = path.as_ref();

@@ -13,7 +13,7 @@ use chrono_tz::Tz;
 
 /// Users a Debian or Red Hat system has whether or not `/etc/passwd` here
 /// lists them: a crontab from another host names them in its user column.
-pub const SYSTEM_USERS: &[&str] = &[
+pub(crate) const SYSTEM_USERS: &[&str] = &[
     "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
     "www-data", "backup", "list", "irc", "gnats", "nobody", "adm", "operator", "ftp", "apache",
     "nginx", "postgres", "mysql", "redis", "postfix", "smmsp", "_apt",
@@ -21,7 +21,7 @@ pub const SYSTEM_USERS: &[&str] = &[
 
 /// The zone cron ran jobs in, and where that was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostZone {
+pub(crate) struct HostZone {
     /// The zone.
     pub zone: Tz,
     /// Where it came from, for the comment and the note (`from
@@ -36,7 +36,7 @@ pub struct HostZone {
 /// `/etc/timezone`, else the zone the `/etc/localtime` link points to under
 /// `zoneinfo/`, else UTC. Each argument is that source's content, or `None`
 /// when it is absent.
-pub fn host_zone(
+pub(crate) fn host_zone(
     tz_variable: Option<&str>,
     etc_timezone: Option<&str>,
     localtime_target: Option<&Path>,
@@ -90,7 +90,7 @@ fn zone_name(value: &str) -> Option<&str> {
 
 /// What cron's host looked like, as far as an import cares.
 #[derive(Clone, Debug)]
-pub struct Host {
+pub(crate) struct Host {
     /// The zone jobs without `CRON_TZ` ran in.
     pub zone: HostZone,
     /// Users known here ([`SYSTEM_USERS`] and `/etc/passwd`).
@@ -103,7 +103,7 @@ pub struct Host {
 
 impl Host {
     /// A host in `zone` that knows only [`SYSTEM_USERS`] and no programs.
-    pub fn new(zone: HostZone) -> Host {
+    pub(crate) fn new(zone: HostZone) -> Host {
         Host {
             zone,
             users: SYSTEM_USERS.iter().map(|u| u.to_string()).collect(),
@@ -115,7 +115,7 @@ impl Host {
     /// This host: its zone, `/etc/passwd`, `$PATH`'s usual folders and
     /// `$USER`. What cannot be read is left out, never an error: the import
     /// then says it was unsure.
-    pub fn from_system() -> Host {
+    pub(crate) fn from_system() -> Host {
         let tz = std::env::var("TZ").ok();
         let etc_timezone = std::fs::read_to_string("/etc/timezone").ok();
         let localtime = std::fs::read_link("/etc/localtime").ok();
@@ -150,7 +150,7 @@ impl Host {
 }
 
 /// The user names of an `/etc/passwd` text.
-pub fn passwd_users(passwd: &str) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn passwd_users(passwd: &str) -> impl Iterator<Item = String> + '_ {
     passwd
         .lines()
         .filter(|l| !l.starts_with('#'))

@@ -24,8 +24,8 @@
 //! past [`files`] and [`host`] is pure, so that tests decide what the host
 //! looks like.
 
-pub mod files;
-pub mod host;
+pub(crate) mod files;
+pub(crate) mod host;
 
 mod detect;
 mod name;
@@ -37,13 +37,13 @@ use std::fmt::{self, Write as _};
 
 use chrono_tz::Tz;
 
-pub use self::host::{Host, HostZone, host_zone};
+pub(crate) use self::host::Host;
 use crate::schedule::Schedule;
 
 /// A finding that did not carry over as it was, or that the importer was
 /// not sure of.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Note {
+pub(crate) struct Note {
     /// The file it is about, as it was named; `None` for the whole import.
     pub file: Option<String>,
     /// 1-based line; `None` for the whole file.
@@ -83,7 +83,7 @@ impl fmt::Display for Note {
 
 /// One crontab to import.
 #[derive(Clone, Debug)]
-pub struct Source {
+pub(crate) struct Source {
     /// How notes and comments name it: the path as given, or `stdin`.
     pub name: String,
     /// Its text.
@@ -92,7 +92,7 @@ pub struct Source {
 
 /// The result of an import.
 #[derive(Clone, Debug, Default)]
-pub struct Import {
+pub(crate) struct Import {
     /// The TOML text.
     pub toml: String,
     /// What did not carry over, changed meaning, or was guessed.
@@ -103,7 +103,7 @@ pub struct Import {
 
 /// Why nothing was imported.
 #[derive(Debug, thiserror::Error)]
-pub enum ImportError {
+pub(crate) enum ImportError {
     /// A file that is not a crontab; `what` says what it is.
     #[error("{file}: {what}")]
     NotACrontab {
@@ -128,7 +128,7 @@ pub enum ImportError {
 /// Converts `sources` into one config. `user_column` forces (or rules out)
 /// the user column in every file; `None` decides per file from its content
 /// and path. `host` says what cron's host looked like: its zone and users.
-pub fn import(
+pub(crate) fn import(
     sources: &[Source],
     user_column: Option<bool>,
     host: &Host,

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use chrono_tz::Tz;
 
+use super::host::host_zone;
 use super::*;
 use crate::config::{Config, Environment};
 

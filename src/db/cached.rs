@@ -21,7 +21,7 @@ use diesel::{Column, QuerySource, Table};
 ///
 /// `S` is the type of the assignments `update` was given, before they
 /// became a changeset: the statement's query id is built from it.
-pub struct Update<T: QuerySource, V, P, R = (), S = ()> {
+pub(crate) struct Update<T: QuerySource, V, P, R = (), S = ()> {
     from: T::FromClause,
     set: V,
     filter: P,
@@ -31,10 +31,10 @@ pub struct Update<T: QuerySource, V, P, R = (), S = ()> {
 
 /// `RETURNING <column>`, the column unqualified (as SQLite wants it).
 #[derive(Clone, Copy, Debug)]
-pub struct Returning<C>(PhantomData<C>);
+pub(crate) struct Returning<C>(PhantomData<C>);
 
 /// `UPDATE table SET set WHERE filter`.
-pub fn update<T, V, P>(table: T, set: V, filter: P) -> Update<T, V::Changeset, P, (), V>
+pub(crate) fn update<T, V, P>(table: T, set: V, filter: P) -> Update<T, V::Changeset, P, (), V>
 where
     T: Table,
     V: AsChangeset<Target = T>,
@@ -50,7 +50,11 @@ where
 
 impl<T: QuerySource, V, P, S> Update<T, V, P, (), S> {
     /// The same statement, returning `column` of each changed row.
-    pub fn returning<C: Column<Table = T>>(self, _column: C) -> Update<T, V, P, Returning<C>, S> {
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn returning<C: Column<Table = T>>(
+        self,
+        _column: C,
+    ) -> Update<T, V, P, Returning<C>, S> {
         Update {
             from: self.from,
             set: self.set,
@@ -90,7 +94,7 @@ impl<C: Column, DB: Backend> QueryFragment<DB> for Returning<C> {
 
 /// The query id of an [`Update`]: its table and the ids of its assignments,
 /// filter and returning clause.
-pub struct UpdateId<T, S, P, R>(PhantomData<(T, S, P, R)>);
+pub(crate) struct UpdateId<T, S, P, R>(PhantomData<(T, S, P, R)>);
 
 /// Identified by the types it is built from, as diesel identifies its own
 /// queries: its SQL follows from those types alone (every value is a bind,

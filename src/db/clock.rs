@@ -10,32 +10,32 @@
 
 use std::time::Duration;
 
-use chrono::NaiveDateTime;
-use diesel::QueryResult;
+use chrono::{DateTime, DurationRound as _, NaiveDateTime, TimeDelta, Utc};
 use diesel::expression::{
     AppearsOnTable, Expression, SelectableExpression, ValidGrouping, is_aggregate,
 };
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::Timestamp;
+use diesel::{QueryResult, RunQueryDsl as _};
 
-use super::MultiBackend;
 use super::schema::{replicron_locks, replicron_runs};
+use super::{DbConnection, MultiBackend};
 
 /// The database's current time, UTC, at the millisecond precision of the
 /// columns it is compared with.
 #[derive(Clone, Copy, Debug, QueryId)]
-pub struct DbNow;
+pub(crate) struct DbNow;
 
 /// The database's current time, UTC, as precisely as the backend tells it
 /// (microseconds on MariaDB/MySQL and PostgreSQL, milliseconds on SQLite):
 /// for estimating how far a replica's clock is from the database's.
 #[derive(Clone, Copy, Debug, QueryId)]
-pub struct DbNowPrecise;
+pub(crate) struct DbNowPrecise;
 
 impl DbNowPrecise {
     /// The backend's resolution: how much older than the true time a
     /// reading can be, since each backend truncates.
-    pub fn resolution(backend: crate::config::Backend) -> std::time::Duration {
+    pub(crate) fn resolution(backend: crate::config::Backend) -> std::time::Duration {
         match backend {
             crate::config::Backend::Sqlite => std::time::Duration::from_millis(1),
             _ => std::time::Duration::from_micros(1),
@@ -47,33 +47,33 @@ impl DbNowPrecise {
 /// parameter. MariaDB/MySQL receive it as `DATETIME`: bound as `TIMESTAMP`
 /// it would become NULL after 2038-01-19.
 #[derive(Clone, Copy, Debug, QueryId)]
-pub struct At(pub NaiveDateTime);
+pub(crate) struct At(pub NaiveDateTime);
 
 impl At {
     /// The epoch: the `lock_until` of a lock row nobody has claimed yet.
-    pub fn epoch() -> At {
+    pub(crate) fn epoch() -> At {
         At(chrono::DateTime::<chrono::Utc>::UNIX_EPOCH.naive_utc())
     }
 }
 
 /// The database's current time plus a duration.
 #[derive(Clone, Debug, QueryId)]
-pub struct DbNowPlus(Interval);
+pub(crate) struct DbNowPlus(Interval);
 
 /// The end of a released lease: the later of now and
 /// `locked_at + lock_at_least_for`.
 #[derive(Clone, Debug, QueryId)]
-pub struct ReleasedUntil(Interval);
+pub(crate) struct ReleasedUntil(Interval);
 
 /// When a run finished, from the database's own start time and the run's
 /// duration measured on the monotonic clock: `started_at + duration`. It
 /// stays right when the write lands after a database outage.
 #[derive(Clone, Debug, QueryId)]
-pub struct FinishedAt(Interval);
+pub(crate) struct FinishedAt(Interval);
 
 impl FinishedAt {
     /// `started_at + duration`.
-    pub fn after(duration: Duration) -> Self {
+    pub(crate) fn after(duration: Duration) -> Self {
         FinishedAt(Interval::new(duration, '+'))
     }
 }
@@ -112,19 +112,19 @@ impl Interval {
 
 impl DbNowPlus {
     /// Now plus `duration`.
-    pub fn new(duration: Duration) -> Self {
+    pub(crate) fn new(duration: Duration) -> Self {
         DbNowPlus(Interval::new(duration, '+'))
     }
 
     /// Now minus `duration`.
-    pub fn minus(duration: Duration) -> Self {
+    pub(crate) fn minus(duration: Duration) -> Self {
         DbNowPlus(Interval::new(duration, '-'))
     }
 }
 
 impl ReleasedUntil {
     /// The release time for a lease kept at least `lock_at_least_for`.
-    pub fn new(lock_at_least_for: Duration) -> Self {
+    pub(crate) fn new(lock_at_least_for: Duration) -> Self {
         ReleasedUntil(Interval::new(lock_at_least_for, '+'))
     }
 }
@@ -161,7 +161,9 @@ mod sqlite {
     use super::*;
     use diesel::sqlite::Sqlite;
 
-    const NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
+    // The clock is a function of the session (see `db::session`): the host's
+    // clock, as SQLite's own 'now' is, or a test's virtual one.
+    const NOW: &str = "replicron_now()";
 
     impl QueryFragment<Sqlite> for DbNow {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
@@ -185,7 +187,7 @@ mod sqlite {
 
     impl QueryFragment<Sqlite> for DbNowPlus {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
-            out.push_sql("strftime('%Y-%m-%d %H:%M:%f', 'now', ");
+            out.push_sql("strftime('%Y-%m-%d %H:%M:%f', replicron_now(), ");
             out.push_bind_param::<diesel::sql_types::Text, _>(&self.0.sqlite_modifier)?;
             out.push_sql(")");
             Ok(())
@@ -343,7 +345,7 @@ mod postgres {
 /// `samples` readings of the database's time, each between two readings of
 /// the host's; the one with the shortest round trip wins, and half its
 /// round trip (plus the database clock's resolution) bounds the error.
-pub fn estimate_offset(
+pub(crate) fn estimate_offset(
     conn: &mut super::DbConnection,
     host: &dyn crate::schedule::Clock,
     samples: usize,
@@ -371,4 +373,19 @@ pub fn estimate_offset(
         offset,
         error: (round_trip / 2).to_std().unwrap_or_default() + resolution / 2,
     })
+}
+
+/// Stored times are UTC at millisecond precision; so is every instant.
+pub(crate) fn to_db_time(instant: DateTime<Utc>) -> At {
+    At(instant
+        .duration_trunc(TimeDelta::milliseconds(1))
+        .unwrap_or(instant)
+        .naive_utc())
+}
+
+/// The database's current time.
+pub(crate) fn database_now(conn: &mut DbConnection) -> QueryResult<DateTime<Utc>> {
+    diesel::select(DbNow)
+        .get_result::<NaiveDateTime>(conn)
+        .map(|t| t.and_utc())
 }

@@ -25,6 +25,8 @@ use diesel::prelude::*;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use tracing::{info, warn};
 
+use crate::backoff::Backoff;
+
 use super::DbConnection;
 use super::clock::{At, DbNow, DbNowPlus};
 use super::schema::replicron_migration_lock::dsl as lock;
@@ -73,7 +75,7 @@ const LOCK_WAIT: Duration = Duration::from_secs(360);
 
 /// What [`migrate`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Migrated {
+pub(crate) struct Migrated {
     /// Migrations applied now.
     pub applied: usize,
     /// Migrations found partly applied by an earlier attempt, and finished.
@@ -82,7 +84,7 @@ pub struct Migrated {
 
 /// Applies the pending migrations on `conn`, holding the cluster-wide
 /// migration lock as `holder` (named in other replicas' messages).
-pub fn migrate(conn: &mut DbConnection, holder: &str) -> Result<Migrated, String> {
+pub(crate) fn migrate(conn: &mut DbConnection, holder: &str) -> Result<Migrated, String> {
     create_lock_table(conn)?;
     acquire(conn, holder)?;
     let result = apply_pending(conn, holder);
@@ -138,7 +140,7 @@ fn create_lock_table(conn: &mut DbConnection) -> Result<(), String> {
         ))
         .execute(conn);
     match inserted {
-        Err(e) if !crate::lease::is_contention(&e) => {
+        Err(e) if !crate::db::is_contention(&e) => {
             Err(format!("creating the migration lock row: {e}"))
         }
         _ => Ok(()),
@@ -148,7 +150,8 @@ fn create_lock_table(conn: &mut DbConnection) -> Result<(), String> {
 /// Takes the migration lock, waiting for another holder up to [`LOCK_WAIT`].
 fn acquire(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
     let started = Instant::now();
-    let mut pause = Duration::from_millis(50);
+    let mut backoff =
+        Backoff::new(Duration::from_millis(50), Duration::from_millis(500)).jitter(0.5);
     let mut said = None;
     loop {
         let claimed = diesel::update(lock::replicron_migration_lock)
@@ -163,7 +166,7 @@ fn acquire(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
             Ok(1) => return Ok(()),
             Ok(_) => {}
             // Another node certified its claim first: not won.
-            Err(e) if crate::lease::is_contention(&e) => {}
+            Err(e) if crate::db::is_contention(&e) => {}
             Err(e) => return Err(format!("taking the migration lock: {e}")),
         }
         let other: Option<Option<String>> = lock::replicron_migration_lock
@@ -185,8 +188,7 @@ fn acquire(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
             info!(holder = %other, "another replica is migrating the database; waiting for it");
             said = Some(other);
         }
-        std::thread::sleep(pause.mul_f64(0.5 + rand::random::<f64>()));
-        pause = (pause * 2).min(Duration::from_millis(500));
+        std::thread::sleep(backoff.next_pause());
     }
 }
 
@@ -444,7 +446,7 @@ fn already_done(message: &str) -> bool {
 /// creating anything: the commands that only use the database (`status`,
 /// `history`, `trigger`, …) say "not migrated" instead of changing the
 /// schema. `Err` says how many are missing.
-pub fn check_migrated(conn: &mut DbConnection) -> Result<(), NotMigrated> {
+pub(crate) fn check_migrated(conn: &mut DbConnection) -> Result<(), NotMigrated> {
     #[derive(QueryableByName)]
     struct Version {
         #[diesel(sql_type = diesel::sql_types::Text)]
@@ -472,7 +474,7 @@ pub fn check_migrated(conn: &mut DbConnection) -> Result<(), NotMigrated> {
     "the database is not migrated ({missing} of {total} migrations missing): run `replicron migrate` \
      (`replicron run` migrates at start too)"
 )]
-pub struct NotMigrated {
+pub(crate) struct NotMigrated {
     /// How many are missing.
     pub missing: usize,
     /// How many this build has.

@@ -5,7 +5,7 @@
 //! SQLite: all three are diesel's `Timestamp`.
 
 diesel::table! {
-    /// One lease row per job (SPEC §4).
+    /// One lease row per job.
     replicron_locks (name) {
         /// Job name.
         name -> Text,
@@ -26,7 +26,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    /// One row per run attempt (SPEC §5).
+    /// One row per run attempt.
     replicron_runs (id) {
         /// Auto-increment key.
         id -> BigInt,

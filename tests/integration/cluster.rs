@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use diesel::RunQueryDsl;
 use diesel::connection::SimpleConnection;
-use replicron::db::DbConnection;
+
+use crate::databases::{RawConnection, raw_try_connect};
 
 const MARIADBD: &str = "/usr/sbin/mariadbd";
 const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
@@ -46,7 +47,7 @@ fn available(galera: bool) -> bool {
 }
 
 /// One private `mariadbd`.
-pub struct Node {
+pub(crate) struct Node {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
@@ -95,26 +96,24 @@ impl Node {
     }
 
     /// A URL for database `name` on this node.
-    pub fn url(&self, name: &str) -> String {
+    pub(crate) fn url(&self, name: &str) -> String {
         format!("mysql://root@127.0.0.1:{}/{name}", self.port)
     }
 
     /// A connection to the server itself.
-    pub fn connect(&self) -> Option<DbConnection> {
-        let url =
-            replicron::config::DatabaseUrl::parse(&self.url("mysql"), Path::new(".")).expect("url");
-        replicron::db::establish(&url).ok()
+    pub(crate) fn connect(&self) -> Option<RawConnection> {
+        raw_try_connect(&self.url("mysql")).ok()
     }
 
     /// Runs `sql` on the server.
-    pub fn execute(&self, sql: &str) {
+    pub(crate) fn execute(&self, sql: &str) {
         let mut conn = self.connect().expect("connect to the private server");
         conn.batch_execute(sql)
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     /// The value of status variable `name`, if the server answers.
-    pub fn status(&self, name: &str) -> Option<String> {
+    pub(crate) fn status(&self, name: &str) -> Option<String> {
         #[derive(diesel::QueryableByName)]
         struct Variable {
             #[diesel(sql_type = diesel::sql_types::Text)]
@@ -151,7 +150,7 @@ impl Node {
     }
 
     /// SIGKILL: the node is gone at once, as in a crash.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -194,7 +193,7 @@ fn install(dir: &Path) {
 }
 
 /// One private server, for settings the shared one must not get.
-pub struct Server {
+pub(crate) struct Server {
     pub node: Node,
     _dir: tempfile::TempDir,
 }
@@ -202,7 +201,7 @@ pub struct Server {
 impl Server {
     /// Starts a private server with `extra` options, or `None` (skipped)
     /// where this machine has no MariaDB server.
-    pub fn start(extra: &[&str]) -> Option<Server> {
+    pub(crate) fn start(extra: &[&str]) -> Option<Server> {
         if !available(false) {
             return None;
         }
@@ -224,7 +223,7 @@ impl Server {
     }
 
     /// Loads the time zone tables (for named zones such as Europe/Berlin).
-    pub fn load_time_zones(&self) {
+    pub(crate) fn load_time_zones(&self) {
         let sql = Command::new("mariadb-tzinfo-to-sql")
             .arg("/usr/share/zoneinfo")
             .stderr(Stdio::null())
@@ -238,7 +237,7 @@ impl Server {
 }
 
 /// A 3-node Galera cluster on this host.
-pub struct Galera {
+pub(crate) struct Galera {
     pub nodes: Vec<Node>,
     _dir: tempfile::TempDir,
 }
@@ -247,7 +246,7 @@ impl Galera {
     /// Bootstraps node 1, then joins nodes 2 and 3 by state transfer, each
     /// once the one before is ready. `None` (skipped) where this machine
     /// has no MariaDB server or Galera.
-    pub fn start() -> Option<Galera> {
+    pub(crate) fn start() -> Option<Galera> {
         if !available(true) {
             return None;
         }

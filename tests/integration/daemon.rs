@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use nix::sys::signal::Signal;
 
-use crate::support::{Kind, Replica, TestDb, history_json, process_alive};
+use crate::support::{Kind, Replica, TestDb, backend_test, history_json, process_alive};
 
 /// A job line: `job instant instance start-epoch-ns`.
 const RECORD: &str =
@@ -54,7 +54,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 /// the window ran exactly once, and none twice anywhere. (Replicas whose
 /// clocks are skewed: `database_time`.)
 fn exactly_once(kind: Kind) {
-    let Some(db) = TestDb::new(kind) else { return };
+    let db = TestDb::new(kind);
     let out = db.dir().join("runs.txt");
     let mut jobs = String::new();
     for n in 0..20 {
@@ -159,11 +159,19 @@ fn three_replicas_run_each_instant_exactly_once_sqlite() {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
 fn three_replicas_run_each_instant_exactly_once_mysql() {
     exactly_once(Kind::Mysql);
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
 fn three_replicas_run_each_instant_exactly_once_postgres() {
     exactly_once(Kind::Postgres);
 }
@@ -173,7 +181,7 @@ fn three_replicas_run_each_instant_exactly_once_postgres() {
 /// later instants once the lease has expired, and the old run is marked
 /// `abandoned`.
 fn kill_the_holder(kind: Kind) {
-    let Some(db) = TestDb::new(kind) else { return };
+    let db = TestDb::new(kind);
     let out = db.dir().join("runs.txt");
     let config = db.config(&format!(
         "[[job]]\nname = \"long\"\nschedule = \"*/2 * * * * *\"\nlock_at_most_for = \"3s\"\n\
@@ -295,18 +303,26 @@ fn kill_9_of_the_holder_sqlite() {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
 fn kill_9_of_the_holder_mysql() {
     kill_the_holder(Kind::Mysql);
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
 fn kill_9_of_the_holder_postgres() {
     kill_the_holder(Kind::Postgres);
 }
 
-/// Runs `body` with one replica of `jobs` on each backend.
-fn with_one_replica(jobs: &str, body: impl Fn(&TestDb, &Path, &mut Replica)) {
-    crate::support::on_each_backend(|db| {
+/// Runs `body` with one replica of `jobs` on `db`.
+fn with_one_replica(db: &TestDb, jobs: &str, body: impl Fn(&TestDb, &Path, &mut Replica)) {
+    {
         let config = db.config(&jobs.replace("$DIR", &db.dir().display().to_string()));
         let mut replica = Replica::start(
             &config,
@@ -316,7 +332,7 @@ fn with_one_replica(jobs: &str, body: impl Fn(&TestDb, &Path, &mut Replica)) {
         );
         replica.wait_for_log("replicron started", Duration::from_secs(20));
         body(db, &config, &mut replica);
-    });
+    }
 }
 
 fn wait_for_status(config: &Path, job: &str, timeout: Duration) -> serde_json::Value {
@@ -334,207 +350,156 @@ fn wait_for_status(config: &Path, job: &str, timeout: Duration) -> serde_json::V
     }
 }
 
-#[test]
-fn a_timeout_kills_the_job_and_its_grandchild() {
-    with_one_replica(
-        "[[job]]\nname = \"slow\"\nschedule = \"*/2 * * * * *\"\ntimeout = \"1s\"\nkill_grace = \"1s\"\n\
-         command = 'sh -c \"echo \\$\\$ > $DIR/child.pid; sleep 100 & echo \\$! > $DIR/grandchild.pid; sleep 100\"'\n",
-        |db, config, _replica| {
-            let row = wait_for_status(config, "slow", Duration::from_secs(10));
-            assert_eq!(row["status"], "timed_out", "{row}");
-            assert_eq!(row["exit_code"], serde_json::Value::Null);
-            for file in ["child.pid", "grandchild.pid"] {
-                let pid: i32 = std::fs::read_to_string(db.dir().join(file))
-                    .expect("pid file")
-                    .trim()
-                    .parse()
-                    .expect("pid");
-                assert!(!process_alive(pid), "{file} {pid} survived the timeout");
-            }
-        },
-    );
-}
-
-#[test]
-fn two_hundred_megabytes_of_output_keep_memory_bounded() {
-    with_one_replica(
-        "[[job]]\nname = \"chatty\"\nschedule = \"*/2 * * * * *\"\noutput_limit = \"64KiB\"\n\
-         command = 'yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456 | head -c 200000000; printf THE-END'\n",
-        |_db, config, replica| {
-            let mut peak_kib = 0_u64;
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let row = loop {
-                if let Ok(status) =
-                    std::fs::read_to_string(format!("/proc/{}/status", replica.pid()))
-                {
-                    let rss = status
-                        .lines()
-                        .find(|l| l.starts_with("VmRSS:"))
-                        .and_then(|l| l.split_whitespace().nth(1))
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .unwrap_or(0);
-                    peak_kib = peak_kib.max(rss);
+backend_test! {
+    fn a_timeout_kills_the_job_and_its_grandchild(db: &TestDb) {
+        with_one_replica(
+            db,
+            "[[job]]\nname = \"slow\"\nschedule = \"*/2 * * * * *\"\ntimeout = \"1s\"\nkill_grace = \"1s\"\n\
+             command = 'sh -c \"echo \\$\\$ > $DIR/child.pid; sleep 100 & echo \\$! > $DIR/grandchild.pid; sleep 100\"'\n",
+            |db, config, _replica| {
+                let row = wait_for_status(config, "slow", Duration::from_secs(10));
+                assert_eq!(row["status"], "timed_out", "{row}");
+                assert_eq!(row["exit_code"], serde_json::Value::Null);
+                for file in ["child.pid", "grandchild.pid"] {
+                    let pid: i32 = std::fs::read_to_string(db.dir().join(file))
+                        .expect("pid file")
+                        .trim()
+                        .parse()
+                        .expect("pid");
+                    assert!(!process_alive(pid), "{file} {pid} survived the timeout");
                 }
-                let rows = history_json(config, "chatty");
-                if let Some(done) = rows.iter().rev().find(|r| r["status"] != "running") {
-                    break done.clone();
+            },
+        );
+    }
+}
+
+backend_test! {
+    fn two_hundred_megabytes_of_output_keep_memory_bounded(db: &TestDb) {
+        with_one_replica(
+            db,
+            "[[job]]\nname = \"chatty\"\nschedule = \"*/2 * * * * *\"\noutput_limit = \"64KiB\"\n\
+             command = 'yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456 | head -c 200000000; printf THE-END'\n",
+            |_db, config, replica| {
+                let mut peak_kib = 0_u64;
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let row = loop {
+                    if let Ok(status) =
+                        std::fs::read_to_string(format!("/proc/{}/status", replica.pid()))
+                    {
+                        let rss = status
+                            .lines()
+                            .find(|l| l.starts_with("VmRSS:"))
+                            .and_then(|l| l.split_whitespace().nth(1))
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .unwrap_or(0);
+                        peak_kib = peak_kib.max(rss);
+                    }
+                    let rows = history_json(config, "chatty");
+                    if let Some(done) = rows.iter().rev().find(|r| r["status"] != "running") {
+                        break done.clone();
+                    }
+                    assert!(Instant::now() < deadline, "the chatty run did not finish");
+                    std::thread::sleep(Duration::from_millis(20));
+                };
+                assert_eq!(row["status"], "succeeded", "{row}");
+                let output = row["output"].as_str().expect("output");
+                assert_eq!(output.len(), 64 * 1024);
+                // Exactly the last 64 KiB of what the job printed.
+                let line = b"0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456\n";
+                let total = 200_000_000_usize;
+                let start = total + "THE-END".len() - 64 * 1024;
+                let mut expected: Vec<u8> = (start..total).map(|i| line[i % line.len()]).collect();
+                expected.extend_from_slice(b"THE-END");
+                assert!(
+                    output.as_bytes() == expected.as_slice(),
+                    "{}",
+                    &output[output.len() - 40..]
+                );
+                assert!(peak_kib < 50 * 1024, "daemon RSS peaked at {peak_kib} KiB");
+                eprintln!("daemon RSS peak while a job printed 200 MB: {peak_kib} KiB");
+            },
+        );
+    }
+}
+
+backend_test! {
+    fn sigterm_lets_a_run_finish_within_the_grace(db: &TestDb) {
+        with_one_replica(
+            db,
+            "[daemon]\nshutdown_grace = \"10s\"\n\n[[job]]\nname = \"finisher\"\nschedule = \"*/2 * * * * *\"\n\
+             command = 'touch $DIR/started; sleep 2; echo done'\n",
+            |db, config, replica| {
+                let started = db.dir().join("started");
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !started.exists() {
+                    assert!(Instant::now() < deadline, "the job never started");
+                    std::thread::sleep(Duration::from_millis(10));
                 }
-                assert!(Instant::now() < deadline, "the chatty run did not finish");
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            assert_eq!(row["status"], "succeeded", "{row}");
-            let output = row["output"].as_str().expect("output");
-            assert_eq!(output.len(), 64 * 1024);
-            // Exactly the last 64 KiB of what the job printed.
-            let line = b"0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456\n";
-            let total = 200_000_000_usize;
-            let start = total + "THE-END".len() - 64 * 1024;
-            let mut expected: Vec<u8> = (start..total).map(|i| line[i % line.len()]).collect();
-            expected.extend_from_slice(b"THE-END");
-            assert!(
-                output.as_bytes() == expected.as_slice(),
-                "{}",
-                &output[output.len() - 40..]
-            );
-            assert!(peak_kib < 50 * 1024, "daemon RSS peaked at {peak_kib} KiB");
-            eprintln!("daemon RSS peak while a job printed 200 MB: {peak_kib} KiB");
-        },
-    );
-}
-
-#[test]
-fn sigterm_lets_a_run_finish_within_the_grace() {
-    with_one_replica(
-        "[daemon]\nshutdown_grace = \"10s\"\n\n[[job]]\nname = \"finisher\"\nschedule = \"*/2 * * * * *\"\n\
-         command = 'touch $DIR/started; sleep 2; echo done'\n",
-        |db, config, replica| {
-            let started = db.dir().join("started");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !started.exists() {
-                assert!(Instant::now() < deadline, "the job never started");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            replica.signal(Signal::SIGTERM);
-            let status = replica.wait_exit(Duration::from_secs(10)).expect("exits");
-            assert!(status.success(), "{status:?}\n{}", replica.log_text());
-            let rows = history_json(config, "finisher");
-            assert_eq!(rows.len(), 1, "no new run after SIGTERM: {rows:?}");
-            assert_eq!(rows[0]["status"], "succeeded");
-            assert_eq!(rows[0]["output"], "done\n");
-        },
-    );
-}
-
-#[test]
-fn sigterm_past_the_grace_records_killed() {
-    with_one_replica(
-        "[daemon]\nshutdown_grace = \"1s\"\n\n[[job]]\nname = \"stubborn\"\nschedule = \"*/2 * * * * *\"\n\
-         kill_grace = \"1s\"\ncommand = 'touch $DIR/started; trap \"\" TERM; sleep 30'\n",
-        |db, config, replica| {
-            let started = db.dir().join("started");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !started.exists() {
-                assert!(Instant::now() < deadline, "the job never started");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let sent = Instant::now();
-            replica.signal(Signal::SIGTERM);
-            let status = replica.wait_exit(Duration::from_secs(15)).expect("exits");
-            assert!(status.success(), "{status:?}\n{}", replica.log_text());
-            let took = sent.elapsed();
-            assert!(took < Duration::from_secs(8), "shutdown took {took:?}");
-            let rows = history_json(config, "stubborn");
-            assert_eq!(rows.len(), 1, "{rows:?}");
-            assert_eq!(rows[0]["status"], "killed");
-            assert!(rows[0]["finished_at"].is_string());
-        },
-    );
-}
-
-#[test]
-fn runs_get_their_environment_and_working_dir() {
-    with_one_replica(
-        "[[job]]\nname = \"env-check\"\nschedule = \"* * * * * *\"\nworking_dir = \"/tmp\"\nenv = { GREETING = \"hi\" }\n\
-         args = [\"/bin/sh\", \"-c\", \"echo $GREETING $PWD $REPLICRON_JOB $REPLICRON_ATTEMPT $REPLICRON_RUN_ID $REPLICRON_FENCE $REPLICRON_INSTANCE $REPLICRON_SCHEDULED_AT\"]\n",
-        |_db, config, _replica| {
-            let row = wait_for_status(config, "env-check", Duration::from_secs(10));
-            let words: Vec<String> = row["output"]
-                .as_str()
-                .expect("output")
-                .split_whitespace()
-                .map(String::from)
-                .collect();
-            assert_eq!(words.len(), 8, "{row}");
-            assert_eq!(&words[..4], ["hi", "/tmp", "env-check", "1"]);
-            assert_eq!(words[4], row["id"].to_string());
-            assert_eq!(words[5], row["fence"].to_string());
-            assert_eq!(words[6], "solo");
-            assert_eq!(words[7], row["scheduled_at"].as_str().expect("instant"));
-            let set: BTreeSet<&str> = ["solo"].into();
-            assert!(set.contains(row["instance"].as_str().expect("instance")));
-        },
-    );
-}
-
-/// `sec min hour day month *`: a schedule that fires once a year, at `t`.
-fn once_at(t: DateTime<Utc>) -> String {
-    use chrono::{Datelike, Timelike};
-    format!(
-        "{} {} {} {} {} *",
-        t.second(),
-        t.minute(),
-        t.hour(),
-        t.day(),
-        t.month()
-    )
-}
-
-/// Catch-up runs an instant nobody claimed only if the job's lease row
-/// existed by then: a job new to the fleet has missed nothing, while a job
-/// whose replicas were all down at its instant is caught up.
-#[test]
-fn catch_up_skips_what_came_before_the_job_existed() {
-    crate::support::on_each_backend(|db| {
-        let past = second(Utc::now()) - TimeDelta::seconds(20);
-        let config = db.config(&format!(
-            "[[job]]\nname = \"new-purge\"\nschedule = \"{}\"\ncatch_up = \"1h\"\ncommand = 'echo purged'\n",
-            once_at(past)
-        ));
-        let mut replica = Replica::start(&config, "first", None, &[]);
-        replica.wait_for_log("replicron started", Duration::from_secs(20));
-        std::thread::sleep(Duration::from_secs(2));
-        replica.signal(Signal::SIGTERM);
-        assert!(
-            replica
-                .wait_exit(Duration::from_secs(20))
-                .is_some_and(|s| s.success())
+                replica.signal(Signal::SIGTERM);
+                let status = replica.wait_exit(Duration::from_secs(10)).expect("exits");
+                assert!(status.success(), "{status:?}\n{}", replica.log_text());
+                let rows = history_json(config, "finisher");
+                assert_eq!(rows.len(), 1, "no new run after SIGTERM: {rows:?}");
+                assert_eq!(rows[0]["status"], "succeeded");
+                assert_eq!(rows[0]["output"], "done\n");
+            },
         );
-        let rows = history_json(&config, "new-purge");
-        assert!(
-            rows.is_empty(),
-            "a job new to the fleet ran as catch-up: {rows:?}"
-        );
+    }
+}
 
-        // Its row exists now; the next instant comes while no replica runs.
-        let soon = second(Utc::now()) + TimeDelta::seconds(2);
-        let config = db.config(&format!(
-            "[[job]]\nname = \"new-purge\"\nschedule = \"{}\"\ncatch_up = \"1h\"\ncommand = 'echo purged'\n",
-            once_at(soon)
-        ));
-        std::thread::sleep(
-            (soon - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(1),
+backend_test! {
+    fn sigterm_past_the_grace_records_killed(db: &TestDb) {
+        with_one_replica(
+            db,
+            "[daemon]\nshutdown_grace = \"1s\"\n\n[[job]]\nname = \"stubborn\"\nschedule = \"*/2 * * * * *\"\n\
+             kill_grace = \"1s\"\ncommand = 'touch $DIR/started; trap \"\" TERM; sleep 30'\n",
+            |db, config, replica| {
+                let started = db.dir().join("started");
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !started.exists() {
+                    assert!(Instant::now() < deadline, "the job never started");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let sent = Instant::now();
+                replica.signal(Signal::SIGTERM);
+                let status = replica.wait_exit(Duration::from_secs(15)).expect("exits");
+                assert!(status.success(), "{status:?}\n{}", replica.log_text());
+                let took = sent.elapsed();
+                assert!(took < Duration::from_secs(8), "shutdown took {took:?}");
+                let rows = history_json(config, "stubborn");
+                assert_eq!(rows.len(), 1, "{rows:?}");
+                assert_eq!(rows[0]["status"], "killed");
+                assert!(rows[0]["finished_at"].is_string());
+            },
         );
-        let mut replica = Replica::start(&config, "second", None, &[]);
-        replica.wait_for_log("catching up a missed instant", Duration::from_secs(20));
-        let row = wait_for_status(&config, "new-purge", Duration::from_secs(10));
-        assert_eq!(row["status"], "succeeded");
-        assert_eq!(
-            row["scheduled_at"],
-            soon.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    }
+}
+
+backend_test! {
+    fn runs_get_their_environment_and_working_dir(db: &TestDb) {
+        with_one_replica(
+            db,
+            "[[job]]\nname = \"env-check\"\nschedule = \"* * * * * *\"\nworking_dir = \"/tmp\"\nenv = { GREETING = \"hi\" }\n\
+             args = [\"/bin/sh\", \"-c\", \"echo $GREETING $PWD $REPLICRON_JOB $REPLICRON_ATTEMPT $REPLICRON_RUN_ID $REPLICRON_FENCE $REPLICRON_INSTANCE $REPLICRON_SCHEDULED_AT\"]\n",
+            |_db, config, _replica| {
+                let row = wait_for_status(config, "env-check", Duration::from_secs(10));
+                let words: Vec<String> = row["output"]
+                    .as_str()
+                    .expect("output")
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect();
+                assert_eq!(words.len(), 8, "{row}");
+                assert_eq!(&words[..4], ["hi", "/tmp", "env-check", "1"]);
+                assert_eq!(words[4], row["id"].to_string());
+                assert_eq!(words[5], row["fence"].to_string());
+                assert_eq!(words[6], "solo");
+                assert_eq!(words[7], row["scheduled_at"].as_str().expect("instant"));
+                let set: BTreeSet<&str> = ["solo"].into();
+                assert!(set.contains(row["instance"].as_str().expect("instance")));
+            },
         );
-        replica.signal(Signal::SIGTERM);
-        let _ = replica.wait_exit(Duration::from_secs(20));
-    });
+    }
 }
 
 /// A job does not see replicron's own settings: the database URL (and its
@@ -542,9 +507,7 @@ fn catch_up_skips_what_came_before_the_job_existed() {
 /// of the daemon, unless the job sets one in its own `env`.
 #[test]
 fn jobs_do_not_inherit_replicrons_settings() {
-    let Some(db) = TestDb::new(Kind::Sqlite) else {
-        return;
-    };
+    let db = TestDb::new(Kind::Sqlite);
     let config = db.config(
         "[[job]]\nname = \"dump\"\nschedule = \"* * * * * *\"\ncommand = 'env'\noutput_limit = \"1MiB\"\n\n\
          [[job]]\nname = \"own\"\nschedule = \"* * * * * *\"\nenv = { REPLICRON_POOL_SIZE = \"mine\" }\n\

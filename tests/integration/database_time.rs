@@ -16,7 +16,7 @@ use crate::support::{Kind, Replica, TestDb, history_json};
 const RECORD_UNSKEWED: &str = r#"echo "$REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $(env -u LD_PRELOAD -u FAKETIME date +%s%N)" >> "$OUT""#;
 
 /// One run as the job recorded it.
-pub struct Line {
+pub(crate) struct Line {
     pub job: String,
     pub instant: DateTime<Utc>,
     pub instance: String,
@@ -25,13 +25,13 @@ pub struct Line {
 
 impl Line {
     /// How long after its instant the run started, in ms (negative: early).
-    pub fn late_ms(&self) -> f64 {
+    pub(crate) fn late_ms(&self) -> f64 {
         (self.started_ns - self.instant.timestamp_nanos_opt().unwrap_or(0)) as f64 / 1e6
     }
 }
 
 /// The runs a job file of `RECORD_UNSKEWED` lines holds.
-pub fn read_lines(path: &Path) -> Vec<Line> {
+pub(crate) fn read_lines(path: &Path) -> Vec<Line> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -51,7 +51,7 @@ pub fn read_lines(path: &Path) -> Vec<Line> {
 }
 
 /// `jobs` per-second jobs named `job-NN` recording into `out`.
-pub fn per_second_jobs(jobs: usize, out: &Path) -> String {
+pub(crate) fn per_second_jobs(jobs: usize, out: &Path) -> String {
     (0..jobs)
         .map(|n| {
             format!(
@@ -65,7 +65,7 @@ fn second(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(TimeDelta::seconds(1)).expect("truncate")
 }
 
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -73,7 +73,7 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Every instant of `jobs` per-second jobs in `[from, to]` ran exactly once.
-pub fn assert_each_instant_once(
+pub(crate) fn assert_each_instant_once(
     lines: &[Line],
     jobs: usize,
     from: DateTime<Utc>,
@@ -114,7 +114,7 @@ fn skewed_replicas(kind: Kind) {
         eprintln!("skipped: libfaketime is not installed");
         return;
     }
-    let Some(db) = TestDb::new(kind) else { return };
+    let db = TestDb::new(kind);
     let out = db.dir().join("runs.txt");
     let config = db.config(&per_second_jobs(10, &out));
     let replicas: Vec<Replica> = [
@@ -211,11 +211,19 @@ fn skewed_replicas_fire_on_the_database_clock_sqlite() {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
 fn skewed_replicas_fire_on_the_database_clock_mysql() {
     skewed_replicas(Kind::Mysql);
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
 fn skewed_replicas_fire_on_the_database_clock_postgres() {
     skewed_replicas(Kind::Postgres);
 }
@@ -224,7 +232,7 @@ fn skewed_replicas_fire_on_the_database_clock_postgres() {
 /// from another connection: the database stalls, without an error.
 fn stall_claims(db: &TestDb, hold: Duration) {
     use diesel::connection::SimpleConnection;
-    let mut conn = crate::support::connect(&db.url);
+    let mut conn = db.raw();
     let seconds = hold.as_secs_f64();
     match db.kind {
         Kind::Mysql => conn
@@ -245,7 +253,7 @@ fn stall_claims(db: &TestDb, hold: Duration) {
 /// claims wait, then every instant of every job runs exactly once, late
 /// where it must be; none is skipped as an overrun.
 fn stall(kind: Kind) {
-    let Some(db) = TestDb::new(kind) else { return };
+    let db = TestDb::new(kind);
     let out = db.dir().join("runs.txt");
     let config = db.config(&per_second_jobs(3, &out));
     let mut replica = Replica::start(&config, "solo", None, &[]);
@@ -299,118 +307,21 @@ fn stall(kind: Kind) {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
 fn a_stalled_database_delays_instants_without_losing_them_mysql() {
     stall(Kind::Mysql);
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
 fn a_stalled_database_delays_instants_without_losing_them_postgres() {
     stall(Kind::Postgres);
-}
-
-/// The session time zone of `conn`.
-fn session_time_zone(conn: &mut replicron::db::DbConnection) -> String {
-    use diesel::RunQueryDsl;
-    #[derive(diesel::QueryableByName)]
-    struct Zone {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        zone: String,
-    }
-    let sql = match conn.backend() {
-        replicron::config::Backend::Mysql => "SELECT @@session.time_zone AS zone",
-        _ => "SELECT current_setting('TimeZone') AS zone",
-    };
-    diesel::sql_query(sql)
-        .get_result::<Zone>(conn)
-        .expect("session time zone")
-        .zone
-}
-
-/// Every lease and history statement, on a connection whose session is in
-/// `zone`: the database's clock, a claim's lease end, an extension, a
-/// release, and a run's start and end come out in UTC. (replicron's own
-/// sessions are UTC, as diesel sets them; this checks that the statements
-/// do not depend on it: `UTC_TIMESTAMP(3)` into `DATETIME(3)` on MariaDB,
-/// `clock_timestamp() AT TIME ZONE 'UTC'` on PostgreSQL.)
-fn statements_ignore_the_session_zone(url: &str, set_zone: &str, zone: &str) {
-    use diesel::connection::SimpleConnection;
-    use replicron::history::{self, NewRun, RunFinish, RunStatus};
-    use replicron::lease;
-    let mut conn = crate::support::connect(url);
-    conn.batch_execute(set_zone)
-        .expect("set the session's time zone");
-    assert_eq!(session_time_zone(&mut conn), zone, "the test's premise");
-    let near_now = |t: DateTime<Utc>, what: &str| {
-        assert!(
-            (t - Utc::now()).abs() < TimeDelta::seconds(5),
-            "{what} {t} is not now in UTC (session zone {zone})"
-        );
-    };
-    near_now(
-        lease::database_now(&mut conn).expect("now"),
-        "the database's clock",
-    );
-    lease::ensure_rows(&mut conn, &["zoned"]).expect("rows");
-    let held = lease::claim_at_database_now(&mut conn, "zoned", "z", Duration::from_secs(60))
-        .expect("claim")
-        .won()
-        .expect("won");
-    near_now(held.instant, "the claimed instant");
-    let row = lease::find_lock(&mut conn, "zoned")
-        .expect("find")
-        .expect("row");
-    near_now(
-        row.lock_until.and_utc() - TimeDelta::seconds(60),
-        "the lease's end minus its length",
-    );
-    near_now(
-        row.locked_at.expect("locked_at").and_utc(),
-        "the claim's time",
-    );
-    assert!(lease::extend(&mut conn, &held, Duration::from_secs(120)).expect("extend"));
-    let row = lease::find_lock(&mut conn, "zoned")
-        .expect("find")
-        .expect("row");
-    near_now(
-        row.lock_until.and_utc() - TimeDelta::seconds(120),
-        "the extended end",
-    );
-    let id = history::record_run_started(
-        &mut conn,
-        &NewRun {
-            job: "zoned",
-            scheduled_at: held.instant,
-            attempt: 1,
-            instance: "z",
-            fence: held.fence,
-            once_key: None,
-        },
-    )
-    .expect("start");
-    history::record_run_finished(
-        &mut conn,
-        id,
-        &RunFinish {
-            status: RunStatus::Succeeded,
-            exit_code: Some(0),
-            output: String::new(),
-            duration: Duration::from_millis(1500),
-        },
-    )
-    .expect("finish");
-    let run = history::latest_run(&mut conn, "zoned")
-        .expect("run")
-        .expect("row");
-    near_now(run.started_at.and_utc(), "the run's start");
-    assert_eq!(
-        run.finished_at.expect("end") - run.started_at,
-        TimeDelta::milliseconds(1500)
-    );
-    assert!(lease::release(&mut conn, &held, Duration::ZERO).expect("release"));
-    assert!(
-        !lease::is_held(&mut conn, "zoned").expect("held"),
-        "released in UTC terms"
-    );
 }
 
 /// One replica on a server whose default time zone is not UTC: a
@@ -487,6 +398,10 @@ fn a_replica_on_a_zoned_server(url: &str, dir: &Path, zone: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
 fn a_berlin_session_changes_no_time_mysql() {
     let Some(server) = crate::cluster::Server::start(&[]) else {
         return;
@@ -495,23 +410,17 @@ fn a_berlin_session_changes_no_time_mysql() {
     server
         .node
         .execute("SET GLOBAL time_zone = 'Europe/Berlin'; CREATE DATABASE zoned");
-    let url = server.node.url("zoned");
-    let pool = replicron::db::Pool::open(
-        &replicron::config::DatabaseUrl::parse(&url, Path::new(".")).expect("url"),
-        1,
-    )
-    .expect("pool");
-    pool.migrate().expect("migrate");
-    statements_ignore_the_session_zone(&url, "SET time_zone = 'Europe/Berlin'", "Europe/Berlin");
     let dir = tempfile::tempdir().expect("temp dir");
     a_replica_on_a_zoned_server(&server.node.url("zoned"), dir.path(), "Europe/Berlin");
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
 fn a_new_york_session_changes_no_time_postgres() {
-    let Some(db) = TestDb::new(Kind::Postgres) else {
-        return;
-    };
+    let db = TestDb::new(Kind::Postgres);
     let name = db
         .url
         .rsplit('/')
@@ -519,88 +428,10 @@ fn a_new_york_session_changes_no_time_postgres() {
         .expect("database name")
         .to_string();
     use diesel::connection::SimpleConnection;
-    crate::support::connect(&db.url)
+    db.raw()
         .batch_execute(&format!(
             "ALTER DATABASE {name} SET TimeZone = 'America/New_York'"
         ))
         .expect("set the database's time zone");
-    db.pool(1);
-    statements_ignore_the_session_zone(
-        &db.url,
-        "SET TimeZone = 'America/New_York'",
-        "America/New_York",
-    );
     a_replica_on_a_zoned_server(&db.url, db.dir(), "America/New_York");
-}
-
-/// A host clock that a test can move under a running daemon.
-struct MovableClock {
-    ahead: std::sync::Mutex<TimeDelta>,
-}
-
-impl replicron::schedule::Clock for MovableClock {
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now() + *self.ahead.lock().expect("clock")
-    }
-}
-
-/// The host's clock jumps 700 ms ahead between two estimates of its offset:
-/// the tick loop wakes early by the database's clock, the claim is refused
-/// as "not yet" and tried again at the instant, so no run starts early and
-/// none is lost. In process, on SQLite (whose clock is the host's real one).
-#[test]
-fn a_claim_refused_as_not_yet_runs_at_the_instant() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let out = dir.path().join("runs.txt");
-    let path = dir.path().join("jobs.toml");
-    let text = format!(
-        "[database]\nurl = \"sqlite://{}\"\n\n{}",
-        dir.path().join("r.db").display(),
-        per_second_jobs(2, &out)
-    );
-    let config =
-        replicron::config::Config::parse(&path, &text, &Default::default()).expect("config");
-    let pool = replicron::db::Pool::open(&config.database.url, 4).expect("pool");
-    pool.migrate().expect("migrate");
-    let clock = std::sync::Arc::new(MovableClock {
-        ahead: std::sync::Mutex::new(TimeDelta::zero()),
-    });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (phase_tx, phase) = tokio::sync::watch::channel(replicron::daemon::Phase::Running);
-    let (_reload_tx, reloads) = tokio::sync::mpsc::channel(1);
-    let daemon = runtime.spawn(replicron::daemon::run(replicron::daemon::Daemon {
-        config,
-        pool,
-        instance: "jumpy".to_string(),
-        clock: clock.clone(),
-        phase,
-        reloads,
-        liveness: std::sync::Arc::new(replicron::telemetry::Liveness::new()),
-    }));
-    // The offset (zero) was estimated at start; the next estimate is 30 s
-    // away. Jump now, and let 4 instants pass on the wrong clock.
-    std::thread::sleep(Duration::from_millis(1200));
-    *clock.ahead.lock().expect("clock") = TimeDelta::milliseconds(700);
-    let window_start = second(Utc::now()) + TimeDelta::seconds(1);
-    std::thread::sleep(Duration::from_secs(4));
-    let window_end = second(Utc::now()) - TimeDelta::seconds(1);
-    let _ = phase_tx.send(replicron::daemon::Phase::Draining);
-    runtime.block_on(daemon).expect("join").expect("daemon");
-    let lines: Vec<Line> = read_lines(&out)
-        .into_iter()
-        .filter(|l| l.instant >= window_start && l.instant <= window_end)
-        .collect();
-    assert_each_instant_once(&lines, 2, window_start, window_end);
-    let earliest = lines.iter().map(Line::late_ms).fold(f64::MAX, f64::min);
-    assert!(
-        earliest >= -2.0,
-        "a run started {earliest:.1} ms before its instant"
-    );
-    eprintln!(
-        "a host clock 700 ms fast between estimates: {} runs, none early (earliest {earliest:.1} ms after its instant)",
-        lines.len()
-    );
 }

@@ -12,7 +12,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Timelike, Utc};
 use nix::sys::signal::Signal;
 
 use crate::proxy::Proxy;
-use crate::support::{Kind, Replica, TestDb, history_json, wait_until, wait_until_or};
+use crate::support::{Kind, Replica, TestDb, history_json, wait_until_or};
 
 /// A job that beats every 0.2 s for about `seconds`: `instance instant ns`.
 fn heartbeat_job(name: &str, schedule: &str, lease: &str, seconds: u32, out: &Path) -> String {
@@ -95,7 +95,7 @@ fn status_of(config: &Path, job: &str, instant: &str) -> Vec<String> {
 /// next instants without overlap, and the holder records `lost_lock` once it
 /// can reach the database again.
 fn partition_of_the_holder(kind: Kind) {
-    let Some(db) = TestDb::new(kind) else { return };
+    let db = TestDb::new(kind);
     let out = db.dir().join("beats.txt");
     let jobs = heartbeat_job("long", "*/2 * * * * *", "6s", 20, &out);
     let (proxies, replicas) = replicas_through_proxies(&db, &jobs);
@@ -147,11 +147,19 @@ fn partition_of_the_holder(kind: Kind) {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
 fn a_partitioned_holder_stops_before_its_lease_expires_mysql() {
     partition_of_the_holder(Kind::Mysql);
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
 fn a_partitioned_holder_stops_before_its_lease_expires_postgres() {
     partition_of_the_holder(Kind::Postgres);
 }
@@ -172,7 +180,7 @@ fn once_at(t: DateTime<Utc>) -> String {
 /// runs that ended during the outage are recorded after it, and catch-up
 /// runs the instant missed in the outage when `catch_up` allows.
 fn database_outage(kind: Kind) {
-    let Some(db) = TestDb::new(kind) else { return };
+    let db = TestDb::new(kind);
     let out = db.dir().join("ticks.txt");
     // The cut falls 1.5 s into a run of the slow job (every 4 s, 3 s long),
     // which therefore ends during the outage.
@@ -265,11 +273,19 @@ fn database_outage(kind: Kind) {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
 fn a_database_outage_loses_no_record_and_runs_nothing_twice_mysql() {
     database_outage(Kind::Mysql);
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
 fn a_database_outage_loses_no_record_and_runs_nothing_twice_postgres() {
     database_outage(Kind::Postgres);
 }
@@ -278,7 +294,7 @@ fn a_database_outage_loses_no_record_and_runs_nothing_twice_postgres() {
 /// was stopped before the other replica started, and it does not record a
 /// success for the run whose lease it lost.
 fn stalled_holder(kind: Kind) {
-    let Some(db) = TestDb::new(kind) else { return };
+    let db = TestDb::new(kind);
     let out = db.dir().join("beats.txt");
     let config = db.config(&heartbeat_job("long", "*/2 * * * * *", "3s", 10, &out));
     let replicas: Vec<Replica> = ["p", "q"]
@@ -319,59 +335,19 @@ fn stalled_holder(kind: Kind) {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
 fn a_frozen_holder_neither_overlaps_nor_records_success_mysql() {
     stalled_holder(Kind::Mysql);
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
 fn a_frozen_holder_neither_overlaps_nor_records_success_postgres() {
     stalled_holder(Kind::Postgres);
-}
-
-#[test]
-fn retries_run_under_one_lease_with_one_row_per_attempt() {
-    crate::support::on_each_backend(|db| {
-        let at = Utc::now()
-            .duration_trunc(TimeDelta::seconds(1))
-            .expect("truncate")
-            + TimeDelta::seconds(4);
-        let config = db.config(&format!(
-            "[[job]]\nname = \"flaky\"\nschedule = \"{}\"\nretries = 2\nretry_backoff = \"1s\"\n\
-             command = 'echo \"attempt $REPLICRON_ATTEMPT\"; [ \"$REPLICRON_ATTEMPT\" -ge 3 ]'\n",
-            once_at(at)
-        ));
-        let _replicas: Vec<Replica> = ["p", "q"]
-            .iter()
-            .map(|id| Replica::start(&config, id, None, &[]))
-            .collect();
-        let instant = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        wait_until("three attempts", Duration::from_secs(20), || {
-            status_of(&config, "flaky", &instant)
-                .first()
-                .map(String::as_str)
-                == Some("succeeded")
-        });
-        let mut rows: Vec<serde_json::Value> = history_json(&config, "flaky");
-        rows.sort_by_key(|r| r["attempt"].as_i64());
-        let summary: Vec<(i64, &str, i64)> = rows
-            .iter()
-            .map(|r| {
-                (
-                    r["attempt"].as_i64().unwrap_or(0),
-                    r["status"].as_str().unwrap_or(""),
-                    r["exit_code"].as_i64().unwrap_or(-1),
-                )
-            })
-            .collect();
-        assert_eq!(
-            summary,
-            [(1, "failed", 1), (2, "failed", 1), (3, "succeeded", 0)]
-        );
-        assert!(
-            rows.iter()
-                .all(|r| r["instance"] == rows[0]["instance"] && r["fence"] == rows[0]["fence"]),
-            "{rows:?}"
-        );
-        assert_eq!(rows[2]["output"], "attempt 3\n");
-    });
 }

@@ -2,17 +2,19 @@
 //! executable and real databases (SQLite, and MariaDB/MySQL and PostgreSQL
 //! where `scripts/test` provides them).
 
+#[path = "../support/databases.rs"]
+mod databases;
+
 mod backends;
 mod check;
 mod cluster;
 mod daemon;
 mod database_time;
-mod exit;
 mod faults;
 mod galera;
 mod history;
 mod import;
-mod lease;
+mod library;
 mod operate;
 mod proxy;
 mod support;

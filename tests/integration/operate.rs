@@ -9,11 +9,14 @@ use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use chrono::{TimeDelta, Utc};
+use diesel::connection::SimpleConnection;
 use nix::sys::signal::Signal;
 
 use crate::proxy::Proxy;
 use crate::support::{
-    Kind, Replica, TestDb, binary, history_json, on_each_backend, replicron, text, wait_until,
+    Kind, Replica, TestDb, backend_test, binary, history_json, replicron, sql_time, text,
+    wait_until,
 };
 
 fn run(config: &Path, args: &[&str]) -> (i32, String, String) {
@@ -52,9 +55,8 @@ fn http_get(port: u16, path: &str) -> (u16, String) {
     (code, body)
 }
 
-#[test]
-fn trigger_status_and_unlock() {
-    on_each_backend(|db| {
+backend_test! {
+    fn trigger_status_and_unlock(db: &TestDb) {
         let config = db.config(
             "[[job]]\nname = \"report\"\nschedule = \"@yearly\"\ncommand = 'echo \"report by $REPLICRON_INSTANCE\"'\n\n\
              [[job]]\nname = \"broken\"\nschedule = \"@yearly\"\ncommand = 'echo \"the output of broken\"; exit 4'\n\n\
@@ -75,12 +77,13 @@ fn trigger_status_and_unlock() {
             assert!(err.contains("replicron migrate"), "{command:?}: {err}");
         }
         if db.kind != Kind::Sqlite {
-            let mut conn = crate::support::connect(&db.url);
-            assert!(
-                replicron::db::migrate::check_migrated(&mut conn)
-                    .is_err_and(|e| e.missing == e.total),
-                "a read-only command created tables"
-            );
+            let mut conn = db.raw();
+            for table in ["replicron_locks", "replicron_runs", "__diesel_schema_migrations"] {
+                assert!(
+                    conn.batch_execute(&format!("SELECT 1 FROM {table}")).is_err(),
+                    "a read-only command created {table}"
+                );
+            }
         } else {
             assert!(
                 !db.dir().join("replicron.db").exists(),
@@ -143,18 +146,16 @@ fn trigger_status_and_unlock() {
         );
 
         // A lease held with nothing running: stuck, and unlock ends it.
-        let pool = db.pool(1);
-        let mut conn = pool.get().expect("conn");
-        let held = replicron::lease::claim_at_database_now(
-            &mut conn,
-            "report",
-            "ghost:1:x",
-            Duration::from_secs(3600),
-        )
-        .expect("claim")
-        .won()
-        .expect("won");
-        let at = held.instant;
+        let mut conn = db.raw();
+        let at = Utc::now();
+        conn.batch_execute(&format!(
+            "UPDATE replicron_locks SET lock_until = '{}', locked_at = '{now}', \
+             locked_by = 'ghost:1:x', last_scheduled_at = '{now}', fence = fence + 1 \
+             WHERE name = 'report'",
+            sql_time(at + TimeDelta::hours(1)),
+            now = sql_time(at),
+        ))
+        .expect("a ghost's lease");
         let (code, out, _) = run(&config, &["status", "--format", "json"]);
         let status: serde_json::Value = serde_json::from_str(&out).expect("json");
         let ahead = status["clock"]["host_ahead_seconds"]
@@ -180,18 +181,13 @@ fn trigger_status_and_unlock() {
 
         // A run recorded running under the current fence: unlock asks for --force.
         let fence = report["fence"].as_i64().expect("fence");
-        replicron::history::record_run_started(
-            &mut conn,
-            &replicron::history::NewRun {
-                job: "report",
-                scheduled_at: at,
-                attempt: 1,
-                instance: "ghost:1:x",
-                fence,
-                once_key: None,
-            },
-        )
-        .expect("start");
+        conn.batch_execute(&format!(
+            "INSERT INTO replicron_runs \
+             (job, scheduled_at, attempt, instance, fence, started_at, status, output) \
+             VALUES ('report', '{now}', 1, 'ghost:1:x', {fence}, '{now}', 'running', '')",
+            now = sql_time(at),
+        ))
+        .expect("the ghost's run");
         let (code, _, err) = run(&config, &["unlock", "report"]);
         assert_eq!(code, 1, "{err}");
         assert!(
@@ -207,14 +203,13 @@ fn trigger_status_and_unlock() {
         assert!(out.contains("ORPHANED"), "{out}");
         let (code, out, _) = run(&config, &["unlock", "report"]);
         assert_eq!((code, out.trim()), (0, "report: not held"));
-    });
+    }
 }
 
-#[test]
-fn exec_is_a_mutex_and_once_runs_once() {
-    on_each_backend(|db| {
+backend_test! {
+    fn exec_is_a_mutex_and_once_runs_once(db: &TestDb) {
         let config = db.config("[defaults]\nlock_at_most_for = \"30s\"\n");
-        db.pool(1);
+        db.migrate();
         let counter = db.dir().join("counter");
         std::fs::write(&counter, "0").expect("counter");
         let script = format!(
@@ -350,17 +345,15 @@ fn exec_is_a_mutex_and_once_runs_once() {
             "{table}"
         );
         assert_eq!(table.lines().count(), 2, "{table}");
-    });
+    }
 }
 
 /// `exec` with a program that does not exist says so plainly.
 #[test]
 fn exec_of_a_missing_command_says_so() {
-    let Some(db) = TestDb::new(Kind::Sqlite) else {
-        return;
-    };
+    let db = TestDb::new(Kind::Sqlite);
     let config = db.config("");
-    db.pool(1);
+    db.migrate();
     let (code, out, err) = run(
         &config,
         &["exec", "--lock", "x", "--", "/nonexistent/cmd", "arg"],
@@ -383,11 +376,9 @@ fn exec_of_a_missing_command_says_so() {
 
 #[test]
 fn exec_wait_gives_up_while_the_lock_is_held() {
-    let Some(db) = TestDb::new(Kind::Sqlite) else {
-        return;
-    };
+    let db = TestDb::new(Kind::Sqlite);
     let config = db.config("");
-    db.pool(1);
+    db.migrate();
     let holder = Command::new(binary())
         .args(["exec", "--config"])
         .arg(&config)
@@ -505,9 +496,8 @@ fn import_crontab_output_passes_check_with_the_same_instants() {
     }
 }
 
-#[test]
-fn sighup_reloads_a_valid_config_and_keeps_the_old_one_on_errors() {
-    on_each_backend(|db| {
+backend_test! {
+    fn sighup_reloads_a_valid_config_and_keeps_the_old_one_on_errors(db: &TestDb) {
         let out = db.dir().join("ran.txt");
         let job = |name: &str| {
             format!(
@@ -559,15 +549,30 @@ fn sighup_reloads_a_valid_config_and_keeps_the_old_one_on_errors() {
         sleep(Duration::from_millis(2000));
         assert_eq!(ran("first"), first_total, "the removed job still runs");
         replica.signal(Signal::SIGTERM);
-    });
+    }
 }
 
 #[test]
-fn healthz_follows_the_database_and_metrics_count() {
-    for kind in [Kind::Mysql, Kind::Postgres] {
-        let Some(db) = TestDb::new(kind) else {
-            continue;
-        };
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
+fn healthz_follows_the_database_and_metrics_count_mysql() {
+    healthz_follows_the_database_and_metrics_count(Kind::Mysql);
+}
+
+#[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
+fn healthz_follows_the_database_and_metrics_count_postgres() {
+    healthz_follows_the_database_and_metrics_count(Kind::Postgres);
+}
+
+fn healthz_follows_the_database_and_metrics_count(kind: Kind) {
+    {
+        let db = TestDb::new(kind);
         let proxy = Proxy::start(db.server());
         let port = free_port();
         let jobs = format!(
@@ -664,12 +669,11 @@ fn completions_and_man_page() {
     }
 }
 
-/// A second process under an instance id that a live replica uses is
-/// refused; a replica restarted under its id after `kill -9` takes it over
-/// at once (its old process is gone from this host).
-#[test]
-fn an_instance_id_in_use_is_refused() {
-    on_each_backend(|db| {
+backend_test! {
+    /// A second process under an instance id that a live replica uses is
+    /// refused; a replica restarted under its id after `kill -9` takes it over
+    /// at once (its old process is gone from this host).
+    fn an_instance_id_in_use_is_refused(db: &TestDb) {
         let config =
             db.config("[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n");
         let first = Replica::start(&config, "twin", None, &[]);
@@ -692,7 +696,7 @@ fn an_instance_id_in_use_is_refused() {
             third.log_text()
         );
         third.signal(Signal::SIGTERM);
-    });
+    }
 }
 
 /// `unlock --force` while the holder runs the job: `status` says the lease
@@ -700,9 +704,7 @@ fn an_instance_id_in_use_is_refused() {
 /// holder then records the run `lost_lock`.
 #[test]
 fn unlock_force_of_a_live_holder_is_no_orphan() {
-    let Some(db) = TestDb::new(Kind::Sqlite) else {
-        return;
-    };
+    let db = TestDb::new(Kind::Sqlite);
     let config = db.config(
         "[[job]]\nname = \"long\"\nschedule = \"*/2 * * * * *\"\nlock_at_most_for = \"6s\"\ncommand = 'sleep 30'\n",
     );
@@ -751,9 +753,7 @@ fn promtool() -> Option<&'static str> {
 /// history writes go back to 0 once the runs are written.
 #[test]
 fn metrics_are_described_present_from_the_start_and_true() {
-    let Some(db) = TestDb::new(Kind::Sqlite) else {
-        return;
-    };
+    let db = TestDb::new(Kind::Sqlite);
     let port = free_port();
     let config = db.config(&format!(
         "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\

@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
 /// A running proxy; it stops when dropped.
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub port: u16,
     open: Arc<AtomicBool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
@@ -19,7 +19,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// Forwards a new local port to `target`.
-    pub fn start(target: SocketAddr) -> Proxy {
+    pub(crate) fn start(target: SocketAddr) -> Proxy {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -60,7 +60,7 @@ impl Proxy {
     }
 
     /// Closes every forwarded connection and refuses new ones.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.open.store(false, Ordering::SeqCst);
         for connection in self.connections.lock().expect("connections").drain(..) {
             connection.abort();
@@ -68,7 +68,7 @@ impl Proxy {
     }
 
     /// Forwards again.
-    pub fn restore(&self) {
+    pub(crate) fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
     }
 }

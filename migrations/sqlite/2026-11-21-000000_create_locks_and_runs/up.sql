@@ -1,5 +1,6 @@
--- Times are text 'YYYY-MM-DD HH:MM:SS.SSS' in UTC, written by SQLite's own
--- clock (strftime('%Y-%m-%d %H:%M:%f', 'now')), so that they sort as time.
+-- Times are text 'YYYY-MM-DD HH:MM:SS.SSS' in UTC, so that they sort as
+-- time; "now" is replicron_now(), the clock of the process that holds the
+-- connection, which replicron registers on each connection.
 CREATE TABLE IF NOT EXISTS replicron_locks (
     name TEXT NOT NULL PRIMARY KEY,
     lock_until TEXT NOT NULL,

@@ -1,0 +1,91 @@
+//! `replicron check`: validates the job file and prints each job's next
+//! instants, from the database's "now" where a server answers.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::{ConfigArg, ExitCode, load, parse_rfc3339};
+use crate::config::Config;
+use crate::schedule::SystemClock;
+
+/// Arguments of `check`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckArgs {
+    /// The job file.
+    #[command(flatten)]
+    pub(crate) config: ConfigArg,
+    /// List instants after this time (RFC 3339). Default: now.
+    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
+    pub(crate) from: Option<DateTime<Utc>>,
+    /// How many instants to list per job.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub(crate) count: usize,
+}
+
+pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let (from, clock_note) = match args.from {
+        Some(from) => (from, None),
+        None if args.count == 0 => (Utc::now(), None),
+        None => now_for_check(&config),
+    };
+    let enabled = config.enabled_jobs().count();
+    println!(
+        "{}: valid; {} job{} ({enabled} enabled); database {}",
+        config.path.display(),
+        config.jobs.len(),
+        if config.jobs.len() == 1 { "" } else { "s" },
+        config.database.url
+    );
+    if let Some(note) = clock_note {
+        println!("{note}");
+    }
+    for job in &config.jobs {
+        println!();
+        let state = if job.enabled { "" } else { " (disabled)" };
+        println!("job {:?}{state}", job.name);
+        println!("  schedule  {}", job.schedule.expression());
+        println!("  zone      {}", job.schedule.zone());
+        println!(
+            "  next {} after {}:",
+            args.count,
+            from.to_rfc3339_opts(SecondsFormat::Millis, true)
+        );
+        for instant in job.schedule.upcoming(from, args.count) {
+            let local = instant.with_timezone(&job.schedule.zone());
+            println!(
+                "    {}  {}",
+                instant.to_rfc3339_opts(SecondsFormat::Secs, false),
+                local.to_rfc3339_opts(SecondsFormat::Secs, false)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// "Now" for `check`: the database's clock, as the daemon fires on it. A
+/// SQLite file's clock is this host's (and `check` does not create the
+/// file); an unreachable server is no error for a check.
+fn now_for_check(config: &Config) -> (DateTime<Utc>, Option<String>) {
+    if config.database.url.backend() == crate::config::Backend::Sqlite {
+        return (Utc::now(), None);
+    }
+    let estimate = crate::db::establish(&config.database.url).and_then(|mut conn| {
+        crate::db::clock::estimate_offset(&mut conn, &SystemClock, 3)
+            .map_err(|e| crate::db::DbError::query("reading the database clock", e))
+    });
+    match estimate {
+        Ok(estimate) => (
+            Utc::now() + estimate.offset,
+            Some(format!(
+                "now is read from the database's clock (this host's clock is {} from it)",
+                crate::scheduler::clock_sync::describe(estimate)
+            )),
+        ),
+        Err(e) => (
+            Utc::now(),
+            Some(format!(
+                "now is read from this host's clock (the database's cannot be read: {e})"
+            )),
+        ),
+    }
+}

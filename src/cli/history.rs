@@ -1,0 +1,105 @@
+//! `replicron history`: the recorded runs, newest first, as a table or JSON.
+
+use chrono::DateTime;
+
+use super::table::print_table;
+use super::{ConfigArg, ExitCode, OutputFormat, load, open_for_command, parse_status};
+use crate::history::{self, RunFilter, RunRecord, RunStatus};
+
+/// Arguments of `history`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct HistoryArgs {
+    /// The job file.
+    #[command(flatten)]
+    pub(crate) config: ConfigArg,
+    /// Only this job's runs.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) job: Option<String>,
+    /// Only runs with this status (running, succeeded, failed, timed_out,
+    /// lost_lock, killed, abandoned, error).
+    #[arg(long, value_name = "STATUS", value_parser = parse_status)]
+    pub(crate) status: Option<RunStatus>,
+    /// Only the `exec --once` runs of this KEY.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) once_key: Option<String>,
+    /// At most this many runs.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub(crate) limit: u32,
+    /// Output format; `json` is an array of objects with the columns of
+    /// `replicron_runs`, output included.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub(crate) format: OutputFormat,
+}
+
+pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let pool = open_for_command(&config)?;
+    let filter = RunFilter {
+        job: args.job.clone(),
+        status: args.status,
+        once_key: args.once_key.clone(),
+        limit: i64::from(args.limit),
+    };
+    let rows = history::list_runs(&mut *pool.get()?, &filter)
+        .map_err(|e| crate::db::DbError::query("reading the run history", e))?;
+    let records: Vec<RunRecord> = rows.into_iter().map(RunRecord::from).collect();
+    match args.format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&records)?),
+        OutputFormat::Table => {
+            // The KEY column only where there are `exec --once` runs.
+            let keys = records.iter().any(|r| r.once_key.is_some());
+            let mut headers = vec![
+                "ID",
+                "JOB",
+                "SCHEDULED_AT",
+                "ATTEMPT",
+                "STATUS",
+                "EXIT",
+                "DURATION",
+                "INSTANCE",
+            ];
+            if keys {
+                headers.push("KEY");
+            }
+            print_table(
+                &headers,
+                records.iter().map(|r| {
+                    let mut row = vec![
+                        r.id.to_string(),
+                        r.job.clone(),
+                        r.scheduled_at.clone(),
+                        r.attempt.to_string(),
+                        r.status.to_string(),
+                        r.exit_code.map_or("-".to_string(), |c| c.to_string()),
+                        run_duration(r),
+                        r.instance.clone(),
+                    ];
+                    if keys {
+                        row.push(r.once_key.clone().unwrap_or_default());
+                    }
+                    row
+                }),
+            )
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_duration(record: &RunRecord) -> String {
+    let parse = |t: &str| DateTime::parse_from_rfc3339(t).ok();
+    let seconds = |from: &str, to: &str| {
+        let ms = (parse(to)? - parse(from)?).num_milliseconds().max(0);
+        Some(format!("{}.{:03}s", ms / 1000, ms % 1000))
+    };
+    match (&record.finished_at, &record.confirmed_at) {
+        (Some(end), _) => seconds(&record.started_at, end).unwrap_or_else(|| "-".to_string()),
+        // Its holder vanished: the end is not known, only that the run
+        // lasted until its lease was last confirmed.
+        (None, Some(confirmed)) if record.status != RunStatus::Running => format!(
+            "unknown (≥{})",
+            seconds(&record.started_at, confirmed).unwrap_or_default()
+        ),
+        (None, None) if record.status != RunStatus::Running => "unknown".to_string(),
+        _ => "-".to_string(),
+    }
+}

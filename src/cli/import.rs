@@ -1,0 +1,49 @@
+//! `replicron import-crontab`: prints crontabs as one replicron TOML (the
+//! conversion is [`crate::crontab`]'s).
+
+use std::path::PathBuf;
+
+use super::{ExitCode, UsageError};
+
+/// Arguments of `import-crontab`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ImportArgs {
+    /// Crontab files (`-` for stdin) and folders such as /etc/cron.d/ (every
+    /// file in it that cron reads), merged into one config.
+    #[arg(required = true, value_name = "FILE")]
+    pub(crate) files: Vec<PathBuf>,
+    /// Lines name a user after the schedule (`/etc/crontab`, `/etc/cron.d`);
+    /// by default each file's own lines tell, and guesses are reported.
+    #[arg(long, value_name = "BOOL")]
+    pub(crate) user_column: Option<bool>,
+}
+
+pub(super) fn import_crontab(args: &ImportArgs) -> anyhow::Result<ExitCode> {
+    use crate::crontab::{self, ImportError};
+    let refused = |error: ImportError| -> anyhow::Error {
+        match error {
+            ImportError::Read { .. } => error.into(),
+            ImportError::NotACrontab { .. } | ImportError::Nothing(_) => {
+                UsageError(error.to_string()).into()
+            }
+        }
+    };
+    let collected = crontab::files::collect(&args.files).map_err(refused)?;
+    let host = crontab::Host::from_system();
+    let import = crontab::import(&collected.sources, args.user_column, &host).map_err(refused)?;
+    print!("{}", import.toml);
+    let notes: Vec<&crontab::Note> = collected.notes.iter().chain(&import.notes).collect();
+    for note in &notes {
+        eprintln!("{note}");
+    }
+    let what = match collected.sources.as_slice() {
+        [one] => one.name.clone(),
+        all => format!("{} files", all.len()),
+    };
+    eprintln!(
+        "{what}: {} job(s) imported, {} line(s) to look at",
+        import.jobs,
+        notes.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}

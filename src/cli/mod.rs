@@ -1,0 +1,347 @@
+//! The command line: the arguments every command shares (one `--config`),
+//! logging, the runtime helper, and one file per command. Errors end here:
+//! they are printed with their whole chain and mapped to the exit status
+//! (0 success, 1 runtime failure, 2 invalid usage or config).
+
+mod check;
+mod exec;
+mod history;
+mod import;
+mod man;
+mod migrate;
+mod run;
+mod status;
+mod table;
+mod trigger;
+mod unlock;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::{Config, ConfigError, Environment};
+use crate::db::Pool;
+use crate::history::RunStatus;
+use crate::schedule::SystemClock;
+use crate::scheduler::Outcome;
+
+/// A cron daemon for replicated services: each scheduled instant runs once
+/// across all replicas.
+#[derive(Debug, Parser)]
+#[command(name = "replicron", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+    /// The command.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// How log lines are written to stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the daemon in the foreground.
+    Run(run::RunArgs),
+    /// Validate the config and print each job's next instants.
+    Check(check::CheckArgs),
+    /// Apply pending database migrations.
+    Migrate(ConfigArg),
+    /// Show each job's next instant, lease holder, last run, and stuck leases.
+    Status(status::StatusArgs),
+    /// List recorded runs, newest first.
+    History(history::HistoryArgs),
+    /// Run JOB once now, through its lease, on this host.
+    Trigger(trigger::JobArgs),
+    /// End JOB's lease (the operator's tool for a stuck lease).
+    Unlock(unlock::UnlockArgs),
+    /// Run a command while holding a lease: a distributed flock(1).
+    Exec(exec::ExecArgs),
+    /// Print crontabs (files or folders) as one replicron TOML.
+    ImportCrontab(import::ImportArgs),
+    /// Print a shell completion script.
+    Completions(CompletionArgs),
+    /// Print the man page.
+    Man,
+    /// Kill the daemon's jobs when it dies (started by the daemon, not by people).
+    #[command(hide = true)]
+    Guard,
+}
+
+/// `--config FILE`, shared by every command that reads the job file.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ConfigArg {
+    /// The job file.
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        env = crate::config::CONFIG_ENV,
+        default_value = crate::config::DEFAULT_CONFIG_PATH
+    )]
+    pub(crate) config: PathBuf,
+}
+
+impl std::ops::Deref for ConfigArg {
+    type Target = PathBuf;
+
+    fn deref(&self) -> &PathBuf {
+        &self.config
+    }
+}
+
+/// Arguments of `completions`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompletionArgs {
+    /// The shell.
+    pub(crate) shell: clap_complete::Shell,
+}
+
+fn parse_wait(text: &str) -> Result<std::time::Duration, String> {
+    crate::config::parse_duration(text, crate::config::Zero::Allowed)
+}
+
+/// How listings are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputFormat {
+    /// Aligned columns for people.
+    Table,
+    /// JSON for programs.
+    Json,
+}
+
+fn parse_status(text: &str) -> Result<RunStatus, String> {
+    text.parse()
+}
+
+fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{e}: expected RFC 3339, such as 2027-03-28T00:00:00Z"))
+}
+
+/// The status the process ends with: 0 success, 1 runtime failure, 2
+/// invalid usage or config, or a run's own exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitCode(pub(crate) u8);
+
+impl ExitCode {
+    /// Exit status 0.
+    pub const SUCCESS: ExitCode = ExitCode(0);
+}
+
+impl From<u8> for ExitCode {
+    fn from(code: u8) -> Self {
+        ExitCode(code)
+    }
+}
+
+/// Ends the process with `code`, once stdout and stderr are flushed.
+///
+/// libpq keeps per-thread OpenSSL and Kerberos state whose destructors run as
+/// each thread that used a connection ends, and `exit` runs those libraries'
+/// atexit clean-up: when a runtime thread is still ending while the main
+/// thread exits, the two race and the process dies of SIGSEGV after its work
+/// is done (reproduced by a loop that queries PostgreSQL over TLS from a
+/// runtime's blocking threads and returns from `main`: about one exit in
+/// four crashed; none with this exit). By the time this is called every run is
+/// recorded, the output is flushed below and the pools are closed, so the
+/// process ends without running the atexit handlers.
+pub fn exit(code: ExitCode) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    #[expect(
+        unsafe_code,
+        reason = "the only way to end without the atexit handlers"
+    )]
+    // SAFETY: `_exit` takes no pointers and ends the process at once; Rust's
+    // buffered standard streams were flushed above.
+    unsafe {
+        libc::_exit(i32::from(code.0))
+    }
+}
+
+/// Entry point of the binary; the caller ends the process with [`exit`].
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Guard = cli.command {
+        crate::runner::guard();
+        return ExitCode::SUCCESS;
+    }
+    // The daemon tells what it does; a one-off command speaks only of trouble.
+    let default_level = if matches!(cli.command, Command::Run(_)) {
+        "info"
+    } else {
+        "warn"
+    };
+    init_logging(cli.log_format, default_level);
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("replicron: {error:#}");
+            if error.downcast_ref::<ConfigError>().is_some()
+                || error.downcast_ref::<UsageError>().is_some()
+            {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+/// Output cut short by its reader (`replicron man | head`) is no failure.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(colour_wanted()).try_init(),
+        LogFormat::Json => builder
+            .with_ansi(false)
+            .json()
+            .flatten_event(true)
+            .try_init(),
+    };
+}
+
+/// Colour only for a person at a terminal: never into a file, a pipe or
+/// the journal, and never when `NO_COLOR` is set (no-color.org).
+fn colour_wanted() -> bool {
+    use std::io::IsTerminal as _;
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
+}
+
+fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    Ok(Config::load(path, &Environment::from_process())?)
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Check(args) => check::check(&args),
+        Command::Migrate(args) => migrate::migrate(&args),
+        Command::Run(args) => run::run(&args),
+        Command::History(args) => history::history(&args),
+        Command::Status(args) => status::status(&args),
+        Command::Trigger(args) => trigger::trigger(&args),
+        Command::Unlock(args) => unlock::unlock(&args),
+        Command::Exec(args) => exec::exec(&args),
+        Command::ImportCrontab(args) => import::import_crontab(&args),
+        Command::Completions(args) => {
+            use clap::CommandFactory as _;
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut Cli::command(), "replicron", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            use clap::CommandFactory as _;
+            std::io::Write::write_all(
+                &mut std::io::stdout(),
+                man::render(&Cli::command()).as_bytes(),
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Guard => {
+            crate::runner::guard();
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Opens a one-connection pool for a command that reads or writes a little.
+/// Such a command never changes the schema: an unmigrated database (or a
+/// SQLite file that does not exist) is an error that says to migrate.
+fn open_for_command(config: &Config) -> anyhow::Result<Pool> {
+    let url = &config.database.url;
+    if url.backend() == crate::config::Backend::Sqlite
+        && !std::path::Path::new(url.connection_string()).exists()
+    {
+        anyhow::bail!(
+            "no database at {url}: run `replicron migrate --config {}` (or start `replicron run`) first",
+            config.path.display()
+        );
+    }
+    let pool = Pool::connect(url, 1, Arc::new(SystemClock))?;
+    crate::db::migrate::check_migrated(&mut *pool.get()?)
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    Ok(pool)
+}
+
+/// A mistake in how a command was called: exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UsageError(String);
+
+fn find_job<'c>(config: &'c Config, name: &str) -> anyhow::Result<&'c crate::config::Job> {
+    config.job(name).ok_or_else(|| {
+        UsageError(format!("{}: no job named {name:?}", config.path.display())).into()
+    })
+}
+
+/// A runtime for a command, with SIGINT/SIGTERM stopping what it runs.
+fn command_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn exit_code_of(outcome: Option<&Outcome>) -> ExitCode {
+    match outcome {
+        Some(Outcome {
+            status: RunStatus::Succeeded,
+            ..
+        }) => ExitCode::SUCCESS,
+        Some(Outcome {
+            status: RunStatus::Failed,
+            exit_code: Some(code),
+            ..
+        }) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1).max(1)),
+        _ => ExitCode::from(1),
+    }
+}
+
+fn describe(outcome: Option<&Outcome>) -> String {
+    match outcome {
+        Some(o) => match o.exit_code {
+            Some(code) => format!("{} (exit {code})", o.status),
+            // Could not start: the output says why (no such command, …).
+            None if o.status == RunStatus::Error => {
+                format!(
+                    "{}: {}",
+                    o.status,
+                    o.output.trim().trim_start_matches("replicron: ")
+                )
+            }
+            None => o.status.to_string(),
+        },
+        None => "not started: its start could not be recorded".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+//! `replicron run`: the daemon. It builds a [`Scheduler`] from the job
+//! file, with the parts only the daemon wants: child processes and their
+//! guard, the `/metrics` and `/healthz` listener, systemd notifications,
+//! SIGTERM/SIGINT for shutdown and SIGHUP for reload.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::{mpsc, watch};
+use tracing::{error, info, warn};
+
+use super::{ConfigArg, ExitCode, load};
+use crate::config::Config;
+use crate::scheduler::{Database, Job, Phase, Scheduler};
+use crate::telemetry::{self, Liveness};
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The job file.
+    #[command(flatten)]
+    pub(crate) config: ConfigArg,
+    /// This replica's id in leases and history; unique per process.
+    /// Default: `<hostname>:<pid>:<random>`.
+    #[arg(long, value_name = "ID")]
+    pub(crate) instance_id: Option<String>,
+}
+
+pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("replicron")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let handle = telemetry::install();
+        let liveness = Arc::new(Liveness::new());
+        tokio::spawn(telemetry::heartbeat(liveness.clone()));
+        tokio::spawn(telemetry::upkeep(handle.clone()));
+        let mut builder = Scheduler::builder(Database::parsed(config.database.url.clone()))
+            .pool_size(config.database.pool_size)
+            .shutdown_grace(config.daemon.shutdown_grace)
+            .history_retention(config.daemon.history_retention)
+            .process_guard(true)
+            .notify_systemd(true)
+            .liveness(liveness.clone());
+        if let Some(id) = &args.instance_id {
+            builder = builder.instance_id(id.clone());
+        }
+        for job in config.enabled_jobs() {
+            builder = builder.job(Job::from_config(job));
+        }
+        let scheduler = builder.build().await?;
+        if let Some(listen) = config.daemon.metrics_listen {
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("listening on {listen} for /metrics and /healthz"))?;
+            info!(%listen, "serving /metrics and /healthz");
+            tokio::spawn(telemetry::http::serve(listener, handle, liveness.clone()));
+        }
+        let (phase_tx, phase) = watch::channel(Phase::Running);
+        tokio::spawn(drive_shutdown(phase_tx, config.daemon.shutdown_grace));
+        let (reload_tx, reloads) = mpsc::channel(4);
+        tokio::spawn(watch_reloads(args.config.to_path_buf(), config, reload_tx));
+        scheduler.run(phase, reloads).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Drives the phase from SIGTERM/SIGINT: the first signal drains, and after
+/// `grace` stops what is still running; a second signal stops at once.
+pub(super) async fn drive_shutdown(phase: watch::Sender<Phase>, grace: Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot listen for SIGTERM/SIGINT");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    info!(grace = %humantime::format_duration(grace), "shutting down: no new runs; running jobs may finish");
+    let _ = phase.send(Phase::Draining);
+    let grace_over = tokio::time::sleep(grace);
+    tokio::pin!(grace_over);
+    loop {
+        tokio::select! {
+            () = &mut grace_over, if *phase.borrow() == Phase::Draining => {
+                let _ = phase.send(Phase::Stopping { immediate: false });
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    warn!("second signal: stopping running jobs now");
+    let _ = phase.send(Phase::Stopping { immediate: true });
+}
+
+/// On SIGHUP, re-reads `path`: the jobs of a valid config are sent to the
+/// scheduler; an invalid one is reported with all its errors, and the old
+/// one stays. What only a restart applies (`[database]`, `[daemon]`) is
+/// said so.
+async fn watch_reloads(
+    path: std::path::PathBuf,
+    mut current: Config,
+    reloads: mpsc::Sender<Vec<Job>>,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        error!("cannot listen for SIGHUP: reloading is off");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        telemetry::notify_systemd("reloading");
+        info!(config = %path.display(), "SIGHUP: reloading the config");
+        match Config::load(&path, &crate::config::Environment::from_process()) {
+            Ok(new) => {
+                if current.database.url != new.database.url
+                    || current.database.pool_size != new.database.pool_size
+                {
+                    warn!("[database] changed: it takes effect at the next restart");
+                }
+                if current.daemon != new.daemon {
+                    warn!("[daemon] changed: it takes effect at the next restart");
+                }
+                let jobs = new.enabled_jobs().map(Job::from_config).collect();
+                current = new;
+                if reloads.send(jobs).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                for line in e.to_string().lines() {
+                    error!("{line}");
+                }
+                error!("the new config is invalid; the old one keeps running");
+                telemetry::notify_systemd("ready");
+            }
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The rules of `[defaults]` and each `[[job]]`: the settings a job
+//! inherits and overrides, its name, schedule and command.
+
+use super::*;
+
+/// The built-in defaults of `[defaults]` (see [`keys`]).
+#[derive(Clone, Debug)]
+pub(super) struct Settings {
+    pub(super) timezone: Tz,
+    pub(super) lock_at_most_for: Duration,
+    pub(super) lock_at_least_for: Duration,
+    pub(super) timeout: Duration,
+    pub(super) kill_grace: Duration,
+    pub(super) catch_up: Duration,
+    pub(super) output_limit: u64,
+    pub(super) shell: String,
+    pub(super) retries: u32,
+    pub(super) retry_backoff: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            timezone: Tz::UTC,
+            lock_at_most_for: DEFAULT_LOCK_AT_MOST_FOR,
+            lock_at_least_for: DEFAULT_LOCK_AT_LEAST_FOR,
+            timeout: DEFAULT_TIMEOUT,
+            kill_grace: DEFAULT_KILL_GRACE,
+            catch_up: DEFAULT_CATCH_UP,
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+            shell: DEFAULT_SHELL.to_string(),
+            retries: DEFAULT_RETRIES,
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
+        }
+    }
+}
+
+impl Checker<'_> {
+    /// Applies `raw` over `base`; invalid values are reported and the base
+    /// value kept, so that one mistake is reported once.
+    pub(super) fn settings(
+        &mut self,
+        raw: RawSettings,
+        base: &Settings,
+        scope: Scope<'_>,
+    ) -> Settings {
+        let mut settings = base.clone();
+        if let Some(zone) = &raw.timezone {
+            match zone.get_ref().parse::<Tz>() {
+                Ok(tz) => settings.timezone = tz,
+                Err(_) => self.report(
+                    Some(zone.span()),
+                    Some(scope),
+                    Some("timezone"),
+                    format!(
+                        "unknown time zone {:?}: expected an IANA name such as \"UTC\" or \"Europe/Berlin\"",
+                        zone.get_ref()
+                    ),
+                ),
+            }
+        }
+        let durations = [
+            (
+                &raw.lock_at_most_for,
+                "lock_at_most_for",
+                Zero::Rejected,
+                &mut settings.lock_at_most_for,
+            ),
+            (
+                &raw.lock_at_least_for,
+                "lock_at_least_for",
+                Zero::Allowed,
+                &mut settings.lock_at_least_for,
+            ),
+            (
+                &raw.timeout,
+                "timeout",
+                Zero::Rejected,
+                &mut settings.timeout,
+            ),
+            (
+                &raw.kill_grace,
+                "kill_grace",
+                Zero::Rejected,
+                &mut settings.kill_grace,
+            ),
+            (
+                &raw.catch_up,
+                "catch_up",
+                Zero::Allowed,
+                &mut settings.catch_up,
+            ),
+            (
+                &raw.retry_backoff,
+                "retry_backoff",
+                Zero::Rejected,
+                &mut settings.retry_backoff,
+            ),
+        ];
+        for (value, key, zero, slot) in durations {
+            if let Some(parsed) = self.duration(value.as_ref(), scope, key, zero) {
+                *slot = parsed;
+            }
+        }
+        if let Some(limit) = &raw.output_limit {
+            match parse_size(limit.get_ref()) {
+                Ok(bytes) => settings.output_limit = bytes,
+                Err(message) => self.report(
+                    Some(limit.span()),
+                    Some(scope),
+                    Some("output_limit"),
+                    message,
+                ),
+            }
+        }
+        if let Some(retries) = &raw.retries {
+            match u32::try_from(*retries.get_ref()) {
+                Ok(n) if n <= MAX_RETRIES => settings.retries = n,
+                _ => self.report(
+                    Some(retries.span()),
+                    Some(scope),
+                    Some("retries"),
+                    format!(
+                        "retries must be between 0 and {MAX_RETRIES}, not {}",
+                        retries.get_ref()
+                    ),
+                ),
+            }
+        }
+        if let Some(shell) = &raw.shell {
+            if shell.get_ref().trim().is_empty() {
+                self.report(
+                    Some(shell.span()),
+                    Some(scope),
+                    Some("shell"),
+                    "shell must not be empty",
+                );
+            } else {
+                settings.shell = shell.get_ref().clone();
+            }
+        }
+        // Checked where either side is written, so that a mistake in
+        // [defaults] is reported once and not again for every job.
+        if (raw.lock_at_least_for.is_some() || raw.lock_at_most_for.is_some())
+            && settings.lock_at_least_for > settings.lock_at_most_for
+        {
+            let (span, key) = match &raw.lock_at_least_for {
+                Some(v) => (v.span(), "lock_at_least_for"),
+                None => (
+                    raw.lock_at_most_for
+                        .as_ref()
+                        .map(Spanned::span)
+                        .unwrap_or_default(),
+                    "lock_at_most_for",
+                ),
+            };
+            self.report(
+                Some(span),
+                Some(scope),
+                Some(key),
+                format!(
+                    "lock_at_least_for ({}) is longer than lock_at_most_for ({})",
+                    humantime::format_duration(settings.lock_at_least_for),
+                    humantime::format_duration(settings.lock_at_most_for)
+                ),
+            );
+        }
+        settings
+    }
+
+    pub(super) fn job(
+        &mut self,
+        index: usize,
+        span: Range<usize>,
+        mut raw: RawJob,
+        defaults: &Settings,
+        names: &mut HashSet<String>,
+    ) -> Option<Job> {
+        let position = format!("#{}", index + 1);
+        let name = match &raw.name {
+            None => {
+                self.report(
+                    Some(span.clone()),
+                    Some(Scope::Job(&position)),
+                    Some("name"),
+                    "a job needs a name",
+                );
+                None
+            }
+            Some(name) if !is_valid_job_name(name.get_ref()) => {
+                self.report(
+                    Some(name.span()),
+                    Some(Scope::Job(&position)),
+                    Some("name"),
+                    format!(
+                        "invalid job name {:?}: use 1 to {MAX_JOB_NAME_LEN} characters from A-Z a-z 0-9 _ . : -",
+                        name.get_ref()
+                    ),
+                );
+                None
+            }
+            Some(name) if name.get_ref().starts_with(RESERVED_PREFIX) => {
+                self.report(
+                    Some(name.span()),
+                    Some(Scope::Job(&position)),
+                    Some("name"),
+                    format!("job names starting with {RESERVED_PREFIX:?} are reserved for replicron's own leases"),
+                );
+                None
+            }
+            Some(name) if !names.insert(name.get_ref().clone()) => {
+                let label = format!("{:?}", name.get_ref());
+                self.report(
+                    Some(name.span()),
+                    Some(Scope::Job(&label)),
+                    Some("name"),
+                    "duplicate job name: another [[job]] above has the same name",
+                );
+                None
+            }
+            Some(name) => Some(name.get_ref().clone()),
+        };
+        let label = match &raw.name {
+            Some(n) if is_valid_job_name(n.get_ref()) => format!("{:?}", n.get_ref()),
+            _ => position,
+        };
+        let scope = Scope::Job(&label);
+
+        let settings = self.settings(raw.take_settings(), defaults, scope);
+        let schedule = match &raw.schedule {
+            None => {
+                self.report(
+                    Some(span.clone()),
+                    Some(scope),
+                    Some("schedule"),
+                    "a job needs a schedule",
+                );
+                None
+            }
+            Some(expression) => match Schedule::parse(expression.get_ref(), settings.timezone) {
+                Ok(schedule) => Some(schedule),
+                Err(message) => {
+                    self.report(
+                        Some(expression.span()),
+                        Some(scope),
+                        Some("schedule"),
+                        message,
+                    );
+                    None
+                }
+            },
+        };
+        let command = match (raw.command, raw.args) {
+            (Some(command), None) if command.get_ref().trim().is_empty() => {
+                self.report(
+                    Some(command.span()),
+                    Some(scope),
+                    Some("command"),
+                    "command must not be empty",
+                );
+                None
+            }
+            (Some(command), None) => Some(Command::Shell {
+                shell: settings.shell.clone(),
+                command: command.into_inner(),
+            }),
+            (None, Some(args)) if args.get_ref().first().is_none_or(|a| a.is_empty()) => {
+                self.report(
+                    Some(args.span()),
+                    Some(scope),
+                    Some("args"),
+                    "args must start with the program to run",
+                );
+                None
+            }
+            (None, Some(args)) => Some(Command::Exec {
+                args: args.into_inner(),
+            }),
+            (Some(command), Some(_)) => {
+                self.report(
+                    Some(command.span()),
+                    Some(scope),
+                    Some("command"),
+                    "command and args are exclusive: use command for a shell line, args to run a program directly",
+                );
+                None
+            }
+            (None, None) => {
+                self.report(
+                    Some(span.clone()),
+                    Some(scope),
+                    Some("command"),
+                    "a job needs either command (run by the shell) or args (run directly)",
+                );
+                None
+            }
+        };
+        if let Some(env) = &raw.env {
+            for key in env.get_ref().keys() {
+                if key.is_empty() || key.contains('=') || key.contains('\0') {
+                    self.report(
+                        Some(env.span()),
+                        Some(scope),
+                        Some("env"),
+                        format!("invalid environment variable name {key:?}"),
+                    );
+                }
+            }
+        }
+        let working_dir = raw.working_dir.map(|dir| PathBuf::from(dir.into_inner()));
+        Some(Job {
+            name: name?,
+            schedule: schedule?,
+            command: command?,
+            env: raw.env.map(Spanned::into_inner).unwrap_or_default(),
+            working_dir,
+            enabled: raw.enabled.is_none_or(Spanned::into_inner),
+            lock_at_most_for: settings.lock_at_most_for,
+            lock_at_least_for: settings.lock_at_least_for,
+            timeout: settings.timeout,
+            kill_grace: settings.kill_grace,
+            catch_up: settings.catch_up,
+            output_limit: settings.output_limit,
+            retries: settings.retries,
+            retry_backoff: settings.retry_backoff,
+        })
+    }
+}

@@ -1,0 +1,326 @@
+//! The checker: walks the TOML document with the position of every value,
+//! and collects every problem as a [`Diagnostic`] naming the line, the job
+//! and the key. This file holds what every section shares (where a value
+//! is, how a problem is reported, the order of the sections); the sections'
+//! own rules are in [`sections`] (`[database]`, `[daemon]`) and [`jobs`]
+//! (`[defaults]` and each `[[job]]`).
+
+mod jobs;
+mod sections;
+
+use std::collections::HashSet;
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+
+use self::jobs::Settings;
+use super::raw::{RawDaemon, RawDatabase, RawJob, RawSettings};
+use super::*;
+
+/// Checks `text` (read from `path`): the config, if it could be built, and
+/// every problem found, in the order of their lines.
+pub(super) fn check(
+    path: &Path,
+    text: &str,
+    env: &Environment,
+) -> (Option<Config>, Vec<Diagnostic>) {
+    let mut checker = Checker {
+        text,
+        diagnostics: Vec::new(),
+    };
+    let config = checker.config(path, env);
+    checker.diagnostics.sort_by_key(|d| d.line.unwrap_or(0));
+    (config, checker.diagnostics)
+}
+
+/// A `[database]` or `[daemon]` value and where it came from.
+enum Given<'v> {
+    File(Range<usize>, &'v str),
+    Env(&'static str, &'v str),
+}
+
+impl<'v> Given<'v> {
+    /// The environment's value of `var`, else the file's.
+    fn of(
+        env: &'v Environment,
+        var: &'static str,
+        file: Option<&'v Spanned<String>>,
+    ) -> Option<Self> {
+        match (env.get(var), file) {
+            (Some(value), _) => Some(Given::Env(var, value)),
+            (None, Some(file)) => Some(Given::File(file.span(), file.get_ref())),
+            (None, None) => None,
+        }
+    }
+
+    fn text(&self) -> &'v str {
+        match self {
+            Given::File(_, text) | Given::Env(_, text) => text,
+        }
+    }
+}
+
+/// How errors name a job before it is validated: by its name where it has
+/// a plausible one, else by its position.
+fn job_label(entry: &Spanned<DeValue<'_>>, index: usize) -> String {
+    if let DeValue::Table(table) = entry.get_ref()
+        && let Some(DeValue::String(name)) = table.get("name").map(Spanned::get_ref)
+        && is_valid_job_name(name)
+    {
+        return format!("{name:?}");
+    }
+    format!("#{}", index + 1)
+}
+
+/// Where a diagnostic belongs: a job (by label) or a top-level table.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    Table(&'a str),
+    Job(&'a str),
+}
+
+impl Scope<'_> {
+    /// The table a top-level scope names.
+    fn table(self) -> &'static str {
+        match self {
+            Scope::Table("database") => "database",
+            Scope::Table("daemon") => "daemon",
+            Scope::Table(_) => "defaults",
+            Scope::Job(_) => "job",
+        }
+    }
+
+    fn job(self) -> Option<String> {
+        match self {
+            Scope::Job(label) => Some(label.to_string()),
+            Scope::Table(_) => None,
+        }
+    }
+
+    fn key(self, key: &str) -> String {
+        match self {
+            Scope::Table(table) => format!("{table}.{key}"),
+            Scope::Job(_) => key.to_string(),
+        }
+    }
+}
+
+pub(super) struct Checker<'t> {
+    text: &'t str,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl<'t> Checker<'t> {
+    fn line(&self, span: &Range<usize>) -> usize {
+        let end = span.start.min(self.text.len());
+        self.text.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    fn report(
+        &mut self,
+        span: Option<Range<usize>>,
+        scope: Option<Scope<'_>>,
+        key: Option<&str>,
+        message: impl Into<String>,
+    ) {
+        let line = span.map(|span| self.line(&span));
+        self.diagnostics.push(Diagnostic {
+            line,
+            job: scope.and_then(Scope::job),
+            key: match (scope, key) {
+                (Some(scope), Some(key)) => Some(scope.key(key)),
+                (None, Some(key)) => Some(key.to_string()),
+                _ => None,
+            },
+            message: message.into(),
+        });
+    }
+
+    fn config(&mut self, path: &Path, env: &Environment) -> Option<Config> {
+        let text = self.text;
+        let (root, errors) = DeTable::parse_recoverable(text);
+        if !errors.is_empty() {
+            for error in errors {
+                let message = error.message().trim().to_string();
+                self.report(error.span(), None, None, format!("invalid TOML: {message}"));
+            }
+            return None;
+        }
+        let root = root.into_inner();
+
+        let mut database = RawDatabase::default();
+        let mut daemon = RawDaemon::default();
+        let mut defaults = RawSettings::default();
+        let mut jobs: Vec<(Range<usize>, RawJob)> = Vec::new();
+        for (key, value) in root {
+            let key_span = key.span();
+            match key.get_ref().as_ref() {
+                "database" => {
+                    database = self
+                        .table(value, Scope::Table("database"))
+                        .unwrap_or_default()
+                }
+                "daemon" => {
+                    daemon = self
+                        .table(value, Scope::Table("daemon"))
+                        .unwrap_or_default()
+                }
+                "defaults" => {
+                    defaults = self
+                        .table(value, Scope::Table("defaults"))
+                        .unwrap_or_default()
+                }
+                "job" => {
+                    let span = value.span();
+                    match value.into_inner() {
+                        DeValue::Array(array) => {
+                            for (index, entry) in array.into_iter().enumerate() {
+                                let entry_span = entry.span();
+                                let label = job_label(&entry, index);
+                                if let Some(job) = self.table(entry, Scope::Job(&label)) {
+                                    jobs.push((entry_span, job));
+                                }
+                            }
+                        }
+                        _ => self.report(
+                            Some(span),
+                            None,
+                            Some("job"),
+                            "jobs are written as [[job]] tables",
+                        ),
+                    }
+                }
+                other => self.report(
+                    Some(key_span),
+                    None,
+                    Some(other),
+                    "unknown top-level key: expected [database], [daemon], [defaults] or [[job]]",
+                ),
+            }
+        }
+
+        let database = self.database(database, path, env);
+        let daemon = self.daemon(daemon, env);
+        let defaults = self.settings(defaults, &Settings::default(), Scope::Table("defaults"));
+        let mut names = HashSet::new();
+        let jobs: Vec<Job> = jobs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(index, (span, raw))| self.job(index, span, raw, &defaults, &mut names))
+            .collect();
+        Some(Config {
+            path: path.to_path_buf(),
+            database: database?,
+            daemon,
+            defaults: Defaults {
+                lock_at_most_for: defaults.lock_at_most_for,
+                lock_at_least_for: defaults.lock_at_least_for,
+                kill_grace: defaults.kill_grace,
+                output_limit: defaults.output_limit,
+            },
+            jobs,
+        })
+    }
+
+    /// Deserializes one table through the serde layer. A key that fails is
+    /// reported and removed, and the rest is tried again, so that every bad
+    /// key of a table is reported, not only the first.
+    fn table<T: for<'de> Deserialize<'de>>(
+        &mut self,
+        value: Spanned<DeValue<'_>>,
+        scope: Scope<'_>,
+    ) -> Option<T> {
+        let span = value.span();
+        let mut table = match value.into_inner() {
+            DeValue::Table(table) => table,
+            _ => {
+                let name = match scope {
+                    Scope::Table(name) => name,
+                    Scope::Job(_) => "job",
+                };
+                self.report(Some(span), None, Some(name), "expected a table");
+                return None;
+            }
+        };
+        loop {
+            let attempt =
+                ValueDeserializer::from(Spanned::new(span.clone(), DeValue::Table(table.clone())));
+            match T::deserialize(attempt) {
+                Ok(parsed) => return Some(parsed),
+                Err(error) => {
+                    let at = error.span().unwrap_or(span.clone());
+                    let culprit = table
+                        .iter()
+                        .find(|(k, v)| {
+                            let start = k.span().start;
+                            let end = v.span().end.max(k.span().end);
+                            (start..end.max(start + 1)).contains(&at.start)
+                        })
+                        .map(|(k, _)| k.clone());
+                    let message = error.message().trim().to_string();
+                    match culprit {
+                        Some(key) => {
+                            self.report(
+                                Some(key.span()),
+                                Some(scope),
+                                Some(key.get_ref()),
+                                message,
+                            );
+                            table.remove(&key);
+                        }
+                        None => {
+                            self.report(Some(at), Some(scope), None, message);
+                            return None;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reports a problem with a value, where it came from: a line of the
+    /// file, or an environment variable.
+    fn report_given(&mut self, given: &Given<'_>, scope: Scope<'_>, key: &str, message: String) {
+        match given {
+            Given::File(span, _) => {
+                self.report(Some(span.clone()), Some(scope), Some(key), message)
+            }
+            Given::Env(var, _) => self.report(
+                None,
+                None,
+                Some(var),
+                format!(
+                    "{message} (set in the environment, where it overrides [{}] {key})",
+                    scope.table()
+                ),
+            ),
+        }
+    }
+
+    /// Parses a duration key if present; `None` when absent or invalid (and
+    /// then reported).
+    fn duration(
+        &mut self,
+        value: Option<&Spanned<String>>,
+        scope: Scope<'_>,
+        key: &str,
+        zero: Zero,
+    ) -> Option<Duration> {
+        let value = value?;
+        match parse_duration(value.get_ref(), zero) {
+            Ok(duration) => Some(duration),
+            Err(message) => {
+                self.report(Some(value.span()), Some(scope), Some(key), message);
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The pool of connections to one database, and the helper that keeps
+//! blocking diesel calls off the async runtime with a bound on each call.
+
+use std::sync::Arc;
+
+use diesel::prelude::*;
+use diesel::r2d2::{self, ManageConnection, PooledConnection};
+
+use super::{CALL_TIMEOUT, CONNECT_TIMEOUT, DbConnection, DbError, establish_with};
+use crate::config::DatabaseUrl;
+use crate::schedule::{Clock, SystemClock};
+
+/// Opens connections for the pool and prepares each session.
+#[derive(Clone)]
+pub(crate) struct Manager {
+    url: DatabaseUrl,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A pooled connection, with what the pool cannot see for itself: that a
+/// statement on it failed because the server could not be reached. Such a
+/// connection is dropped instead of being handed out again (a MariaDB
+/// connection whose socket died does not know it).
+pub(crate) struct PoolConnection {
+    conn: DbConnection,
+    broken: bool,
+}
+
+impl std::ops::Deref for PoolConnection {
+    type Target = DbConnection;
+
+    fn deref(&self) -> &DbConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for PoolConnection {
+    fn deref_mut(&mut self) -> &mut DbConnection {
+        &mut self.conn
+    }
+}
+
+impl PoolConnection {
+    /// Marks the connection as not to be reused.
+    pub(crate) fn mark_broken(&mut self) {
+        self.broken = true;
+    }
+}
+
+impl ManageConnection for Manager {
+    type Connection = PoolConnection;
+    type Error = r2d2::Error;
+
+    fn connect(&self) -> Result<PoolConnection, r2d2::Error> {
+        let conn = establish_with(&self.url, &self.clock).map_err(|e| {
+            r2d2::Error::ConnectionError(ConnectionError::BadConnection(e.to_string()))
+        })?;
+        Ok(PoolConnection {
+            conn,
+            broken: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PoolConnection) -> Result<(), r2d2::Error> {
+        diesel::r2d2::R2D2Connection::ping(&mut conn.conn).map_err(r2d2::Error::QueryError)
+    }
+
+    fn has_broken(&self, conn: &mut PoolConnection) -> bool {
+        conn.broken || diesel::r2d2::R2D2Connection::is_broken(&mut conn.conn)
+    }
+}
+
+/// A pool of connections to one database: SQLite (`sqlite://path`),
+/// MariaDB/MySQL (`mysql://…`) or PostgreSQL (`postgres://…`), as the URL
+/// says. Cheap to clone; every clone shares the connections.
+///
+/// ```no_run
+/// # fn main() -> Result<(), replicron::Error> {
+/// let pool = replicron::Pool::open("postgres://cron:secret@db.internal/cron", 8)?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Pool {
+    inner: r2d2::Pool<Manager>,
+    url: DatabaseUrl,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL's Display is redacted: no password here.
+        write!(f, "Pool({})", self.url)
+    }
+}
+
+/// A connection taken from the [`Pool`].
+pub(crate) type PooledConn = PooledConnection<Manager>;
+
+impl Pool {
+    /// Opens a pool of at most `size` connections to `url` and checks that
+    /// one connection can be made, so that a wrong URL fails here, clearly
+    /// (and without its password). The backend must have been compiled in
+    /// (cargo features `sqlite`, `mysql`, `postgres`).
+    pub fn open(url: &str, size: u32) -> Result<Pool, crate::Error> {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let url = DatabaseUrl::parse(url, &cwd).map_err(crate::Error::Config)?;
+        Ok(Pool::connect(&url, size, Arc::new(SystemClock))?)
+    }
+
+    /// [`Pool::open`] for a parsed URL, with SQLite's clock read from
+    /// `clock` (the system's, or a test's virtual one).
+    pub(crate) fn connect(
+        url: &DatabaseUrl,
+        size: u32,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Pool, DbError> {
+        let manager = Manager {
+            url: url.clone(),
+            clock: clock.clone(),
+        };
+        let inner = r2d2::Pool::builder()
+            .max_size(size.max(1))
+            // Two connections stay open however idle the replica is; a burst
+            // opens more (up to pool_size), which stay for idle_timeout.
+            .min_idle(Some(2.min(size.max(1))))
+            .connection_timeout(CONNECT_TIMEOUT)
+            .test_on_check_out(false)
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(manager);
+        let pool = Pool {
+            inner,
+            url: url.clone(),
+        };
+        // The manager's own error says why; the pool's would only say "timed out".
+        establish_with(url, &clock)?;
+        Ok(pool)
+    }
+
+    /// The URL this pool connects to (its `Display` is redacted).
+    pub(crate) fn url(&self) -> &DatabaseUrl {
+        &self.url
+    }
+
+    /// Takes a connection, waiting at most [`CONNECT_TIMEOUT`].
+    pub(crate) fn get(&self) -> Result<PooledConn, DbError> {
+        self.inner.get().map_err(|e| DbError::Connect {
+            url: self.url.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Runs `f` with a connection on tokio's blocking pool, so that the
+    /// async tasks never wait on the database themselves.
+    pub(crate) async fn run_blocking<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut DbConnection) -> Result<T, DbError> + Send + 'static,
+    {
+        let pool = self.clone();
+        let call = tokio::task::spawn_blocking(move || {
+            let mut conn = pool.get()?;
+            let result = f(&mut conn);
+            if result.as_ref().is_err_and(DbError::is_unreachable) {
+                conn.mark_broken();
+            }
+            result
+        });
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(joined) => joined.map_err(|e| DbError::Task(e.to_string()))?,
+            Err(_) => Err(DbError::Timeout {
+                context: format!("a call to {}", self.url),
+            }),
+        }
+    }
+
+    /// `SELECT 1` through the pool: whether the database answers.
+    pub(crate) async fn ping(&self) -> Result<(), DbError> {
+        self.run_blocking(|conn| {
+            ping(conn)
+                .map(drop)
+                .map_err(|e| DbError::query("pinging the database", e))
+        })
+        .await
+    }
+
+    /// Applies the pending migrations of this backend, one replica at a
+    /// time across the cluster ([`migrate`]); returns how many were applied.
+    pub(crate) fn migrate(&self) -> Result<usize, DbError> {
+        let mut conn = self.get()?;
+        let holder = format!(
+            "{}:{}",
+            hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        );
+        let done =
+            super::migrate::migrate(&mut conn, &holder).map_err(|message| DbError::Migrate {
+                url: self.url.to_string(),
+                message,
+            })?;
+        if done.healed > 0 {
+            tracing::warn!(
+                healed = done.healed,
+                "finished migrations that an earlier attempt had left half-applied"
+            );
+        }
+        Ok(done.applied)
+    }
+}
+
+/// `SELECT 1` through diesel: proves a connection works.
+pub(crate) fn ping(conn: &mut DbConnection) -> QueryResult<i32> {
+    // A literal, not a bind parameter: MariaDB types a bare `SELECT ?` as NULL.
+    diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).get_result(conn)
+}

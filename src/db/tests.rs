@@ -1,0 +1,202 @@
+//! The database wiring on every backend: a migrated pool answers, and
+//! SQLite's commits survive a power loss.
+
+use diesel::{QueryDsl, RunQueryDsl};
+
+use crate::testing::{TestDb, backend_test};
+
+backend_test! {
+    /// A migrated pool answers `SELECT 1`, and the migrations created the
+    /// lease table.
+    fn a_migrated_pool_answers(db: &TestDb) {
+        let pool = db.pool(2);
+        let mut conn = pool.get().expect("connection");
+        assert_eq!(crate::db::pool::ping(&mut conn).expect("SELECT 1"), 1);
+        let locks: i64 = crate::db::schema::replicron_locks::table
+            .count()
+            .get_result(&mut **conn)
+            .expect("count locks");
+        assert_eq!(locks, 0);
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use diesel::RunQueryDsl;
+
+    use crate::testing::TestDb;
+
+    #[derive(diesel::QueryableByName)]
+    struct Synchronous {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        synchronous: i32,
+    }
+
+    #[derive(diesel::QueryableByName)]
+    struct JournalMode {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        journal_mode: String,
+    }
+
+    /// A claim that has returned must survive a power loss: WAL with
+    /// `synchronous = FULL` (2) on every pooled connection, not WAL's `NORMAL`.
+    #[test]
+    fn sqlite_commits_are_durable() {
+        let db = TestDb::sqlite();
+        let pool = db.pool(3);
+        let mut conns: Vec<_> = (0..3).map(|_| pool.get().expect("connection")).collect();
+        for conn in &mut conns {
+            let sync: Synchronous = diesel::sql_query("PRAGMA synchronous")
+                .get_result(&mut ***conn)
+                .expect("PRAGMA synchronous");
+            assert_eq!(sync.synchronous, 2, "synchronous must be FULL");
+            let mode: JournalMode = diesel::sql_query("PRAGMA journal_mode")
+                .get_result(&mut ***conn)
+                .expect("PRAGMA journal_mode");
+            assert_eq!(mode.journal_mode, "wal");
+        }
+    }
+}
+
+/// Statements in a session whose time zone is not UTC.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+mod zones {
+    use std::time::Duration;
+
+    use chrono::{DateTime, TimeDelta, Utc};
+
+    use crate::testing::TestDb;
+
+    /// The session time zone of `conn`.
+    fn session_time_zone(conn: &mut crate::db::DbConnection) -> String {
+        use diesel::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct Zone {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            zone: String,
+        }
+        let sql = match conn.backend() {
+            crate::config::Backend::Mysql => "SELECT @@session.time_zone AS zone",
+            _ => "SELECT current_setting('TimeZone') AS zone",
+        };
+        diesel::sql_query(sql)
+            .get_result::<Zone>(conn)
+            .expect("session time zone")
+            .zone
+    }
+
+    /// Every lease and history statement, on a connection whose session is in
+    /// `zone`: the database's clock, a claim's lease end, an extension, a
+    /// release, and a run's start and end come out in UTC. (replicron's own
+    /// sessions are UTC, as diesel sets them; this checks that the statements
+    /// do not depend on it: `UTC_TIMESTAMP(3)` into `DATETIME(3)` on MariaDB,
+    /// `clock_timestamp() AT TIME ZONE 'UTC'` on PostgreSQL.)
+    fn statements_ignore_the_session_zone(db: &TestDb, set_zone: &str, zone: &str) {
+        use crate::history::{self, NewRun, RunFinish, RunStatus};
+        use crate::lease;
+        use diesel::connection::SimpleConnection;
+        drop(db.pool(1));
+        let mut conn = db.connect();
+        conn.batch_execute(set_zone)
+            .expect("set the session's time zone");
+        assert_eq!(session_time_zone(&mut conn), zone, "the test's premise");
+        let near_now = |t: DateTime<Utc>, what: &str| {
+            assert!(
+                (t - Utc::now()).abs() < TimeDelta::seconds(5),
+                "{what} {t} is not now in UTC (session zone {zone})"
+            );
+        };
+        near_now(
+            crate::db::clock::database_now(&mut conn).expect("now"),
+            "the database's clock",
+        );
+        lease::ensure_rows(&mut conn, &["zoned"]).expect("rows");
+        let held = lease::claim_at_database_now(&mut conn, "zoned", "z", Duration::from_secs(60))
+            .expect("claim")
+            .won()
+            .expect("won");
+        near_now(held.instant, "the claimed instant");
+        let row = lease::find_lock(&mut conn, "zoned")
+            .expect("find")
+            .expect("row");
+        near_now(
+            row.lock_until.and_utc() - TimeDelta::seconds(60),
+            "the lease's end minus its length",
+        );
+        near_now(
+            row.locked_at.expect("locked_at").and_utc(),
+            "the claim's time",
+        );
+        assert!(lease::extend(&mut conn, &held, Duration::from_secs(120)).expect("extend"));
+        let row = lease::find_lock(&mut conn, "zoned")
+            .expect("find")
+            .expect("row");
+        near_now(
+            row.lock_until.and_utc() - TimeDelta::seconds(120),
+            "the extended end",
+        );
+        let id = history::record_run_started(
+            &mut conn,
+            &NewRun {
+                job: "zoned".into(),
+                scheduled_at: held.instant,
+                attempt: 1,
+                instance: "z".into(),
+                fence: held.fence,
+                once_key: None,
+            },
+        )
+        .expect("start");
+        history::record_run_finished(
+            &mut conn,
+            id,
+            &RunFinish {
+                status: RunStatus::Succeeded,
+                exit_code: Some(0),
+                output: String::new(),
+                duration: Duration::from_millis(1500),
+            },
+        )
+        .expect("finish");
+        let run = history::latest_run(&mut conn, "zoned")
+            .expect("run")
+            .expect("row");
+        near_now(run.started_at.and_utc(), "the run's start");
+        assert_eq!(
+            run.finished_at.expect("end") - run.started_at,
+            TimeDelta::milliseconds(1500)
+        );
+        assert!(lease::release(&mut conn, &held, Duration::ZERO).expect("release"));
+        assert!(
+            !lease::is_held(&mut conn, "zoned").expect("held"),
+            "released in UTC terms"
+        );
+    }
+
+    /// A MariaDB session at UTC+05:30 (a named zone needs the server's zone
+    /// tables; an offset shows the same thing).
+    #[cfg(feature = "mysql")]
+    #[test]
+    #[cfg_attr(
+        replicron_no_mysql_server,
+        ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+    )]
+    fn a_zoned_session_changes_no_time_mysql() {
+        statements_ignore_the_session_zone(&TestDb::mysql(), "SET time_zone = '+05:30'", "+05:30");
+    }
+
+    /// A PostgreSQL session in New York.
+    #[cfg(feature = "postgres")]
+    #[test]
+    #[cfg_attr(
+        replicron_no_postgres_server,
+        ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+    )]
+    fn a_zoned_session_changes_no_time_postgres() {
+        statements_ignore_the_session_zone(
+            &TestDb::postgres(),
+            "SET TimeZone = 'America/New_York'",
+            "America/New_York",
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! History writes that must not be lost. A run's end (and the marking of
+//! abandoned runs) is queued here and written in order by one task; a write
+//! that fails because the database is away is retried until it lands, so a
+//! run that finished during an outage still gets its status, output and
+//! `finished_at`. The queue is bounded; at shutdown what cannot be written
+//! is reported by name.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::backoff::Backoff;
+use tracing::{debug, error, warn};
+
+use super::RunFinish;
+use crate::db::health::{DbState, Health};
+use crate::db::{DbError, Store};
+use crate::history;
+
+/// How many writes wait at most; past that the oldest is dropped (and
+/// reported), so an endless outage cannot exhaust memory.
+pub(crate) const MAX_PENDING: usize = 10_000;
+
+/// One history write.
+#[derive(Clone, Debug)]
+pub(crate) enum Write {
+    /// Run `id` of `job` ended.
+    Finished {
+        /// The job, for messages.
+        job: String,
+        /// The run.
+        id: i64,
+        /// How it ended.
+        finish: RunFinish,
+    },
+    /// Run `id` of `job` had its lease confirmed.
+    Confirmed {
+        /// The job, for messages.
+        job: String,
+        /// The run.
+        id: i64,
+    },
+    /// Runs of `job` still `running` under a fence below `fence` lost their
+    /// holder.
+    Abandoned {
+        /// The job.
+        job: String,
+        /// The new holder's fence.
+        fence: i64,
+    },
+}
+
+impl Write {
+    fn describe(&self) -> String {
+        match self {
+            Write::Finished { job, id, finish } => {
+                format!("the end of run {id} of {job} ({})", finish.status)
+            }
+            Write::Confirmed { job, id } => {
+                format!("the lease confirmation of run {id} of {job}")
+            }
+            Write::Abandoned { job, fence } => {
+                format!("marking runs of {job} before fence {fence} abandoned")
+            }
+        }
+    }
+
+    fn apply(&self, conn: &mut crate::db::DbConnection) -> Result<(), DbError> {
+        match self {
+            Write::Finished { id, finish, .. } => history::record_run_finished(conn, *id, finish)
+                .map(drop)
+                .map_err(|e| DbError::query("recording a run's end", e)),
+            Write::Confirmed { id, .. } => history::record_run_confirmed(conn, *id)
+                .map(drop)
+                .map_err(|e| DbError::query("recording a lease confirmation", e)),
+            Write::Abandoned { job, fence } => {
+                let marked = history::mark_abandoned(conn, job, *fence)
+                    .map_err(|e| DbError::query("marking abandoned runs", e))?;
+                if marked > 0 {
+                    warn!(job = %job, runs = marked, "marked runs of a vanished holder abandoned");
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How many writes are not in the database yet, mirrored in the
+/// `replicron_history_pending_writes` gauge at every change.
+#[derive(Default)]
+struct Pending(AtomicUsize);
+
+impl Pending {
+    fn add(&self) {
+        let now = self.0.fetch_add(1, Ordering::Relaxed) + 1;
+        crate::telemetry::pending_history_writes(now);
+    }
+
+    fn done(&self) {
+        let now = self.0.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        crate::telemetry::pending_history_writes(now);
+    }
+}
+
+enum Message {
+    Write(Write),
+    Flush(Duration, oneshot::Sender<Vec<String>>),
+}
+
+/// The queue's handle.
+#[derive(Clone)]
+pub(crate) struct Journal {
+    sender: mpsc::UnboundedSender<Message>,
+    pending: Arc<Pending>,
+}
+
+impl Journal {
+    /// Starts the writer task.
+    pub(crate) fn start(store: Store, health: Arc<Health>) -> Journal {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let pending = Arc::new(Pending::default());
+        tokio::spawn(writer(store, health, receiver, pending.clone()));
+        Journal { sender, pending }
+    }
+
+    /// Queues `write`.
+    pub(crate) fn push(&self, write: Write) {
+        self.pending.add();
+        if let Err(e) = self.sender.send(Message::Write(write)) {
+            self.pending.done();
+            if let Message::Write(write) = e.0 {
+                error!(
+                    "history write lost, the writer is gone: {}",
+                    write.describe()
+                );
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for every queued write to land; returns the
+    /// ones that did not, described by job and run.
+    pub(crate) async fn flush(&self, timeout: Duration) -> Vec<String> {
+        let (done, result) = oneshot::channel();
+        if self.sender.send(Message::Flush(timeout, done)).is_err() {
+            return Vec::new();
+        }
+        result.await.unwrap_or_default()
+    }
+}
+
+async fn writer(
+    store: Store,
+    health: Arc<Health>,
+    mut receiver: mpsc::UnboundedReceiver<Message>,
+    pending: Arc<Pending>,
+) {
+    let mut queue: VecDeque<Write> = VecDeque::new();
+    let mut flushes: Vec<(tokio::time::Instant, oneshot::Sender<Vec<String>>)> = Vec::new();
+    let mut states = health.subscribe();
+    let mut retry = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    loop {
+        // Take in whatever arrived.
+        while let Ok(message) = receiver.try_recv() {
+            accept(message, &mut queue, &mut flushes, &pending);
+        }
+        if let Some(write) = queue.front().cloned() {
+            let attempt = write.clone();
+            match store.run(move |conn| attempt.apply(conn)).await {
+                Ok(()) => {
+                    queue.pop_front();
+                    pending.done();
+                    health.report_ok();
+                    retry.reset();
+                }
+                // An error whose text does not say "unreachable" is taken
+                // as a refusal only when the database does answer.
+                Err(e) if !e.is_unreachable() && store.ping().await.is_ok() => {
+                    // The database answers and refused it: retrying cannot help.
+                    queue.pop_front();
+                    pending.done();
+                    error!("history write failed: {}: {e}", write.describe());
+                }
+                Err(e) => {
+                    health.report_error(&e);
+                    debug!("history write delayed ({}): {e}", write.describe());
+                    // Wait a while, or until the database is back; keep
+                    // taking in writes meanwhile.
+                    tokio::select! {
+                        () = retry.wait() => {}
+                        _ = states.wait_for(|s| *s == DbState::Up) => {}
+                        message = receiver.recv() => {
+                            if let Some(message) = message {
+                                accept(message, &mut queue, &mut flushes, &pending);
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            for (_, done) in flushes.drain(..) {
+                let _ = done.send(Vec::new());
+            }
+            match receiver.recv().await {
+                Some(message) => accept(message, &mut queue, &mut flushes, &pending),
+                None => return,
+            }
+        }
+        expire_flushes(&mut flushes, &queue);
+    }
+}
+
+fn accept(
+    message: Message,
+    queue: &mut VecDeque<Write>,
+    flushes: &mut Vec<(tokio::time::Instant, oneshot::Sender<Vec<String>>)>,
+    pending: &Pending,
+) {
+    match message {
+        Message::Write(write) => {
+            queue.push_back(write);
+            if queue.len() > MAX_PENDING
+                && let Some(dropped) = queue.pop_front()
+            {
+                pending.done();
+                error!(
+                    "history queue full ({MAX_PENDING} writes waiting for the database): dropped {}",
+                    dropped.describe()
+                );
+            }
+        }
+        Message::Flush(timeout, done) => {
+            flushes.push((tokio::time::Instant::now() + timeout, done))
+        }
+    }
+}
+
+/// Answers the flushes whose time is up.
+fn expire_flushes(
+    flushes: &mut Vec<(tokio::time::Instant, oneshot::Sender<Vec<String>>)>,
+    queue: &VecDeque<Write>,
+) {
+    let now = tokio::time::Instant::now();
+    let mut kept = Vec::new();
+    for (deadline, done) in flushes.drain(..) {
+        if now >= deadline {
+            let _ = done.send(queue.iter().map(Write::describe).collect());
+        } else {
+            kept.push((deadline, done));
+        }
+    }
+    *flushes = kept;
+}

@@ -1,0 +1,405 @@
+//! The run history: one row per run attempt in `replicron_runs`, written at
+//! start and at its end with database times (`docs/design.md#the-life-of-a-run`). The
+//! statements are here; [`journal`] queues the writes that must not be lost,
+//! [`retention`] deletes old rows.
+
+pub(crate) mod journal;
+pub(crate) mod retention;
+mod store;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use diesel::prelude::*;
+use diesel::{AsExpression, FromSqlRow};
+use serde::Serialize;
+
+use crate::db::DbConnection;
+use crate::db::cached;
+use crate::db::clock::to_db_time;
+use crate::db::clock::{DbNow, DbNowPlus, FinishedAt};
+use crate::db::schema::replicron_runs::dsl as runs;
+
+/// How a run ended, or that it has not yet: the `status` column, typed
+/// from the database to the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, AsExpression, FromSqlRow)]
+#[diesel(sql_type = diesel::sql_types::Text)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum RunStatus {
+    /// Still going.
+    Running,
+    /// Exited 0.
+    Succeeded,
+    /// Exited non-zero, or was killed by a signal it did not get from us.
+    Failed,
+    /// Stopped after its `timeout`.
+    TimedOut,
+    /// Stopped because its lease could not be kept.
+    LostLock,
+    /// Stopped at shutdown after `shutdown_grace`.
+    Killed,
+    /// Its holder vanished; another replica has since claimed the job.
+    Abandoned,
+    /// Could not be started.
+    Error,
+}
+
+impl RunStatus {
+    /// Every status.
+    pub(crate) const ALL: [RunStatus; 8] = [
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::TimedOut,
+        RunStatus::LostLock,
+        RunStatus::Killed,
+        RunStatus::Abandoned,
+        RunStatus::Error,
+    ];
+
+    /// The name stored in the `status` column.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::TimedOut => "timed_out",
+            RunStatus::LostLock => "lost_lock",
+            RunStatus::Killed => "killed",
+            RunStatus::Abandoned => "abandoned",
+            RunStatus::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for RunStatus
+where
+    DB: diesel::backend::Backend,
+    String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
+{
+    fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
+        let text = String::from_sql(bytes)?;
+        // A status this build does not know (one a newer replica wrote)
+        // reads as `error` rather than failing the whole read.
+        Ok(text.parse().unwrap_or(RunStatus::Error))
+    }
+}
+
+impl<DB> diesel::serialize::ToSql<diesel::sql_types::Text, DB> for RunStatus
+where
+    DB: diesel::backend::Backend,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+{
+    fn to_sql<'b>(
+        &'b self,
+        out: &mut diesel::serialize::Output<'b, '_, DB>,
+    ) -> diesel::serialize::Result {
+        self.as_str().to_sql(out)
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| format!("unknown run status {s:?}"))
+    }
+}
+
+/// A run's identity and owner, written when it starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NewRun {
+    /// The job.
+    pub(crate) job: String,
+    /// The instant the run is for.
+    pub(crate) scheduled_at: DateTime<Utc>,
+    /// 1, or more when retried.
+    pub(crate) attempt: i32,
+    /// Who runs it.
+    pub(crate) instance: String,
+    /// Under which lease.
+    pub(crate) fence: i64,
+    /// The KEY of an `exec --once` run.
+    pub(crate) once_key: Option<String>,
+}
+
+/// A row of `replicron_runs`.
+#[derive(Clone, Debug, PartialEq, Eq, Queryable, Selectable)]
+#[diesel(table_name = crate::db::schema::replicron_runs)]
+pub(crate) struct RunRow {
+    /// Auto-increment key.
+    pub id: i64,
+    /// The job.
+    pub job: String,
+    /// The instant it ran for (UTC).
+    pub scheduled_at: NaiveDateTime,
+    /// 1, or more when retried.
+    pub attempt: i32,
+    /// Who ran it.
+    pub instance: String,
+    /// Under which lease.
+    pub fence: i64,
+    /// Database time it started (UTC).
+    pub started_at: NaiveDateTime,
+    /// Database time it finished (UTC), if it has.
+    pub finished_at: Option<NaiveDateTime>,
+    /// How it ended, or that it has not.
+    pub status: RunStatus,
+    /// Exit code; `None` when killed by a signal.
+    pub exit_code: Option<i32>,
+    /// The tail of its output.
+    pub output: String,
+    /// The holder's last confirmation of its lease (UTC), if any.
+    pub confirmed_at: Option<NaiveDateTime>,
+    /// The KEY of an `exec --once` run.
+    pub once_key: Option<String>,
+}
+
+/// A run as `history --format json` prints it: the table's column names,
+/// times in RFC 3339 UTC with milliseconds.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct RunRecord {
+    /// Auto-increment key.
+    pub id: i64,
+    /// The job.
+    pub job: String,
+    /// The instant.
+    pub scheduled_at: String,
+    /// The attempt.
+    pub attempt: i32,
+    /// Who ran it.
+    pub instance: String,
+    /// Under which lease.
+    pub fence: i64,
+    /// When it started.
+    pub started_at: String,
+    /// When it finished, if it has.
+    pub finished_at: Option<String>,
+    /// How it ended.
+    pub status: RunStatus,
+    /// Its exit code.
+    pub exit_code: Option<i32>,
+    /// The tail of its output.
+    pub output: String,
+    /// The holder's last confirmation of its lease: for a run whose end is
+    /// not known (`abandoned`), the best bound.
+    pub confirmed_at: Option<String>,
+    /// The KEY of an `exec --once` run.
+    pub once_key: Option<String>,
+}
+
+/// RFC 3339, UTC, milliseconds: how replicron writes every time.
+pub(crate) fn rfc3339(time: NaiveDateTime) -> String {
+    time.and_utc()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl From<RunRow> for RunRecord {
+    fn from(row: RunRow) -> Self {
+        RunRecord {
+            id: row.id,
+            job: row.job,
+            scheduled_at: rfc3339(row.scheduled_at),
+            attempt: row.attempt,
+            instance: row.instance,
+            fence: row.fence,
+            started_at: rfc3339(row.started_at),
+            finished_at: row.finished_at.map(rfc3339),
+            status: row.status,
+            exit_code: row.exit_code,
+            output: row.output,
+            confirmed_at: row.confirmed_at.map(rfc3339),
+            once_key: row.once_key,
+        }
+    }
+}
+
+/// Which runs [`list_runs`] returns.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RunFilter {
+    /// Only this job's.
+    pub job: Option<String>,
+    /// Only runs in this state.
+    pub status: Option<RunStatus>,
+    /// Only `exec --once` runs of this KEY.
+    pub once_key: Option<String>,
+    /// At most this many, newest first.
+    pub limit: i64,
+}
+
+/// Writes a `running` row for a run that is starting; returns its id.
+/// A second row for the same job, instant and attempt is refused by the
+/// table's unique key.
+pub(crate) fn record_run_started(conn: &mut DbConnection, run: &NewRun) -> QueryResult<i64> {
+    let scheduled = to_db_time(run.scheduled_at);
+    diesel::insert_into(runs::replicron_runs)
+        .values((
+            runs::job.eq(&run.job),
+            runs::scheduled_at.eq(scheduled),
+            runs::attempt.eq(run.attempt),
+            runs::instance.eq(&run.instance),
+            runs::fence.eq(run.fence),
+            runs::started_at.eq(DbNow),
+            runs::finished_at.eq(None::<NaiveDateTime>),
+            runs::status.eq(RunStatus::Running),
+            runs::exit_code.eq(None::<i32>),
+            runs::output.eq(""),
+            runs::once_key.eq(&run.once_key),
+        ))
+        .execute(conn)?;
+    // RETURNING is not portable to MariaDB/MySQL; the unique key is.
+    runs::replicron_runs
+        .select(runs::id)
+        .filter(runs::job.eq(&run.job))
+        .filter(runs::scheduled_at.eq(scheduled))
+        .filter(runs::attempt.eq(run.attempt))
+        .first(conn)
+}
+
+/// Records how run `id` ended, `duration` after it started: `finished_at`
+/// is the database's `started_at` plus that duration, so a write that lands
+/// late (after an outage) still says when the run really ended. Returns
+/// whether the row exists.
+pub(crate) fn record_run_finished(
+    conn: &mut DbConnection,
+    id: i64,
+    finish: &RunFinish,
+) -> QueryResult<bool> {
+    let changed = cached::update(
+        runs::replicron_runs,
+        (
+            runs::finished_at.eq(FinishedAt::after(finish.duration).nullable()),
+            runs::status.eq(finish.status),
+            runs::exit_code.eq(finish.exit_code),
+            runs::output.eq(&finish.output),
+        ),
+        runs::id.eq(id),
+    )
+    .execute(conn)?;
+    Ok(changed == 1)
+}
+
+/// Notes that run `id`'s holder has just confirmed its lease: were the
+/// holder to vanish, the run is known to have lasted at least until now.
+pub(crate) fn record_run_confirmed(conn: &mut DbConnection, id: i64) -> QueryResult<usize> {
+    cached::update(
+        runs::replicron_runs,
+        runs::confirmed_at.eq(DbNow.nullable()),
+        runs::id.eq(id).and(runs::status.eq(RunStatus::Running)),
+    )
+    .execute(conn)
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RunFinish {
+    /// Its final status.
+    pub status: RunStatus,
+    /// Its exit code, `None` when killed by a signal or never started.
+    pub exit_code: Option<i32>,
+    /// The tail of its output.
+    pub output: String,
+    /// How long it ran, on the monotonic clock.
+    pub duration: Duration,
+}
+
+/// Marks `abandoned` every run of `job` still recorded `running` under a
+/// fence older than `fence`: their holders lost the lease, since this
+/// replica has claimed it. Returns how many rows changed.
+pub(crate) fn mark_abandoned(conn: &mut DbConnection, job: &str, fence: i64) -> QueryResult<usize> {
+    cached::update(
+        runs::replicron_runs,
+        // When it ended is not known: its holder's last confirmation
+        // (`confirmed_at`) is the best bound, and finished_at stays empty.
+        runs::status.eq(RunStatus::Abandoned),
+        runs::job
+            .eq(job)
+            .and(runs::status.eq(RunStatus::Running))
+            .and(runs::fence.lt(fence)),
+    )
+    .execute(conn)
+}
+
+/// Runs matching `filter`, newest first.
+pub(crate) fn list_runs(conn: &mut DbConnection, filter: &RunFilter) -> QueryResult<Vec<RunRow>> {
+    let mut query = runs::replicron_runs
+        .select(RunRow::as_select())
+        .order(runs::id.desc())
+        .limit(filter.limit.max(0))
+        .into_boxed();
+    if let Some(job) = &filter.job {
+        query = query.filter(runs::job.eq(job.clone()));
+    }
+    if let Some(status) = filter.status {
+        query = query.filter(runs::status.eq(status));
+    }
+    if let Some(key) = &filter.once_key {
+        query = query.filter(runs::once_key.eq(key.clone()));
+    }
+    query.load(conn)
+}
+
+/// The last attempt recorded for instant `instant` of `job` under lease
+/// `fence`, if any (found through the run's unique key).
+pub(crate) fn latest_attempt(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+    fence: i64,
+) -> QueryResult<Option<RunRow>> {
+    runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::job.eq(job))
+        .filter(runs::scheduled_at.eq(to_db_time(instant)))
+        .filter(runs::fence.eq(fence))
+        .order(runs::attempt.desc())
+        .first(conn)
+        .optional()
+}
+
+/// The newest run of `job`, if any.
+pub(crate) fn latest_run(conn: &mut DbConnection, job: &str) -> QueryResult<Option<RunRow>> {
+    runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::job.eq(job))
+        .order(runs::id.desc())
+        .first(conn)
+        .optional()
+}
+
+/// Deletes at most `batch` finished runs that started more than
+/// `older_than` ago (database time). Returns how many were deleted; call
+/// again until it returns less than `batch`.
+pub(crate) fn prune_runs(
+    conn: &mut DbConnection,
+    older_than: Duration,
+    batch: i64,
+) -> QueryResult<usize> {
+    // Two statements, because MariaDB/MySQL take no LIMIT in a subquery
+    // under IN; each stays short, so pruning never holds locks for long.
+    let ids: Vec<i64> = runs::replicron_runs
+        .select(runs::id)
+        .filter(runs::started_at.lt(DbNowPlus::minus(older_than)))
+        .filter(runs::status.ne(RunStatus::Running))
+        .order(runs::id)
+        .limit(batch)
+        .load(conn)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    diesel::delete(runs::replicron_runs.filter(runs::id.eq_any(&ids))).execute(conn)
+}
+
+#[cfg(test)]
+mod tests;

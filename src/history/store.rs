@@ -1,0 +1,52 @@
+//! The history statements as async calls through the [`Store`].
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{NewRun, RunFilter, RunRow};
+use crate::db::{DbError, Store};
+
+impl Store {
+    /// [`super::record_run_started`]: the new run's id.
+    pub(crate) async fn record_run_started(&self, run: NewRun) -> Result<i64, DbError> {
+        self.call("recording the run's start", move |conn| {
+            super::record_run_started(conn, &run)
+        })
+        .await
+    }
+
+    /// [`super::latest_attempt`].
+    pub(crate) async fn latest_attempt(
+        &self,
+        job: &str,
+        instant: DateTime<Utc>,
+        fence: i64,
+    ) -> Result<Option<RunRow>, DbError> {
+        let job = job.to_string();
+        self.call("reading the previous run", move |conn| {
+            super::latest_attempt(conn, &job, instant, fence)
+        })
+        .await
+    }
+
+    /// [`super::list_runs`].
+    pub(crate) async fn list_runs(&self, filter: RunFilter) -> Result<Vec<RunRow>, DbError> {
+        self.call("reading the history", move |conn| {
+            super::list_runs(conn, &filter)
+        })
+        .await
+    }
+
+    /// [`super::prune_runs`].
+    pub(crate) async fn prune_runs(
+        &self,
+        older_than: Duration,
+        batch: i64,
+    ) -> Result<usize, DbError> {
+        self.call("pruning the history", move |conn| {
+            super::prune_runs(conn, older_than, batch)
+        })
+        .await
+    }
+}

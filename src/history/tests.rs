@@ -1,0 +1,177 @@
+//! The run history's statements, on every backend.
+
+use crate::history::{
+    NewRun, RunFilter, RunFinish, RunStatus, latest_run, list_runs, mark_abandoned, prune_runs,
+    record_run_finished, record_run_started,
+};
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::testing::{TestDb, backend_test};
+
+fn t(seconds: i64) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2027-01-01T00:00:00.250Z")
+        .expect("time")
+        .with_timezone(&Utc)
+        + TimeDelta::seconds(seconds)
+}
+
+fn finish(status: RunStatus, exit_code: Option<i32>, output: &str) -> RunFinish {
+    RunFinish {
+        status,
+        exit_code,
+        output: output.to_string(),
+        duration: std::time::Duration::from_millis(1500),
+    }
+}
+
+fn new_run(job: &str, at: i64, attempt: i32, fence: i64) -> NewRun {
+    NewRun {
+        job: job.to_string(),
+        scheduled_at: t(at),
+        attempt,
+        instance: "host:1:abc".to_string(),
+        fence,
+        once_key: None,
+    }
+}
+
+backend_test! {
+    fn rows_round_trip_and_the_unique_key_holds(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        let id = record_run_started(&mut conn, &new_run("j", 0, 1, 7)).expect("start");
+        let row = latest_run(&mut conn, "j").expect("latest").expect("row");
+        assert_eq!(row.id, id);
+        assert_eq!(row.status, RunStatus::Running);
+        assert_eq!(row.finished_at, None);
+        assert_eq!(row.scheduled_at.and_utc(), t(0));
+        assert_eq!(
+            (row.attempt, row.fence, row.instance.as_str()),
+            (1, 7, "host:1:abc")
+        );
+
+        // A second row for the same job, instant and attempt is refused.
+        let duplicate =
+            record_run_started(&mut conn, &new_run("j", 0, 1, 8)).expect_err("duplicate");
+        assert!(crate::db::is_contention(&duplicate), "{duplicate}");
+        // Another attempt of the same instant is a new row.
+        record_run_started(&mut conn, &new_run("j", 0, 2, 7)).expect("attempt 2");
+        // Instants after 2038 survive (a TIMESTAMP bind would turn them to
+        // NULL on MySQL).
+        let far = t(400 * 86_400 * 365);
+        record_run_started(
+            &mut conn,
+            &NewRun {
+                scheduled_at: far,
+                ..new_run("far", 0, 1, 1)
+            },
+        )
+        .expect("a run in the year 2427");
+        let row = latest_run(&mut conn, "far").expect("latest").expect("row");
+        assert_eq!(row.scheduled_at.and_utc(), far);
+
+        let output = "line one\nünïcödé ✓\n".repeat(3);
+        assert!(
+            record_run_finished(&mut conn, id, &finish(RunStatus::Failed, Some(3), &output))
+                .expect("finish")
+        );
+        let runs = list_runs(
+            &mut conn,
+            &RunFilter {
+                job: Some("j".into()),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .expect("list");
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[1].id, id, "newest first");
+        assert_eq!(runs[1].status, RunStatus::Failed);
+        assert_eq!(runs[1].exit_code, Some(3));
+        assert_eq!(runs[1].output, output);
+        // finished_at is the database's started_at plus the run's duration.
+        let finished = runs[1].finished_at.expect("finished");
+        assert_eq!(
+            finished - runs[1].started_at,
+            chrono::TimeDelta::milliseconds(1500)
+        );
+
+        let failed = list_runs(
+            &mut conn,
+            &RunFilter {
+                status: Some(RunStatus::Failed),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .expect("list");
+        assert_eq!(failed.len(), 1);
+    }
+}
+
+backend_test! {
+    fn running_rows_under_an_older_fence_are_abandoned(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        let old = record_run_started(&mut conn, &new_run("j", 0, 1, 1)).expect("start");
+        let current = record_run_started(&mut conn, &new_run("j", 1, 1, 2)).expect("start");
+        let other_job = record_run_started(&mut conn, &new_run("k", 0, 1, 1)).expect("start");
+        assert_eq!(mark_abandoned(&mut conn, "j", 2).expect("abandon"), 1);
+        let runs = list_runs(
+            &mut conn,
+            &RunFilter {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .expect("list");
+        let status = |id| {
+            runs.iter()
+                .find(|r| r.id == id)
+                .map(|r| r.status)
+                .expect("row")
+        };
+        assert_eq!(status(old), RunStatus::Abandoned);
+        assert_eq!(status(current), RunStatus::Running);
+        assert_eq!(status(other_job), RunStatus::Running);
+        // When an abandoned run ended is not known: nothing is invented.
+        assert_eq!(
+            runs.iter().find(|r| r.id == old).map(|r| r.finished_at),
+            Some(None)
+        );
+    }
+}
+
+backend_test! {
+    fn prune_deletes_old_finished_rows_in_batches(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        for n in 0..5 {
+            let id = record_run_started(&mut conn, &new_run("j", n, 1, 1)).expect("start");
+            record_run_finished(&mut conn, id, &finish(RunStatus::Succeeded, Some(0), ""))
+                .expect("finish");
+        }
+        record_run_started(&mut conn, &new_run("j", 9, 1, 1)).expect("still running");
+        // Nothing is older than an hour yet.
+        assert_eq!(
+            prune_runs(&mut conn, std::time::Duration::from_secs(3600), 2).expect("prune"),
+            0
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let older_than = std::time::Duration::from_millis(100);
+        assert_eq!(prune_runs(&mut conn, older_than, 2).expect("prune"), 2);
+        assert_eq!(prune_runs(&mut conn, older_than, 2).expect("prune"), 2);
+        assert_eq!(prune_runs(&mut conn, older_than, 2).expect("prune"), 1);
+        assert_eq!(prune_runs(&mut conn, older_than, 2).expect("prune"), 0);
+        let left = list_runs(
+            &mut conn,
+            &RunFilter {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .expect("list");
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].status, RunStatus::Running);
+    }
+}

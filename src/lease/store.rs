@@ -1,0 +1,86 @@
+//! The lease statements as async calls through the [`Store`].
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Claim, Lease, LockRow};
+use crate::db::{DbError, Store};
+
+impl Store {
+    /// [`super::extend`]: `false` means the lease was lost.
+    pub(crate) async fn extend(&self, lease: Lease, length: Duration) -> Result<bool, DbError> {
+        self.call("extending the lease", move |conn| {
+            super::extend(conn, &lease, length)
+        })
+        .await
+    }
+
+    /// [`super::release`]: `false` means the lease was no longer this one.
+    pub(crate) async fn release(&self, lease: Lease, at_least: Duration) -> Result<bool, DbError> {
+        self.call("releasing the lease", move |conn| {
+            super::release(conn, &lease, at_least)
+        })
+        .await
+    }
+
+    /// [`super::claim`] of `instant`.
+    pub(crate) async fn claim(
+        &self,
+        job: &str,
+        instance: &str,
+        instant: DateTime<Utc>,
+        length: Duration,
+    ) -> Result<Claim, DbError> {
+        let (job, instance) = (job.to_string(), instance.to_string());
+        self.call("claiming the lease", move |conn| {
+            super::claim(conn, &job, &instance, instant, length)
+        })
+        .await
+    }
+
+    /// [`super::claim_at_database_now`].
+    pub(crate) async fn claim_now(
+        &self,
+        job: &str,
+        instance: &str,
+        length: Duration,
+    ) -> Result<Claim, DbError> {
+        let (job, instance) = (job.to_string(), instance.to_string());
+        self.call("claiming the lease", move |conn| {
+            super::claim_at_database_now(conn, &job, &instance, length)
+        })
+        .await
+    }
+
+    /// [`super::ensure_rows`] of `jobs`; how many were created.
+    pub(crate) async fn ensure_rows(&self, jobs: Vec<String>) -> Result<usize, DbError> {
+        self.call("creating lease rows", move |conn| {
+            let names: Vec<&str> = jobs.iter().map(String::as_str).collect();
+            super::ensure_rows(conn, &names)
+        })
+        .await
+    }
+
+    /// [`super::find_lock`].
+    pub(crate) async fn find_lock(&self, job: &str) -> Result<Option<LockRow>, DbError> {
+        let job = job.to_string();
+        self.call("reading the lease", move |conn| {
+            super::find_lock(conn, &job)
+        })
+        .await
+    }
+
+    /// [`super::is_held`].
+    pub(crate) async fn is_held(&self, job: &str) -> Result<bool, DbError> {
+        let job = job.to_string();
+        self.call("reading the lease", move |conn| super::is_held(conn, &job))
+            .await
+    }
+
+    /// [`super::database_now`].
+    pub(crate) async fn database_now(&self) -> Result<DateTime<Utc>, DbError> {
+        self.call("reading the database clock", crate::db::clock::database_now)
+            .await
+    }
+}

@@ -1,0 +1,464 @@
+//! The lease contract, on every backend: what ShedLock's provider tests
+//! check, plus the `last_scheduled_at` rule and the fence.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use crate::db::schema::replicron_locks;
+use crate::history::RunStatus;
+use crate::lease::{self, Claim, claim, ensure_rows, extend, find_lock, force_unlock, release};
+use crate::testing::{TestDb, backend_test};
+use chrono::{DateTime, TimeDelta, Utc};
+use diesel::prelude::*;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// An instant the database's clock has passed: a claim may not be for an
+/// instant that is still to come.
+fn t(seconds: i64) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
+        .expect("time")
+        .with_timezone(&Utc)
+        + TimeDelta::seconds(seconds)
+}
+
+backend_test! {
+    fn a_claim_wins_once_and_an_instant_is_never_claimed_twice(db: &TestDb) {
+        let pool = db.pool(2);
+        let mut conn = pool.get().expect("conn");
+        assert_eq!(ensure_rows(&mut conn, &["job"]).expect("rows"), 1);
+        assert_eq!(ensure_rows(&mut conn, &["job"]).expect("rows"), 0);
+
+        let lease = claim(&mut conn, "job", "a", t(0), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert_eq!(lease.fence, 1);
+        // The same instant, while held: not by anyone.
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(0), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        assert_eq!(
+            claim(&mut conn, "job", "a", t(0), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        // A later instant while held: no (no overlap).
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(1), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        assert!(release(&mut conn, &lease, Duration::ZERO).expect("release"));
+        // The same instant after release: still never.
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(0), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        // A later one: yes, with the next fence.
+        let later = claim(&mut conn, "job", "b", t(1), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert_eq!(later.fence, 2);
+        assert!(release(&mut conn, &later, Duration::ZERO).expect("release"));
+        // An earlier one than the last claimed: never.
+        assert_eq!(
+            claim(&mut conn, "job", "c", t(0), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        assert_eq!(
+            claim(&mut conn, "job", "c", t(-60), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        let row = find_lock(&mut conn, "job").expect("find").expect("row");
+        assert_eq!(row.fence, 2);
+        assert_eq!(row.locked_by.as_deref(), Some("b"));
+        assert_eq!(row.last_scheduled_at, Some(t(1).naive_utc()));
+    }
+}
+
+backend_test! {
+    fn a_lost_claim_says_whether_the_instant_is_taken_or_only_waiting(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        let lease = claim(&mut conn, "job", "a", t(5), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(5), LONG).expect("claim"),
+            Claim::Taken
+        );
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(4), LONG).expect("claim"),
+            Claim::Taken
+        );
+        assert!(
+            matches!(
+                claim(&mut conn, "job", "b", t(6), LONG).expect("claim"),
+                Claim::Held(holder)
+                    if holder.claimed_at.is_some_and(|since| since > t(6))
+                        && holder.fence == lease.fence
+                        && holder.instant == Some(t(5))
+            ),
+            "held by the run claimed just now"
+        );
+        release(&mut conn, &lease, Duration::ZERO).expect("release");
+        assert!(matches!(
+            claim(&mut conn, "job", "b", t(6), LONG).expect("claim"),
+            Claim::Won(_)
+        ));
+    }
+}
+
+backend_test! {
+    fn a_batch_claim_decides_each_row_as_a_single_claim_would(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["free", "taken", "held"]).expect("rows");
+        // "taken" already ran a later instant; "held" is running an earlier one.
+        let later = claim(&mut conn, "taken", "other", t(9), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        release(&mut conn, &later, Duration::ZERO).expect("release");
+        claim(&mut conn, "held", "other", t(1), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        let jobs = [
+            ("free", LONG),
+            ("taken", LONG),
+            ("held", LONG),
+            ("new", Duration::from_secs(5)),
+        ];
+        let claims = lease::claim_many(&mut conn, &jobs, "me", t(5)).expect("batch");
+        assert!(
+            matches!(&claims[0], Claim::Won(l) if l.job == "free" && l.fence == 1),
+            "{claims:?}"
+        );
+        assert_eq!(claims[1], Claim::Taken);
+        assert!(matches!(claims[2], Claim::Held(_)), "{claims:?}");
+        // A job without a row gets one and is claimed.
+        assert!(
+            matches!(&claims[3], Claim::Won(l) if l.job == "new" && l.fence == 1),
+            "{claims:?}"
+        );
+        // The runs it won start in one statement, each under its lease's fence.
+        let started = crate::lease::runs::record_leased_runs_started(
+            &mut conn,
+            &["free", "new", "held"],
+            "me",
+            t(5),
+            1,
+        )
+        .expect("start");
+        let mut names: Vec<&str> = started.iter().map(|(job, _)| job.as_str()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["free", "new"],
+            "only the leases held by me at that instant"
+        );
+        // Running rows behind the current fence are abandoned, in one statement.
+        let old = crate::history::record_run_started(
+            &mut conn,
+            &crate::history::NewRun {
+                job: "free".into(),
+                scheduled_at: t(0),
+                attempt: 1,
+                instance: "gone".into(),
+                fence: 0,
+                once_key: None,
+            },
+        )
+        .expect("old run");
+        assert_eq!(
+            crate::lease::runs::mark_abandoned_behind_leases(&mut conn, &["free", "new"])
+                .expect("abandon"),
+            1
+        );
+        let rows = crate::history::list_runs(
+            &mut conn,
+            &crate::history::RunFilter {
+                job: Some("free".into()),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .expect("list");
+        let status = |id: i64| {
+            rows.iter()
+                .find(|r| r.id == id)
+                .map(|r| r.status)
+                .expect("row")
+        };
+        assert_eq!(status(old), RunStatus::Abandoned);
+        assert_eq!(
+            status(started.iter().find(|(j, _)| j == "free").expect("free").1),
+            RunStatus::Running
+        );
+    }
+}
+
+backend_test! {
+    fn only_the_holder_with_the_right_fence_releases(db: &TestDb) {
+        let pool = db.pool(2);
+        let mut conn = pool.get().expect("conn");
+        let lease = claim(&mut conn, "job", "a", t(0), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        let mut stranger = lease.clone();
+        stranger.instance = "b".into();
+        assert!(!release(&mut conn, &stranger, Duration::ZERO).expect("release"));
+        let mut stale = lease.clone();
+        stale.fence -= 1;
+        assert!(!release(&mut conn, &stale, Duration::ZERO).expect("release"));
+        // Still held: the next instant cannot be claimed.
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(1), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        assert!(release(&mut conn, &lease, Duration::ZERO).expect("release"));
+        assert!(
+            claim(&mut conn, "job", "b", t(1), LONG)
+                .expect("claim")
+                .won()
+                .is_some()
+        );
+    }
+}
+
+backend_test! {
+    fn lock_at_least_for_keeps_the_lease_after_release(db: &TestDb) {
+        let pool = db.pool(2);
+        let mut conn = pool.get().expect("conn");
+        let lease = claim(&mut conn, "job", "a", t(0), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert!(release(&mut conn, &lease, Duration::from_millis(800)).expect("release"));
+        assert!(lease::is_held(&mut conn, "job").expect("held"));
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(1), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        thread::sleep(Duration::from_millis(1000));
+        assert!(!lease::is_held(&mut conn, "job").expect("held"));
+        assert!(
+            claim(&mut conn, "job", "b", t(1), LONG)
+                .expect("claim")
+                .won()
+                .is_some()
+        );
+    }
+}
+
+backend_test! {
+    fn an_expired_lease_moves_on_and_the_old_holder_changes_nothing(db: &TestDb) {
+        let pool = db.pool(2);
+        let mut conn = pool.get().expect("conn");
+        let short = Duration::from_millis(500);
+        let old = claim(&mut conn, "job", "a", t(0), short)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert!(extend(&mut conn, &old, short).expect("extend"));
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(1), short)
+                .expect("claim")
+                .won(),
+            None
+        );
+        thread::sleep(Duration::from_millis(700));
+        // Expired and not yet claimed: the holder cannot extend it any more.
+        assert!(!extend(&mut conn, &old, short).expect("extend"));
+        let new = claim(&mut conn, "job", "b", t(1), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert_eq!(new.fence, old.fence + 1);
+        assert!(!extend(&mut conn, &old, LONG).expect("extend"));
+        assert!(!release(&mut conn, &old, Duration::ZERO).expect("release"));
+        let row = find_lock(&mut conn, "job").expect("find").expect("row");
+        assert_eq!(row.locked_by.as_deref(), Some("b"));
+        assert!(lease::is_held(&mut conn, "job").expect("held"));
+        assert!(extend(&mut conn, &new, LONG).expect("extend"));
+    }
+}
+
+backend_test! {
+    fn a_deleted_row_is_recreated_by_the_next_claim(db: &TestDb) {
+        let pool = db.pool(2);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["job"]).expect("rows");
+        diesel::delete(replicron_locks::table)
+            .execute(&mut **conn)
+            .expect("delete");
+        let lease = claim(&mut conn, "job", "a", t(0), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert_eq!(lease.fence, 1);
+        // The same for a job never seen before.
+        assert!(
+            claim(&mut conn, "new-job", "a", t(0), LONG)
+                .expect("claim")
+                .won()
+                .is_some()
+        );
+    }
+}
+
+backend_test! {
+    fn force_unlock_ends_the_lease_but_keeps_the_instant(db: &TestDb) {
+        let pool = db.pool(2);
+        let mut conn = pool.get().expect("conn");
+        claim(&mut conn, "job", "a", t(0), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert!(force_unlock(&mut conn, "job").expect("unlock"));
+        assert!(!lease::is_held(&mut conn, "job").expect("held"));
+        assert_eq!(
+            claim(&mut conn, "job", "b", t(0), LONG)
+                .expect("claim")
+                .won(),
+            None
+        );
+        assert!(
+            claim(&mut conn, "job", "b", t(1), LONG)
+                .expect("claim")
+                .won()
+                .is_some()
+        );
+        assert!(!force_unlock(&mut conn, "missing").expect("unlock"));
+    }
+}
+
+backend_test! {
+    fn database_time_is_used_not_the_callers(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        let before = Utc::now() - TimeDelta::seconds(2);
+        let now = crate::db::clock::database_now(&mut conn).expect("now");
+        assert!(
+            now > before && now < Utc::now() + TimeDelta::seconds(2),
+            "{now}"
+        );
+        // An instant long past is only an identity: the lease still ends at
+        // database time + lock_at_most_for.
+        let past = t(-20 * 86_400 * 365);
+        let lease = claim(&mut conn, "job", "a", past, Duration::from_millis(300))
+            .expect("claim")
+            .won()
+            .expect("won");
+        let row = find_lock(&mut conn, "job").expect("find").expect("row");
+        assert_eq!(row.last_scheduled_at, Some(past.naive_utc()));
+        thread::sleep(Duration::from_millis(500));
+        assert!(!extend(&mut conn, &lease, LONG).expect("extend"));
+        // An instant the database's clock has not reached is refused, and
+        // the refusal says how long to wait. Instants after 2038 compare
+        // right (a TIMESTAMP bind would turn them to NULL on MySQL).
+        let far = t(400 * 86_400 * 365);
+        match claim(&mut conn, "job", "a", far, LONG).expect("claim") {
+            Claim::NotYet { wait } => {
+                let years = wait.as_secs() / (86_400 * 365);
+                assert!((398..=401).contains(&years), "{wait:?}");
+            }
+            other => panic!("a future instant was not refused: {other:?}"),
+        }
+        let soon = crate::db::clock::database_now(&mut conn).expect("now") + TimeDelta::milliseconds(400);
+        let Claim::NotYet { wait } = claim(&mut conn, "job", "a", soon, LONG).expect("claim")
+        else {
+            panic!("an instant 400 ms ahead was not refused");
+        };
+        assert!(wait <= Duration::from_millis(400), "{wait:?}");
+        thread::sleep(wait + Duration::from_millis(2));
+        assert!(
+            claim(&mut conn, "job", "a", soon, LONG)
+                .expect("claim")
+                .won()
+                .is_some(),
+            "claimed once the database's clock reached it"
+        );
+    }
+}
+
+backend_test! {
+    /// 8 threads, each with its own connection, race for 300 consecutive
+    /// instants: exactly one winner each, and a counter that is read, held for
+    /// a moment, and written back under the lease loses no increment.
+    fn eight_threads_race_for_300_instants(db: &TestDb) {
+        const THREADS: usize = 8;
+        const INSTANTS: usize = 300;
+        let pool = db.pool(THREADS as u32);
+        ensure_rows(&mut pool.get().expect("conn"), &["race"]).expect("rows");
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let winners: Arc<Vec<AtomicU32>> =
+            Arc::new((0..INSTANTS).map(|_| AtomicU32::new(0)).collect());
+        let counter = Arc::new(AtomicU64::new(0));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let url = db.database_url();
+                let (barrier, winners, counter) =
+                    (barrier.clone(), winners.clone(), counter.clone());
+                thread::spawn(move || {
+                    let mut conn = crate::db::establish(&url).expect("connect");
+                    let me = format!("thread-{i}");
+                    let mut won = 0;
+                    for n in 0..INSTANTS {
+                        barrier.wait();
+                        if let Some(lease) = claim(&mut conn, "race", &me, t(n as i64), LONG)
+                            .expect("claim")
+                            .won()
+                        {
+                            winners[n].fetch_add(1, Ordering::SeqCst);
+                            // Not atomic: a second holder would lose an increment.
+                            let value = counter.load(Ordering::SeqCst);
+                            thread::sleep(Duration::from_micros(200));
+                            counter.store(value + 1, Ordering::SeqCst);
+                            assert!(release(&mut conn, &lease, Duration::ZERO).expect("release"));
+                            won += 1;
+                        }
+                        barrier.wait();
+                    }
+                    won
+                })
+            })
+            .collect();
+        let per_thread: Vec<u32> = handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect();
+        for (n, w) in winners.iter().enumerate() {
+            assert_eq!(w.load(Ordering::SeqCst), 1, "instant {n}");
+        }
+        assert_eq!(counter.load(Ordering::SeqCst), INSTANTS as u64);
+        assert_eq!(per_thread.iter().sum::<u32>(), INSTANTS as u32);
+        let row = find_lock(&mut pool.get().expect("conn"), "race")
+            .expect("find")
+            .expect("row");
+        assert_eq!(row.fence, INSTANTS as i64);
+        eprintln!("wins per thread: {per_thread:?}");
+    }
+}

@@ -1,0 +1,178 @@
+//! What a run does, as the scheduler sees it: an [`Action`] is started with
+//! a [`RunContext`] and tells how it ended ([`Ending`]). A child process
+//! ([`super::Process`]) is the daemon's kind of action; an async function
+//! given to `Job::run` ([`FnAction`]) is the library's.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{oneshot, watch};
+
+use super::Guard;
+use crate::lease::keeper::{LeaseState, LeaseTimes};
+
+/// What a run does. The daemon's child processes are one kind; an async
+/// function given to `Job::run` is the other.
+pub(crate) trait Action: Send + Sync + 'static {
+    /// Runs once. The future is spawned as a task of its own, so a panic
+    /// ends the run, not the scheduler; once the context's stop signal has
+    /// fired and `kill_grace` passed, the task is aborted.
+    fn run(&self, ctx: RunContext) -> Pin<Box<dyn Future<Output = Ending> + Send>>;
+}
+
+/// How a run's action ended, as it tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Ending {
+    pub(crate) how: Ended,
+    /// A process's exit code.
+    pub(crate) exit_code: Option<i32>,
+    /// The signal that ended a process.
+    pub(crate) signal: Option<i32>,
+    /// The tail of its output, or its error's text.
+    pub(crate) output: String,
+}
+
+/// See [`Ending`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It did its work (a process: exit code 0).
+    Succeeded,
+    /// It failed.
+    Failed,
+    /// It could not start (a program that does not exist).
+    NotStarted,
+}
+
+impl Ending {
+    /// An ending without a process behind it.
+    pub(crate) fn of(how: Ended, output: String) -> Ending {
+        Ending {
+            how,
+            exit_code: None,
+            signal: None,
+            output,
+        }
+    }
+}
+
+/// An async function as an [`Action`].
+pub(crate) struct FnAction<F>(pub(crate) F);
+
+impl<F, Fut, E> Action for FnAction<F>
+where
+    F: Fn(RunContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    fn run(&self, ctx: RunContext) -> Pin<Box<dyn Future<Output = Ending> + Send>> {
+        ctx.report_started(None);
+        let run = (self.0)(ctx);
+        Box::pin(async move {
+            match run.await {
+                Ok(()) => Ending::of(Ended::Succeeded, String::new()),
+                Err(e) => Ending::of(Ended::Failed, e.to_string()),
+            }
+        })
+    }
+}
+
+/// Why a run is told to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StopReason {
+    /// Its `timeout` passed.
+    Timeout,
+    /// Its lease could not be confirmed in time, or is another's.
+    LeaseLost,
+    /// The scheduler is shutting down (`immediate`: a second signal).
+    Shutdown { immediate: bool },
+}
+
+/// What one run is for, and the signal that tells it to stop. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct RunContext {
+    pub(crate) job: Arc<str>,
+    pub(crate) instant: DateTime<Utc>,
+    pub(crate) fence: i64,
+    pub(crate) attempt: u32,
+    pub(crate) run_id: i64,
+    pub(crate) instance: Arc<str>,
+    pub(crate) stop: watch::Receiver<Option<StopReason>>,
+    /// The lease's state, for a child process's guard deadlines.
+    pub(crate) lease: watch::Receiver<LeaseState>,
+    pub(crate) lease_times: LeaseTimes,
+    pub(crate) kill_grace: Duration,
+    pub(crate) guard: Option<Arc<Guard>>,
+    pub(crate) started: Arc<std::sync::Mutex<Option<oneshot::Sender<Option<u32>>>>>,
+}
+
+impl RunContext {
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The scheduled instant this run is for (UTC): the run's identity,
+    /// the same on every replica.
+    pub fn instant(&self) -> DateTime<Utc> {
+        self.instant
+    }
+
+    /// The lease's fencing token: it grows with every claim of the job, so
+    /// a write guarded by it can refuse a holder that lost its lease.
+    pub fn fence(&self) -> i64 {
+        self.fence
+    }
+
+    /// 1, or more when the run is retried.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The run's row in `replicron_runs`.
+    pub fn run_id(&self) -> i64 {
+        self.run_id
+    }
+
+    /// The replica running it.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Resolves when the run must stop: its timeout passed, its lease could
+    /// not be confirmed in time (another replica may soon claim the job), or
+    /// the scheduler is shutting down past its grace. The run then has
+    /// `kill_grace` to return before it is dropped.
+    pub async fn cancelled(&self) {
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(Option::is_some).await;
+    }
+
+    /// Whether the run has been told to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.stop.borrow().is_some()
+    }
+
+    /// Tells the scheduler the run has started (a process: its pid), which
+    /// is when its lateness is measured and logged.
+    pub(crate) fn report_started(&self, pid: Option<u32>) {
+        if let Some(sender) = self.started.lock().ok().and_then(|mut s| s.take()) {
+            let _ = sender.send(pid);
+        }
+    }
+}
+
+impl std::fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("job", &self.job)
+            .field("instant", &self.instant)
+            .field("fence", &self.fence)
+            .field("attempt", &self.attempt)
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,465 @@
+//! Child processes: how a run of a job that is a command is started,
+//! watched, stopped and heard. A [`Process`] is the daemon's kind of
+//! [`Action`].
+//!
+//! Every run gets its own process group. A job must not outlive its
+//! replica, even one killed with SIGKILL: the run's own process gets a
+//! parent-death signal (SIGKILL) set before it execs the job (by
+//! util-linux's setpriv where the host has it, else between fork and exec),
+//! and the whole group, grandchildren included, is killed by the [`Guard`]
+//! when the replica dies. Timeouts, lost leases and shutdown signal the
+//! whole group: SIGTERM, then SIGKILL after the job's `kill_grace`. The
+//! output is read by [`output`].
+
+mod action;
+mod guard;
+mod output;
+
+pub use self::action::RunContext;
+pub(crate) use self::action::{Action, Ended, Ending, FnAction, StopReason};
+pub(crate) use self::guard::{Deadlines, Guard, guard};
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use tokio::process::Child;
+use tokio::task::JoinHandle;
+
+use self::output::{Output, Tail, read_stream};
+use crate::config::Command;
+use crate::lease::keeper::LeaseState;
+
+/// After the job's own process exits, how long its output may still drain
+/// before what it left behind in its group is killed.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A job that is a command: what to execute, with what environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Process {
+    /// What to execute.
+    pub(crate) command: Command,
+    /// The job's `env`; the `REPLICRON_*` variables of each run are added.
+    pub(crate) env: BTreeMap<String, String>,
+    /// The working directory, if set.
+    pub(crate) working_dir: Option<PathBuf>,
+    /// How many bytes of output tail to keep.
+    pub(crate) output_limit: u64,
+    /// Give the run this process's stdin, stdout and stderr instead of
+    /// capturing its output (`replicron exec`).
+    pub(crate) inherit_stdio: bool,
+}
+
+impl Action for Process {
+    fn run(&self, ctx: RunContext) -> Pin<Box<dyn Future<Output = Ending> + Send>> {
+        let process = self.clone();
+        Box::pin(async move { process.run_for(ctx).await })
+    }
+}
+
+impl Process {
+    /// The environment of one run: the job's `env` and the `REPLICRON_*`
+    /// variables.
+    fn env_for(&self, ctx: &RunContext) -> BTreeMap<String, String> {
+        let mut env = self.env.clone();
+        env.insert("REPLICRON_JOB".into(), ctx.job().to_string());
+        env.insert(
+            "REPLICRON_SCHEDULED_AT".into(),
+            crate::schedule::fmt_instant(ctx.instant()),
+        );
+        env.insert("REPLICRON_RUN_ID".into(), ctx.run_id().to_string());
+        env.insert("REPLICRON_FENCE".into(), ctx.fence().to_string());
+        env.insert("REPLICRON_INSTANCE".into(), ctx.instance().to_string());
+        env.insert("REPLICRON_ATTEMPT".into(), ctx.attempt().to_string());
+        env
+    }
+
+    /// Runs the command for `ctx`: spawned, watched, stopped when told to,
+    /// its guard deadlines kept in step with its lease.
+    async fn run_for(self, ctx: RunContext) -> Ending {
+        let spec = RunSpec {
+            job: ctx.job().to_string(),
+            run_id: ctx.run_id(),
+            command: self.command.clone(),
+            env: self.env_for(&ctx),
+            working_dir: self.working_dir.clone(),
+            output_limit: self.output_limit,
+            inherit_stdio: self.inherit_stdio,
+        };
+        let mut lease = ctx.lease.clone();
+        let deadlines = |state: LeaseState| match state {
+            LeaseState::Held(confirmed) => ctx.lease_times.deadlines(confirmed),
+            LeaseState::Lost => ctx
+                .lease_times
+                .deadlines(tokio::time::Instant::now() - ctx.lease_times.lease),
+        };
+        let first = deadlines(*lease.borrow_and_update());
+        let mut running = match spawn(&spec, ctx.guard.as_deref(), first).await {
+            Ok(running) => running,
+            Err(e) => {
+                return Ending::of(
+                    Ended::NotStarted,
+                    format!("replicron: cannot start the run: {e}\n"),
+                );
+            }
+        };
+        ctx.report_started(Some(running.group().as_raw() as u32));
+        let mut stop = ctx.stop.clone();
+        let exit = loop {
+            tokio::select! {
+                exit = running.wait() => break match exit {
+                    Ok(exit) => exit,
+                    Err(e) => {
+                        tracing::error!(job = %spec.job, "lost track of the run's process: {e}");
+                        Exit::Code(-1)
+                    }
+                },
+                reason = async { stop.wait_for(Option::is_some).await.map(|r| *r).ok().flatten() } => {
+                    break match reason {
+                        Some(StopReason::Shutdown { immediate: true }) => {
+                            running.signal(Signal::SIGKILL);
+                            running.wait().await.unwrap_or(Exit::Signal(9))
+                        }
+                        // Stopped for its lease: dead before the lease can expire.
+                        Some(StopReason::LeaseLost) => running
+                            .terminate(ctx.lease_times.stop_grace)
+                            .await
+                            .unwrap_or(Exit::Signal(9)),
+                        _ => running.terminate(ctx.kill_grace).await.unwrap_or(Exit::Signal(9)),
+                    };
+                }
+                changed = lease.changed() => {
+                    let state = *lease.borrow();
+                    if changed.is_err() {
+                        // The keeper is gone: the lease is the executor's to judge.
+                        lease = watch_forever(state);
+                    } else if let Some(guard) = &ctx.guard
+                        && let LeaseState::Held(_) = state
+                    {
+                        guard.refresh(running.group(), deadlines(state)).await;
+                    }
+                }
+            }
+        };
+        let group = running.group();
+        let output = running.finish().await;
+        if let Some(guard) = &ctx.guard {
+            guard.forget(group).await;
+        }
+        Ending {
+            how: if exit == Exit::Code(0) {
+                Ended::Succeeded
+            } else {
+                Ended::Failed
+            },
+            exit_code: exit.code(),
+            signal: match exit {
+                Exit::Signal(signal) => Some(signal),
+                Exit::Code(_) => None,
+            },
+            output: output.tail,
+        }
+    }
+}
+
+/// A receiver whose value never changes again.
+fn watch_forever(value: LeaseState) -> tokio::sync::watch::Receiver<LeaseState> {
+    let (sender, receiver) = tokio::sync::watch::channel(value);
+    std::mem::forget(sender);
+    receiver
+}
+
+/// Everything needed to start one run.
+#[derive(Clone, Debug)]
+struct RunSpec {
+    /// The job's name, for logs.
+    job: String,
+    /// The run's history id, for logs.
+    run_id: i64,
+    /// What to execute.
+    command: Command,
+    /// The job's `env`, plus the `REPLICRON_*` variables.
+    env: BTreeMap<String, String>,
+    /// The working directory, if set.
+    working_dir: Option<PathBuf>,
+    /// How many bytes of output tail to keep.
+    output_limit: u64,
+    /// Give the run this process's stdio.
+    inherit_stdio: bool,
+}
+
+/// A started run.
+struct Running {
+    child: Child,
+    group: Pid,
+    readers: Vec<JoinHandle<()>>,
+    tail: Arc<Mutex<Tail>>,
+}
+
+/// How a run's process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal.
+    Signal(i32),
+}
+
+impl From<ExitStatus> for Exit {
+    fn from(status: ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt as _;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(signal)) => Exit::Signal(signal),
+            (None, None) => Exit::Code(-1),
+        }
+    }
+}
+
+impl Exit {
+    /// The exit code for history; `None` when killed by a signal.
+    pub(crate) fn code(self) -> Option<i32> {
+        match self {
+            Exit::Code(code) => Some(code),
+            Exit::Signal(_) => None,
+        }
+    }
+}
+
+/// Starts a run in a new process group, registered with `guard` under
+/// `deadlines`.
+async fn spawn(spec: &RunSpec, guard: Option<&Guard>, deadlines: Deadlines) -> io::Result<Running> {
+    let (program, args): (&str, Vec<&str>) = match &spec.command {
+        Command::Shell { shell, command } => (shell, vec!["-c", command]),
+        Command::Exec { args } => (&args[0], args[1..].iter().map(String::as_str).collect()),
+    };
+    // Found here rather than by the exec that setpriv makes, so that a
+    // missing program is reported as such, not as setpriv's failure.
+    let path = spec
+        .env
+        .get("PATH")
+        .cloned()
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    let program = find_program(program, &path, spec.working_dir.as_deref())?;
+    // The parent-death signal must be set in the child before it runs the
+    // job. util-linux's setpriv does that and then execs the job, which lets
+    // std start the child with posix_spawn (vfork) instead of fork: forking
+    // the whole daemon (its threads, its address space) once per run costs
+    // more than everything else a run does. Without setpriv, a pre_exec
+    // hook sets it, at the price of a fork.
+    let mut command = match setpriv() {
+        Some(setpriv) => {
+            let mut c = tokio::process::Command::new(setpriv);
+            c.args(["--pdeathsig", "KILL", "--"])
+                .arg(program)
+                .args(&args);
+            c
+        }
+        None => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(&args);
+            set_parent_death_signal(&mut c);
+            c
+        }
+    };
+    let (stdin, stdout, stderr) = if spec.inherit_stdio {
+        (Stdio::inherit(), Stdio::inherit(), Stdio::inherit())
+    } else {
+        (Stdio::null(), Stdio::piped(), Stdio::piped())
+    };
+    // replicron's own settings (the database URL and its password among
+    // them) are not the job's: a job that needs one sets it in its `env`.
+    for var in crate::config::ENV_OVERRIDES
+        .iter()
+        .map(|(var, _)| *var)
+        .chain([crate::config::CONFIG_ENV])
+    {
+        command.env_remove(var);
+    }
+    command
+        .envs(&spec.env)
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(false);
+    if let Some(dir) = &spec.working_dir {
+        command.current_dir(dir);
+    }
+    let mut child = command.spawn()?;
+    let group = Pid::from_raw(child.id().map_or(0, |id| id as i32));
+    if let Some(guard) = guard {
+        guard.watch(group, deadlines).await;
+    }
+    let tail = Arc::new(Mutex::new(Tail {
+        limit: usize::try_from(spec.output_limit).unwrap_or(usize::MAX),
+        ..Tail::default()
+    }));
+    let mut readers = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        readers.push(tokio::spawn(read_stream(
+            stdout,
+            "stdout",
+            spec.job.clone(),
+            spec.run_id,
+            tail.clone(),
+        )));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        readers.push(tokio::spawn(read_stream(
+            stderr,
+            "stderr",
+            spec.job.clone(),
+            spec.run_id,
+            tail.clone(),
+        )));
+    }
+    Ok(Running {
+        child,
+        group,
+        readers,
+        tail,
+    })
+}
+
+/// The file `program` names: itself if it holds a `/` (relative to the run's
+/// working directory), else the first executable of that name in `path`.
+fn find_program(program: &str, path: &str, working_dir: Option<&Path>) -> io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |candidate: &Path| {
+        candidate
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let not_found = || {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no such command: {program}"),
+        )
+    };
+    if program.contains('/') {
+        let candidate = match working_dir {
+            Some(dir) if !program.starts_with('/') => dir.join(program),
+            _ => PathBuf::from(program),
+        };
+        return if executable(&candidate) {
+            Ok(candidate)
+        } else if candidate.exists() {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("not an executable file: {program}"),
+            ))
+        } else {
+            Err(not_found())
+        };
+    }
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(program))
+        .find(|candidate| executable(candidate))
+        .ok_or_else(not_found)
+}
+
+/// util-linux's setpriv, if this host has it.
+fn setpriv() -> Option<&'static Path> {
+    static SETPRIV: OnceLock<Option<PathBuf>> = OnceLock::new();
+    SETPRIV
+        .get_or_init(|| {
+            ["/usr/bin/setpriv", "/bin/setpriv"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|path| path.exists())
+        })
+        .as_deref()
+}
+
+#[expect(
+    unsafe_code,
+    reason = "prctl in the child between fork and exec is the only way to set a parent-death signal"
+)]
+fn set_parent_death_signal(command: &mut tokio::process::Command) {
+    // SAFETY: the closure only makes the async-signal-safe prctl syscall.
+    unsafe {
+        command
+            .pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from));
+    }
+}
+
+impl Running {
+    /// The process group of the run.
+    fn group(&self) -> Pid {
+        self.group
+    }
+
+    /// Waits for the run's process to exit.
+    async fn wait(&mut self) -> io::Result<Exit> {
+        self.child.wait().await.map(Exit::from)
+    }
+
+    /// Sends `signal` to the whole group.
+    fn signal(&self, signal: Signal) {
+        let _ = signal::killpg(self.group, signal);
+    }
+
+    /// Stops the run: SIGTERM to the group, then SIGKILL after `grace` if
+    /// it has not exited.
+    async fn terminate(&mut self, grace: Duration) -> io::Result<Exit> {
+        self.signal(Signal::SIGTERM);
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(status) => status.map(Exit::from),
+            Err(_) => {
+                self.signal(Signal::SIGKILL);
+                self.child.wait().await.map(Exit::from)
+            }
+        }
+    }
+
+    /// Collects the output once the process has exited. Whatever the run
+    /// left running in its group is killed: a job does not outlive its run.
+    async fn finish(self) -> Output {
+        let Running {
+            group,
+            mut readers,
+            tail,
+            ..
+        } = self;
+        let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+        let mut open = Vec::new();
+        for reader in &mut readers {
+            // A timeout polls its future first, so a finished reader is Ok.
+            open.push(
+                tokio::time::timeout_at(deadline, &mut *reader)
+                    .await
+                    .is_err(),
+            );
+        }
+        // Whatever is still in the group outlived its run.
+        if signal::killpg(group, Signal::SIGKILL).is_ok() && open.iter().any(|&o| o) {
+            tracing::warn!(
+                group = group.as_raw(),
+                "the run left processes behind holding its output; killed them"
+            );
+        }
+        for (reader, still_open) in readers.iter_mut().zip(open) {
+            if still_open {
+                let _ = tokio::time::timeout(DRAIN_TIMEOUT, reader).await;
+            }
+        }
+        let (bytes, total_bytes) = tail
+            .lock()
+            .map(|t| (t.bytes.iter().copied().collect::<Vec<u8>>(), t.total))
+            .unwrap_or_default();
+        Output {
+            tail: String::from_utf8_lossy(&bytes).into_owned(),
+            total_bytes,
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The ticker: sleeps until each instant of one schedule in turn, on a
+//! [`Clock`], recomputing the next instant every time it wakes so that it
+//! cannot drift; it never returns an instant twice, even if the clock steps
+//! back, and says which instants it skipped for being too late.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::{Clock, Schedule};
+
+/// The longest single sleep: a wall-clock step (NTP, suspend) is noticed at
+/// least this often even while a daily job waits for its instant.
+const MAX_SLEEP: Duration = Duration::from_secs(30);
+
+/// How late the [`Ticker`] still hands out an instant that came while its
+/// caller was busy; older instants are skipped (after a clock step forward,
+/// say), and are catch-up's business.
+pub(crate) const LATE_LIMIT: TimeDelta = TimeDelta::seconds(60);
+
+/// Instants a [`Ticker`] skipped because they were more than
+/// [`LATE_LIMIT`] late when its caller came back for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Skipped {
+    /// The first one.
+    pub(crate) first: DateTime<Utc>,
+    /// The last one.
+    pub(crate) last: DateTime<Utc>,
+    /// How many (counted up to [`Skipped::COUNT_LIMIT`]).
+    pub(crate) count: usize,
+}
+
+impl Skipped {
+    /// Skipped instants are counted up to this many.
+    pub(crate) const COUNT_LIMIT: usize = 10_000;
+}
+
+/// Sleeps until each instant of one schedule in turn.
+pub(crate) struct Ticker {
+    schedule: Schedule,
+    clock: Arc<dyn Clock>,
+    last: Option<DateTime<Utc>>,
+    skipped: Option<Skipped>,
+}
+
+impl Ticker {
+    /// A ticker whose first instant is the first one after the clock's now.
+    pub(crate) fn new(schedule: Schedule, clock: Arc<dyn Clock>) -> Self {
+        Ticker {
+            schedule,
+            clock,
+            last: None,
+            skipped: None,
+        }
+    }
+
+    /// A ticker that continues after `last` (an instant already handled).
+    pub(crate) fn resuming_after(
+        schedule: Schedule,
+        clock: Arc<dyn Clock>,
+        last: DateTime<Utc>,
+    ) -> Self {
+        Ticker {
+            schedule,
+            clock,
+            last: Some(last),
+            skipped: None,
+        }
+    }
+
+    /// Sleeps until the next instant and returns it. Never returns the same
+    /// instant twice, even if the wall clock steps backwards. An instant the
+    /// caller was too busy to take when it came is still returned, late,
+    /// unless it is older than [`LATE_LIMIT`]: those are skipped, and
+    /// [`Ticker::take_skipped`] tells which. Returns `None` only for a
+    /// schedule that has no further instant.
+    pub(crate) async fn tick(&mut self) -> Option<DateTime<Utc>> {
+        let now = self.clock.now();
+        let from = match self.last {
+            Some(last) if last < now - LATE_LIMIT => {
+                let from = now - LATE_LIMIT;
+                self.note_skipped(last, from);
+                from
+            }
+            Some(last) => last,
+            None => now,
+        };
+        let target = self.schedule.next_after(from)?;
+        loop {
+            let now = self.clock.now();
+            if now >= target {
+                self.last = Some(target);
+                return Some(target);
+            }
+            let wait = (target - now).to_std().unwrap_or_default().min(MAX_SLEEP);
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+impl Ticker {
+    /// The instants skipped since the last call, if any.
+    pub(crate) fn take_skipped(&mut self) -> Option<Skipped> {
+        self.skipped.take()
+    }
+
+    /// Counts the instants after `after`, up to and including `until`.
+    fn note_skipped(&mut self, after: DateTime<Utc>, until: DateTime<Utc>) {
+        let mut cursor = after;
+        while let Some(next) = self.schedule.next_after(cursor) {
+            if next > until {
+                break;
+            }
+            let skipped = self.skipped.get_or_insert(Skipped {
+                first: next,
+                last: next,
+                count: 0,
+            });
+            skipped.last = next;
+            skipped.count += 1;
+            if skipped.count >= Skipped::COUNT_LIMIT {
+                break;
+            }
+            cursor = next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{DatabaseClock, Offset, TokioClock};
+    use chrono::{NaiveDate, TimeZone};
+    use chrono_tz::Tz;
+
+    fn utc(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .expect("valid test time")
+            .with_timezone(&Utc)
+    }
+
+    fn schedule(expression: &str, zone: &str) -> Schedule {
+        Schedule::parse(expression, zone.parse().expect("zone")).expect("valid schedule")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ticker_runs_through_a_dst_year_in_virtual_time() {
+        let zone: Tz = "Europe/Berlin".parse().expect("zone");
+        let start = zone
+            .from_local_datetime(
+                &NaiveDate::from_ymd_opt(2027, 3, 27)
+                    .and_then(|d| d.and_hms_opt(12, 0, 0))
+                    .expect("date"),
+            )
+            .single()
+            .expect("unambiguous")
+            .with_timezone(&Utc);
+        let clock = Arc::new(TokioClock::starting_at(start));
+        let mut ticker = Ticker::new(schedule("30 2 * * *", "Europe/Berlin"), clock.clone());
+        let mut fired = Vec::new();
+        for _ in 0..3 {
+            let instant = ticker.tick().await.expect("instant");
+            // The ticker never returns before its instant, nor late.
+            assert!(clock.now() >= instant);
+            assert!(clock.now() - instant < TimeDelta::milliseconds(2));
+            fired.push(instant);
+        }
+        assert_eq!(
+            fired,
+            [
+                utc("2027-03-28T01:00:00Z"),
+                utc("2027-03-29T00:30:00Z"),
+                utc("2027-03-30T00:30:00Z")
+            ]
+        );
+    }
+
+    /// A virtual clock that a test can step.
+    struct SteppedClock {
+        base: TokioClock,
+        offset: std::sync::Mutex<TimeDelta>,
+    }
+
+    impl Clock for SteppedClock {
+        fn now(&self) -> DateTime<Utc> {
+            self.base.now() + *self.offset.lock().expect("clock lock")
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ticker_never_repeats_an_instant_when_the_clock_steps_back() {
+        let clock = Arc::new(SteppedClock {
+            base: TokioClock::starting_at(utc("2027-01-01T00:00:00.5Z")),
+            offset: std::sync::Mutex::new(TimeDelta::zero()),
+        });
+        let mut ticker = Ticker::new(schedule("* * * * * *", "UTC"), clock.clone());
+        assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:01Z")));
+        *clock.offset.lock().expect("lock") = TimeDelta::seconds(-5);
+        assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:02Z")));
+        assert!(clock.now() >= utc("2027-01-01T00:00:02Z"));
+    }
+
+    /// A host whose clock is 3 s fast, or 3 s slow, wakes at the database's
+    /// instant once the offset is known: never before it by the database's
+    /// clock, and without sleeping 3 s too long.
+    #[tokio::test(start_paused = true)]
+    async fn the_database_clock_wakes_at_the_database_instant() {
+        for skew in [3, -3] {
+            let database = TokioClock::starting_at(utc("2027-01-01T00:00:00.250Z"));
+            let host = Arc::new(TokioClock::starting_at(
+                utc("2027-01-01T00:00:00.250Z") + TimeDelta::seconds(skew),
+            ));
+            let clock = Arc::new(DatabaseClock::new(host.clone()));
+            assert_eq!(clock.offset(), None);
+            clock.set(Offset {
+                offset: TimeDelta::seconds(-skew),
+                error: Duration::from_micros(300),
+            });
+            let mut ticker = Ticker::new(schedule("* * * * * *", "UTC"), clock.clone());
+            for expected in ["2027-01-01T00:00:01Z", "2027-01-01T00:00:02Z"] {
+                let instant = ticker.tick().await.expect("instant");
+                assert_eq!(instant, utc(expected));
+                assert!(
+                    database.now() >= instant,
+                    "woke before the database's {instant}"
+                );
+                assert!(database.now() - instant < TimeDelta::milliseconds(2));
+                assert_eq!(host.now() - database.now(), TimeDelta::seconds(skew));
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_caller_still_gets_the_instants_it_was_late_for() {
+        let clock = Arc::new(SteppedClock {
+            base: TokioClock::starting_at(utc("2027-01-01T00:00:00.5Z")),
+            offset: std::sync::Mutex::new(TimeDelta::zero()),
+        });
+        let mut ticker = Ticker::new(schedule("* * * * * *", "UTC"), clock.clone());
+        assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:01Z")));
+        // Busy for 3.2 s: the instants it missed come out at once, in order.
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:02Z")));
+        assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:03Z")));
+        assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:04Z")));
+        assert_eq!(ticker.tick().await, Some(utc("2027-01-01T00:00:05Z")));
+        assert_eq!(ticker.take_skipped(), None);
+        // A step forward past the late limit skips what is too old, and
+        // says which.
+        *clock.offset.lock().expect("lock") = TimeDelta::hours(1);
+        let next = ticker.tick().await.expect("instant");
+        assert!(clock.now() - next <= LATE_LIMIT, "{next}");
+        let skipped = ticker.take_skipped().expect("skipped instants");
+        assert_eq!(skipped.first, utc("2027-01-01T00:00:06Z"));
+        assert_eq!(skipped.last + TimeDelta::seconds(1), next);
+        assert_eq!(skipped.count as i64, (next - skipped.first).num_seconds());
+        assert_eq!(ticker.take_skipped(), None);
+    }
+}

@@ -1,0 +1,58 @@
+//! What every task of a scheduler shares: the store, the claim batcher,
+//! the database's health, the history journal, the replica's identity and
+//! clock, the shutdown phase, and (for child processes) the guard. The
+//! one-off commands (`trigger`, `exec`) start one too.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::Phase;
+use super::claimer::Claimer;
+use crate::db::Store;
+use crate::db::health::Health;
+use crate::history::journal::Journal;
+use crate::runner::Guard;
+use crate::schedule::Clock;
+use crate::telemetry::Liveness;
+
+/// The shared parts of a running scheduler.
+pub(crate) struct Engine {
+    pub(crate) store: Store,
+    /// Kills the runs' process groups if this process dies; `None` where no
+    /// job is a child process.
+    pub(crate) guard: Option<Arc<Guard>>,
+    pub(crate) claimer: Claimer,
+    pub(crate) health: Arc<Health>,
+    pub(crate) journal: Journal,
+    /// This replica's id in leases and history.
+    pub(crate) instance: String,
+    /// The database's clock, as this replica reads it.
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) phase: watch::Receiver<Phase>,
+}
+
+impl Engine {
+    /// Starts the shared tasks (claim batcher, journal) for `instance`.
+    pub(crate) fn start(
+        store: Store,
+        instance: String,
+        clock: Arc<dyn Clock>,
+        phase: watch::Receiver<Phase>,
+        liveness: Arc<Liveness>,
+        guard: Option<Arc<Guard>>,
+    ) -> Arc<Engine> {
+        let health = Arc::new(Health::new(liveness));
+        let journal = Journal::start(store.clone(), health.clone());
+        Arc::new(Engine {
+            claimer: Claimer::start(store.clone(), instance.clone()),
+            store,
+            guard,
+            health,
+            journal,
+            instance,
+            clock,
+            phase,
+        })
+    }
+}

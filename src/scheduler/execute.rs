@@ -1,0 +1,445 @@
+//! One won instant: record each attempt, run its action, keep the lease
+//! alive meanwhile, stop the run on its timeout, a lost lease or shutdown,
+//! record how it ended, retry a failure if the job says so, release.
+//!
+//! The action runs as a task of its own: a panicking action ends its run
+//! (recorded `failed`), not the scheduler. Told to stop, an action has its
+//! grace to return (a child process: SIGTERM, then SIGKILL); past that the
+//! task is aborted.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use super::Phase;
+use super::engine::Engine;
+use super::job::{Job, JobSettings};
+use crate::history::journal::Write;
+use crate::history::{NewRun, RunFinish, RunStatus};
+use crate::lease::Lease;
+use crate::lease::keeper::{Keeper, LeaseState, LeaseTimes};
+use crate::runner::{Action, Ended, Ending, RunContext, StopReason};
+use crate::telemetry;
+
+/// How the last attempt of an instant ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// Its status.
+    pub(crate) status: RunStatus,
+    /// Its exit code, if a process exited.
+    pub(crate) exit_code: Option<i32>,
+    /// The tail of its output, as recorded (for a run that could not start:
+    /// why).
+    pub(crate) output: String,
+}
+
+/// How a run is recorded when that differs from its lease: an `exec
+/// --once` run holds the lease of its KEY, whose instant only names the
+/// key, and is recorded at the time it started, with the key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Recording {
+    /// Recorded (and given as `REPLICRON_SCHEDULED_AT`) instead of the
+    /// lease's instant.
+    pub(crate) instant: Option<DateTime<Utc>>,
+    /// The `exec --once` KEY.
+    pub(crate) once_key: Option<String>,
+}
+
+/// What runs: a name (its history rows carry it: a job's, or `exec`'s
+/// NAME), the settings that bound each run, and the action.
+#[derive(Clone)]
+pub(crate) struct Work {
+    pub(crate) name: String,
+    pub(crate) settings: JobSettings,
+    pub(crate) action: Arc<dyn Action>,
+}
+
+impl Work {
+    /// What `job` runs; `None` for a job with nothing to run (never built).
+    pub(crate) fn of(job: &Job) -> Option<Work> {
+        Some(Work {
+            name: job.name.clone(),
+            settings: job.settings.clone(),
+            action: job.action.clone()?,
+        })
+    }
+}
+
+/// What to run under a won lease.
+pub(crate) struct Plan {
+    pub(crate) work: Work,
+    pub(crate) lease: Lease,
+    pub(crate) recording: Recording,
+    /// The monotonic moment the lease was claimed (its first confirmation).
+    pub(crate) claimed: Instant,
+    /// The history row of attempt 1, when the claim batch recorded it (and
+    /// marked the runs of vanished holders abandoned).
+    pub(crate) first_run: Option<i64>,
+    /// Set, by the database's clock, once the last attempt is over, before
+    /// the lease is released.
+    pub(crate) ended: Option<Arc<OnceLock<DateTime<Utc>>>>,
+}
+
+/// Runs the instant `plan` won, with its retries, then releases the lease.
+/// Returns how the last attempt ended (`None` if none could be recorded).
+pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
+    let Plan {
+        work: job,
+        lease,
+        recording,
+        claimed,
+        first_run,
+        ended,
+    } = plan;
+    let settings = &job.settings;
+    let times = LeaseTimes::new(settings.lock_at_most_for, settings.kill_grace);
+    let mut keeper = Keeper::start(
+        engine.store.clone(),
+        engine.health.clone(),
+        lease.clone(),
+        times,
+        claimed,
+    );
+    if first_run.is_none() && lease.job == job.name {
+        engine.journal.push(Write::Abandoned {
+            job: job.name.clone(),
+            fence: lease.fence,
+        });
+    }
+    let attempts = 1 + settings.retries;
+    let mut last = None;
+    for attempt in 1..=attempts {
+        if attempt > 1 && !pause_before_retry(&engine, settings, &mut keeper).await {
+            break;
+        }
+        let recorded = if attempt == 1 { first_run } else { None };
+        let outcome = run_attempt(
+            &engine,
+            &job,
+            &lease,
+            &recording,
+            &mut keeper,
+            attempt,
+            recorded,
+        )
+        .await;
+        let retryable = matches!(
+            outcome,
+            Some(Outcome {
+                status: RunStatus::Failed | RunStatus::TimedOut,
+                ..
+            })
+        );
+        last = outcome;
+        if !retryable || attempt == attempts {
+            break;
+        }
+        info!(job = %job.name, instant = %super::fmt_instant(lease.instant), attempt, "retrying in {}", humantime::format_duration(settings.retry_backoff));
+    }
+    keeper.stop();
+    if let Some(ended) = ended {
+        let _ = ended.set(engine.clock.now());
+    }
+    release(&engine, &job, &lease).await;
+    last
+}
+
+/// Waits `retry_backoff` with the lease kept alive; false if the lease was
+/// lost or the scheduler is stopping meanwhile.
+async fn pause_before_retry(engine: &Engine, settings: &JobSettings, keeper: &mut Keeper) -> bool {
+    let pause = tokio::time::sleep(settings.retry_backoff);
+    tokio::pin!(pause);
+    let mut phase = engine.phase.clone();
+    loop {
+        if keeper.state() == LeaseState::Lost || *phase.borrow() != Phase::Running {
+            return false;
+        }
+        tokio::select! {
+            () = &mut pause => return true,
+            _ = keeper.changed() => {}
+            changed = phase.changed() => {
+                if changed.is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// One attempt; returns how it ended, or `None` if it could not be
+/// recorded (and so was not run).
+async fn run_attempt(
+    engine: &Arc<Engine>,
+    job: &Work,
+    lease: &Lease,
+    recording: &Recording,
+    keeper: &mut Keeper,
+    attempt: u32,
+    recorded: Option<i64>,
+) -> Option<Outcome> {
+    let instant = recording.instant.unwrap_or(lease.instant);
+    let started = match recorded {
+        Some(id) => Ok(id),
+        None => {
+            engine
+                .store
+                .record_run_started(NewRun {
+                    job: job.name.clone(),
+                    scheduled_at: instant,
+                    attempt: attempt as i32,
+                    instance: engine.instance.clone(),
+                    fence: lease.fence,
+                    once_key: recording.once_key.clone(),
+                })
+                .await
+        }
+    };
+    let run_id = match started {
+        Ok(id) => id,
+        Err(e) => {
+            engine.health.report_error(&e);
+            // A run whose start cannot be recorded is not started: nothing
+            // may run without a record.
+            error!(job = %job.name, instant = %super::fmt_instant(lease.instant), attempt, "run not started, its start could not be recorded: {e}");
+            return None;
+        }
+    };
+    let action = job.action.clone();
+    let (stop, stopped) = watch::channel(None);
+    let (started_tx, started_rx) = oneshot::channel();
+    let ctx = RunContext {
+        job: Arc::from(job.name.as_str()),
+        instant,
+        fence: lease.fence,
+        attempt,
+        run_id,
+        instance: Arc::from(engine.instance.as_str()),
+        stop: stopped,
+        lease: keeper.watch(),
+        lease_times: keeper.times(),
+        kill_grace: job.settings.kill_grace,
+        guard: engine.guard.clone(),
+        started: Arc::new(std::sync::Mutex::new(Some(started_tx))),
+    };
+    let began = Instant::now();
+    let mut task = tokio::spawn(action.run(ctx));
+    // The run counts as started when its action says so (a process once it
+    // is spawned): that is when lateness is what the job feels. A run that
+    // ends before saying so (it could not start) is not logged as started.
+    let ended_at_once = tokio::select! {
+        biased;
+        Ok(pid) = started_rx => {
+            let late = engine.clock.now() - lease.instant;
+            telemetry::start_lateness(&job.name, late.to_std().unwrap_or_default());
+            info!(
+                job = %job.name,
+                instant = %super::fmt_instant(lease.instant),
+                run_id,
+                fence = lease.fence,
+                attempt,
+                pid,
+                late_ms = late.num_milliseconds(),
+                "run started"
+            );
+            None
+        }
+        joined = &mut task => Some(ending_of(joined, job, run_id)),
+    };
+    let (stopped_for, ending) = match ended_at_once {
+        Some(ending) => (None, ending),
+        None => watch_run(engine, job, keeper, &mut task, &stop, run_id).await,
+    };
+    let mut status = match (stopped_for, ending.how) {
+        (_, Ended::NotStarted) => RunStatus::Error,
+        (Some(StopReason::Timeout), _) => RunStatus::TimedOut,
+        (Some(StopReason::LeaseLost), _) => RunStatus::LostLock,
+        (Some(StopReason::Shutdown { .. }), _) => RunStatus::Killed,
+        (None, Ended::Succeeded) => RunStatus::Succeeded,
+        (None, Ended::Failed) => RunStatus::Failed,
+    };
+    // Killed by a signal once the lease's confirmation deadline had passed:
+    // the guard stopped it for its lease (it acts on the same deadline as
+    // the keeper, which may not have noticed yet).
+    if status == RunStatus::Failed && ending.signal.is_some() && keeper.past_confirmation_deadline()
+    {
+        warn!(job = %job.name, run_id, "the run was stopped: its lease could not be confirmed in time");
+        status = RunStatus::LostLock;
+    }
+    // A replica frozen past its lease must not record a success (or any
+    // ending) it had no right to: check the lease first.
+    if matches!(status, RunStatus::Succeeded | RunStatus::Failed)
+        && !keeper.verify(&engine.store, &engine.health, lease).await
+    {
+        warn!(job = %job.name, run_id, "the run ended after its lease was lost");
+        status = RunStatus::LostLock;
+    }
+    if status == RunStatus::Error {
+        error!(job = %job.name, run_id, "cannot start the run: {}", ending.output.trim());
+    }
+    let duration = began.elapsed();
+    engine.journal.push(Write::Finished {
+        job: job.name.clone(),
+        id: run_id,
+        finish: RunFinish {
+            status,
+            exit_code: ending.exit_code,
+            output: ending.output.clone(),
+            duration,
+        },
+    });
+    let wall_clock_end = engine.clock.now().timestamp_millis() as f64 / 1000.0;
+    telemetry::run_finished(&job.name, status, duration, wall_clock_end);
+    info!(
+        job = %job.name,
+        instant = %super::fmt_instant(lease.instant),
+        run_id,
+        fence = lease.fence,
+        attempt,
+        status = %status,
+        exit_code = ending.exit_code,
+        duration_ms = duration.as_millis() as u64,
+        "run finished"
+    );
+    Some(Outcome {
+        status,
+        exit_code: ending.exit_code,
+        output: ending.output,
+    })
+}
+
+/// How long a run told to stop may take beyond its grace (a process gets
+/// SIGKILL at the end of the grace, and is then reaped) before its task is
+/// aborted.
+const ABORT_MARGIN: Duration = Duration::from_secs(2);
+
+/// Waits for the run's task to end; tells it to stop on timeout, on a lost
+/// lease and at shutdown, aborts it if it does not end in time, and records
+/// each confirmation of its lease. Returns why it was told to stop, if it
+/// was, and how it ended.
+async fn watch_run(
+    engine: &Engine,
+    job: &Work,
+    keeper: &mut Keeper,
+    task: &mut tokio::task::JoinHandle<Ending>,
+    stop: &watch::Sender<Option<StopReason>>,
+    run_id: i64,
+) -> (Option<StopReason>, Ending) {
+    let deadline = Instant::now() + job.settings.timeout;
+    let mut phase = engine.phase.clone();
+    let mut abort_at: Option<Instant> = None;
+    if keeper.state() == LeaseState::Lost {
+        tell(
+            stop,
+            &mut abort_at,
+            StopReason::LeaseLost,
+            keeper.times().stop_grace,
+        );
+    }
+    loop {
+        let stopping = *stop.borrow();
+        tokio::select! {
+            joined = &mut *task => return (stopping, ending_of(joined, job, run_id)),
+            () = tokio::time::sleep_until(deadline), if stopping.is_none() => {
+                warn!(job = %job.name, timeout = %humantime::format_duration(job.settings.timeout), "run timed out; stopping it");
+                tell(stop, &mut abort_at, StopReason::Timeout, job.settings.kill_grace);
+            }
+            () = tokio::time::sleep_until(abort_at.unwrap_or(deadline)), if abort_at.is_some() => {
+                task.abort();
+                warn!(job = %job.name, run_id, "the run did not end when told to stop; dropped");
+                return (
+                    stopping,
+                    Ending::of(Ended::Failed, "stopped: it did not end within its grace".to_string()),
+                );
+            }
+            state = keeper.changed() => match state {
+                LeaseState::Lost => {
+                    warn!(job = %job.name, "stopping the run: its lease is lost");
+                    tell(stop, &mut abort_at, StopReason::LeaseLost, keeper.times().stop_grace);
+                }
+                LeaseState::Held(_) => {
+                    engine.journal.push(Write::Confirmed { job: job.name.clone(), id: run_id });
+                }
+            },
+            changed = phase.changed() => {
+                let current = *phase.borrow();
+                match (changed, current) {
+                    (_, Phase::Stopping { immediate: true }) => {
+                        // Forced: a process gets SIGKILL at once.
+                        let _ = stop.send(Some(StopReason::Shutdown { immediate: true }));
+                        abort_at = Some(Instant::now() + ABORT_MARGIN);
+                    }
+                    (_, Phase::Stopping { immediate: false }) => {
+                        warn!(job = %job.name, "shutdown grace is over; stopping the run");
+                        tell(
+                            stop,
+                            &mut abort_at,
+                            StopReason::Shutdown { immediate: false },
+                            job.settings.kill_grace,
+                        );
+                    }
+                    // The controller is gone: nobody will say stop.
+                    (Err(_), _) => phase = tokio::sync::watch::channel(current).1,
+                    (Ok(()), _) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Tells the run to stop (once), and when its task is aborted if it has
+/// not ended by then.
+fn tell(
+    stop: &watch::Sender<Option<StopReason>>,
+    abort_at: &mut Option<Instant>,
+    reason: StopReason,
+    grace: Duration,
+) {
+    if stop.borrow().is_none() {
+        let _ = stop.send(Some(reason));
+        *abort_at = Some(Instant::now() + grace + ABORT_MARGIN);
+    }
+}
+
+/// How a run's task ended: its action's ending, or `failed` when it
+/// panicked (the scheduler goes on) or was cancelled.
+fn ending_of(joined: Result<Ending, tokio::task::JoinError>, job: &Work, run_id: i64) -> Ending {
+    match joined {
+        Ok(ending) => ending,
+        Err(e) if e.is_panic() => {
+            let message = panic_message(e.into_panic());
+            error!(job = %job.name, run_id, "the run panicked: {message}");
+            Ending::of(Ended::Failed, format!("panicked: {message}"))
+        }
+        Err(e) => Ending::of(Ended::Failed, format!("the run's task ended: {e}")),
+    }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(a panic without a message)".to_string())
+}
+
+async fn release(engine: &Engine, job: &Work, lease: &Lease) {
+    match engine
+        .store
+        .release(lease.clone(), job.settings.lock_at_least_for)
+        .await
+    {
+        Ok(true) => engine.health.report_ok(),
+        Ok(false) => {
+            warn!(job = %job.name, fence = lease.fence, "the lease was no longer ours at release")
+        }
+        Err(e) => {
+            engine.health.report_error(&e);
+            warn!(job = %job.name, "the lease could not be released; it ends by itself: {e}");
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! A job as the scheduler runs it: its name, schedule and settings, and
+//! its [`Action`], what a run does. An action is an async closure in a
+//! service that embeds replicron ([`Job::run`]), or a child process for the
+//! daemon (`runner::Process`). Every run gets a [`RunContext`]: the
+//! instant it is for, its fence and attempt, and a stop signal that fires
+//! when the run must end (its timeout, a lease that can no longer be
+//! confirmed, shutdown).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+
+use crate::config;
+use crate::runner::{Action, FnAction, RunContext};
+use crate::schedule::Schedule;
+
+/// A job: a name, a schedule and what to run.
+///
+/// ```
+/// # fn main() -> Result<(), replicron::Error> {
+/// use std::time::Duration;
+///
+/// let job = replicron::Job::new("purge-sessions", "*/5 * * * *")?
+///     .timezone("Europe/Berlin")?
+///     .lock_at_most_for(Duration::from_secs(600))
+///     .run(|ctx| async move {
+///         println!("purging for {}", ctx.instant());
+///         Ok::<(), std::io::Error>(())
+///     });
+/// # let _ = job;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Job {
+    pub(crate) name: String,
+    pub(crate) schedule: Schedule,
+    pub(crate) settings: JobSettings,
+    pub(crate) action: Option<Arc<dyn Action>>,
+    /// What the job is, for telling a changed definition (at a reload, and
+    /// across replicas): the whole definition for a job from a file, the
+    /// name and schedule for one built in code.
+    pub(crate) fingerprint: String,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("name", &self.name)
+            .field("schedule", &self.schedule.expression())
+            .field("zone", &self.schedule.zone())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The settings every job has, with the defaults of the job file's
+/// `[defaults]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct JobSettings {
+    pub(crate) lock_at_most_for: Duration,
+    pub(crate) lock_at_least_for: Duration,
+    pub(crate) timeout: Duration,
+    pub(crate) kill_grace: Duration,
+    pub(crate) catch_up: Duration,
+    pub(crate) retries: u32,
+    pub(crate) retry_backoff: Duration,
+}
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        JobSettings {
+            lock_at_most_for: config::DEFAULT_LOCK_AT_MOST_FOR,
+            lock_at_least_for: config::DEFAULT_LOCK_AT_LEAST_FOR,
+            timeout: config::DEFAULT_TIMEOUT,
+            kill_grace: config::DEFAULT_KILL_GRACE,
+            catch_up: config::DEFAULT_CATCH_UP,
+            retries: config::DEFAULT_RETRIES,
+            retry_backoff: config::DEFAULT_RETRY_BACKOFF,
+        }
+    }
+}
+
+impl Job {
+    /// A job called `name` that fires on `schedule`: 5 fields as
+    /// crontab(5), 6 with a leading seconds field, or a macro such as
+    /// `@daily`; in UTC unless [`Job::timezone`] says otherwise. The name is
+    /// the key of the job's lease row and history: 1 to 64 characters of
+    /// `A-Z a-z 0-9 _ . : -`.
+    pub fn new(name: &str, schedule: &str) -> Result<Job, crate::Error> {
+        if !config::is_valid_job_name(name) || name.starts_with(config::RESERVED_PREFIX) {
+            return Err(crate::Error::Config(format!(
+                "invalid job name {name:?}: use 1 to {} characters from A-Z a-z 0-9 _ . : - \
+                 (not starting with {:?})",
+                config::MAX_JOB_NAME_LEN,
+                config::RESERVED_PREFIX
+            )));
+        }
+        let schedule = Schedule::parse(schedule, Tz::UTC)
+            .map_err(|e| crate::Error::Config(format!("job {name:?}: {e}")))?;
+        Ok(Job {
+            fingerprint: format!("{name} {} {}", schedule.expression(), schedule.zone()),
+            name: name.to_string(),
+            schedule,
+            settings: JobSettings::default(),
+            action: None,
+        })
+    }
+
+    /// Evaluates the schedule in `zone`, an IANA name such as
+    /// `"Europe/Berlin"`, daylight saving included.
+    pub fn timezone(mut self, zone: &str) -> Result<Job, crate::Error> {
+        let tz: Tz = zone.parse().map_err(|_| {
+            crate::Error::Config(format!(
+                "job {:?}: unknown time zone {zone:?}: expected an IANA name such as \"Europe/Berlin\"",
+                self.name
+            ))
+        })?;
+        self.schedule = Schedule::parse(self.schedule.expression(), tz)
+            .map_err(|e| crate::Error::Config(format!("job {:?}: {e}", self.name)))?;
+        self.fingerprint = format!(
+            "{} {} {}",
+            self.name,
+            self.schedule.expression(),
+            self.schedule.zone()
+        );
+        Ok(self)
+    }
+
+    /// The lease's length (default 10 minutes): how long another replica
+    /// waits before it may take the job over from a holder that died. While
+    /// a run goes, its lease is kept alive every third of it; a run whose
+    /// lease cannot be confirmed for two thirds of it is stopped.
+    pub fn lock_at_most_for(mut self, length: Duration) -> Job {
+        self.settings.lock_at_most_for = length;
+        self
+    }
+
+    /// Keeps the lease at least this long after a run starts (default 0):
+    /// instants that come meanwhile are not run.
+    pub fn lock_at_least_for(mut self, length: Duration) -> Job {
+        self.settings.lock_at_least_for = length;
+        self
+    }
+
+    /// Stops a run after this long (default 1 hour): its stop signal fires
+    /// and it is recorded `timed_out`.
+    pub fn timeout(mut self, timeout: Duration) -> Job {
+        self.settings.timeout = timeout;
+        self
+    }
+
+    /// How long a run may take to end once told to stop (default 10 s);
+    /// an async run still going is then dropped.
+    pub fn kill_grace(mut self, grace: Duration) -> Job {
+        self.settings.kill_grace = grace;
+        self
+    }
+
+    /// Runs once, at start and when the database is back, the latest
+    /// instant nobody claimed, if it is at most this old (default 0: off).
+    pub fn catch_up(mut self, within: Duration) -> Job {
+        self.settings.catch_up = within;
+        self
+    }
+
+    /// Tries a failed or timed-out run again this often (default 0), under
+    /// the same lease, after `backoff` each time.
+    pub fn retries(mut self, retries: u32, backoff: Duration) -> Job {
+        self.settings.retries = retries;
+        self.settings.retry_backoff = backoff;
+        self
+    }
+
+    /// What a run does: an async function of its [`RunContext`]. `Ok` is
+    /// recorded `succeeded`, an error `failed` with its text as the run's
+    /// output; a panic is recorded `failed` and the scheduler goes on.
+    pub fn run<F, Fut, E>(mut self, action: F) -> Job
+    where
+        F: Fn(RunContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        self.action = Some(Arc::new(FnAction(action)));
+        self
+    }
+
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A job of the job file: its command run as a child process.
+    pub(crate) fn from_config(job: &config::Job) -> Job {
+        Job::with_process(
+            job,
+            crate::runner::Process {
+                command: job.command.clone(),
+                env: job.env.clone(),
+                working_dir: job.working_dir.clone(),
+                output_limit: job.output_limit,
+                inherit_stdio: false,
+            },
+        )
+    }
+
+    /// A job of the job file run as `process`.
+    pub(crate) fn with_process(job: &config::Job, process: crate::runner::Process) -> Job {
+        Job {
+            name: job.name.clone(),
+            schedule: job.schedule.clone(),
+            settings: JobSettings {
+                lock_at_most_for: job.lock_at_most_for,
+                lock_at_least_for: job.lock_at_least_for,
+                timeout: job.timeout,
+                kill_grace: job.kill_grace,
+                catch_up: job.catch_up,
+                retries: job.retries,
+                retry_backoff: job.retry_backoff,
+            },
+            action: Some(Arc::new(process)),
+            // The whole definition: any change to it is a change of the job.
+            fingerprint: format!("{job:?}"),
+        }
+    }
+
+    /// Checks what the builder methods could not: durations and their order.
+    pub(crate) fn validate(&self) -> Result<(), crate::Error> {
+        let fail = |key: &str, message: String| {
+            Err(crate::Error::Config(format!(
+                "job {:?}, {key}: {message}",
+                self.name
+            )))
+        };
+        let s = &self.settings;
+        for (key, value) in [
+            ("lock_at_most_for", s.lock_at_most_for),
+            ("timeout", s.timeout),
+            ("kill_grace", s.kill_grace),
+        ] {
+            if value.is_zero() {
+                return fail(key, "must be greater than zero".to_string());
+            }
+        }
+        if s.retries > 0 && s.retry_backoff.is_zero() {
+            return fail("retry_backoff", "must be greater than zero".to_string());
+        }
+        if s.lock_at_least_for > s.lock_at_most_for {
+            return fail(
+                "lock_at_least_for",
+                format!(
+                    "{} is longer than lock_at_most_for ({})",
+                    humantime::format_duration(s.lock_at_least_for),
+                    humantime::format_duration(s.lock_at_most_for)
+                ),
+            );
+        }
+        if self.action.is_none() {
+            return fail(
+                "run",
+                "the job has nothing to run: give it Job::run".to_string(),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,574 @@
+//! The scheduler: one tick loop per job claiming its instants through the
+//! lease and running the ones it wins, and the tasks that keep a replica
+//! honest (the database's health, its clock offset, its registry heartbeat,
+//! history retention). It is the library's heart: a service embeds it with
+//! jobs that are async functions, and the daemon is one user of it, with
+//! jobs that are child processes.
+//!
+//! Shutdown goes through a [`Phase`]: `Draining` stops the tick loops and
+//! lets runs finish; `Stopping` tells the runs that remain to stop
+//! (recorded `killed`). Every run still records its end and releases its
+//! lease, and the journal is flushed, before [`Scheduler::run_until`]
+//! returns. `docs/design.md#the-life-of-a-run` and
+//! `docs/design.md#failure-handling` describe what these loops guarantee.
+
+mod claimer;
+pub(crate) mod clock_sync;
+pub(crate) mod engine;
+pub(crate) mod execute;
+mod job;
+mod retention;
+mod tick;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use self::clock_sync::ClockSync;
+use self::engine::Engine;
+pub(crate) use self::execute::{Outcome, Plan, Recording, Work};
+pub use self::job::Job;
+pub(crate) use self::job::JobSettings;
+use crate::config::{self, DatabaseUrl};
+use crate::db::{Pool, Store};
+use crate::registry;
+use crate::runner::Guard;
+pub use crate::runner::RunContext;
+use crate::schedule::{Clock, DatabaseClock, SystemClock, fmt_instant};
+use crate::telemetry::{self, Liveness};
+
+/// Where a scheduler's leases and history live: a database URL, or a
+/// [`Pool`] the service already has.
+#[derive(Debug)]
+pub struct Database(DatabaseSource);
+
+#[derive(Debug)]
+enum DatabaseSource {
+    Url(String),
+    Parsed(DatabaseUrl),
+    Pool(Pool),
+}
+
+impl Database {
+    /// A URL the job file's validation has parsed already.
+    pub(crate) fn parsed(url: DatabaseUrl) -> Self {
+        Database(DatabaseSource::Parsed(url))
+    }
+}
+
+impl From<&str> for Database {
+    fn from(url: &str) -> Self {
+        Database(DatabaseSource::Url(url.to_string()))
+    }
+}
+
+impl From<String> for Database {
+    fn from(url: String) -> Self {
+        Database(DatabaseSource::Url(url))
+    }
+}
+
+impl From<Pool> for Database {
+    fn from(pool: Pool) -> Self {
+        Database(DatabaseSource::Pool(pool))
+    }
+}
+
+/// Where the scheduler is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Claiming and running.
+    Running,
+    /// No new claims; running jobs may finish.
+    Draining,
+    /// Running jobs are told to stop (`immediate`: a process gets SIGKILL at
+    /// once).
+    Stopping { immediate: bool },
+}
+
+/// How long the journal may take at shutdown to write what it holds.
+const JOURNAL_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds a [`Scheduler`]: see [`Scheduler::builder`].
+#[must_use = "a builder does nothing until built"]
+pub struct SchedulerBuilder {
+    database: Database,
+    instance_id: Option<String>,
+    jobs: Vec<Job>,
+    pool_size: u32,
+    shutdown_grace: Duration,
+    history_retention: Duration,
+    migrate: bool,
+    clock: Arc<dyn Clock>,
+    process_guard: bool,
+    liveness: Option<Arc<Liveness>>,
+    notify_systemd: bool,
+}
+
+impl std::fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("database", &self.database)
+            .field("instance_id", &self.instance_id)
+            .field("jobs", &self.jobs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SchedulerBuilder {
+    /// This replica's id in leases and history; unique per process (a
+    /// second process with the id of a live replica is refused). Default:
+    /// `<hostname>:<pid>:<random>`.
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// Adds a job.
+    pub fn job(mut self, job: Job) -> Self {
+        self.jobs.push(job);
+        self
+    }
+
+    /// The most database connections (default 8), when the scheduler opens
+    /// its own pool from a URL.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// At shutdown, how long running jobs may finish before they are told
+    /// to stop (default 30 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// History rows older than this are deleted, by one replica at a time
+    /// (default 30 days).
+    pub fn history_retention(mut self, retention: Duration) -> Self {
+        self.history_retention = retention;
+        self
+    }
+
+    /// Whether [`SchedulerBuilder::build`] applies pending migrations
+    /// (default: it does, one replica at a time across the cluster).
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// The host's clock (the system's unless a test gives a virtual one;
+    /// a SQLite database then reads it too).
+    #[cfg(all(test, feature = "sqlite"))]
+    pub(crate) fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Starts the guard process that kills the runs' process groups if this
+    /// process dies: for jobs that are child processes (the daemon's).
+    pub(crate) fn process_guard(mut self, on: bool) -> Self {
+        self.process_guard = on;
+        self
+    }
+
+    /// Beats for `/healthz` and systemd's watchdog.
+    pub(crate) fn liveness(mut self, liveness: Arc<Liveness>) -> Self {
+        self.liveness = Some(liveness);
+        self
+    }
+
+    /// Tells systemd (if it started this process) when the loops are up,
+    /// reloading and stopping.
+    pub(crate) fn notify_systemd(mut self, on: bool) -> Self {
+        self.notify_systemd = on;
+        self
+    }
+
+    /// Opens the database (and migrates it), checks the jobs, and registers
+    /// this replica. Fails on an invalid job or a duplicate job name, a
+    /// database that cannot be reached, or an instance id that a live
+    /// replica uses.
+    pub async fn build(self) -> Result<Scheduler, crate::Error> {
+        let mut names = std::collections::HashSet::new();
+        for job in &self.jobs {
+            job.validate()?;
+            if !names.insert(job.name.clone()) {
+                return Err(crate::Error::Config(format!(
+                    "two jobs are named {:?}: job names are unique",
+                    job.name
+                )));
+            }
+        }
+        let instance = match self.instance_id {
+            Some(id) if id.trim().is_empty() || id.len() > 255 => {
+                return Err(crate::Error::Config(
+                    "an instance id has 1 to 255 characters".to_string(),
+                ));
+            }
+            Some(id) => id,
+            None => default_instance_id(),
+        };
+        let (pool, clock) = (self.database.0, self.clock);
+        let pool = match pool {
+            DatabaseSource::Pool(pool) => pool,
+            source => {
+                let url = match source {
+                    DatabaseSource::Parsed(url) => url,
+                    DatabaseSource::Url(url) => {
+                        let cwd = std::env::current_dir().unwrap_or_default();
+                        DatabaseUrl::parse(&url, &cwd).map_err(crate::Error::Config)?
+                    }
+                    DatabaseSource::Pool(_) => unreachable!("matched above"),
+                };
+                let (size, clock) = (self.pool_size, clock.clone());
+                tokio::task::spawn_blocking(move || Pool::connect(&url, size, clock))
+                    .await
+                    .map_err(|e| crate::Error::Internal(e.to_string()))??
+            }
+        };
+        if self.migrate {
+            let migrating = pool.clone();
+            let applied = tokio::task::spawn_blocking(move || migrating.migrate())
+                .await
+                .map_err(|e| crate::Error::Internal(e.to_string()))??;
+            if applied > 0 {
+                info!(applied, "database migrated");
+            }
+        }
+        let store = Store::new(pool);
+        let me = registry::Me::new(&instance);
+        if let Some(previous) = store.register(me.clone()).await? {
+            info!(instance = %me.id, previous_pid = previous.pid, previous_host = %previous.host, "took over the instance id of a replica that is gone");
+        }
+        let guard = if self.process_guard {
+            Some(Arc::new(Guard::start().map_err(crate::Error::Guard)?))
+        } else {
+            None
+        };
+        Ok(Scheduler {
+            store,
+            me,
+            jobs: self.jobs,
+            clock,
+            guard,
+            liveness: self.liveness.unwrap_or_default(),
+            shutdown_grace: self.shutdown_grace,
+            history_retention: self.history_retention,
+            notify_systemd: self.notify_systemd,
+        })
+    }
+}
+
+/// Runs jobs exactly once per scheduled instant across every replica that
+/// shares its database.
+///
+/// Every replica builds the same jobs; at each instant of a job they race
+/// for the job's lease row, and only the winner runs it. See the crate's
+/// documentation for a whole service.
+pub struct Scheduler {
+    store: Store,
+    me: registry::Me,
+    jobs: Vec<Job>,
+    clock: Arc<dyn Clock>,
+    guard: Option<Arc<Guard>>,
+    liveness: Arc<Liveness>,
+    shutdown_grace: Duration,
+    history_retention: Duration,
+    notify_systemd: bool,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("instance", &self.me.id)
+            .field("jobs", &self.jobs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// A builder for a scheduler on `database`: a URL (`sqlite://path`,
+    /// `mysql://…`, `postgres://…`) or a [`Pool`].
+    pub fn builder(database: impl Into<Database>) -> SchedulerBuilder {
+        SchedulerBuilder {
+            database: database.into(),
+            instance_id: None,
+            jobs: Vec::new(),
+            pool_size: config::DEFAULT_POOL_SIZE,
+            shutdown_grace: config::DEFAULT_SHUTDOWN_GRACE,
+            history_retention: config::DEFAULT_HISTORY_RETENTION,
+            migrate: true,
+            clock: Arc::new(SystemClock),
+            process_guard: false,
+            liveness: None,
+            notify_systemd: false,
+        }
+    }
+
+    /// This replica's id in leases and history.
+    pub fn instance_id(&self) -> &str {
+        &self.me.id
+    }
+
+    /// Runs the jobs until `shutdown` resolves; then stops claiming, lets
+    /// running jobs finish for the shutdown grace, tells the ones still
+    /// going to stop, records every run's end, and returns.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), crate::Error> {
+        let (phase_tx, phase) = watch::channel(Phase::Running);
+        let grace = self.shutdown_grace;
+        let driver = tokio::spawn(async move {
+            shutdown.await;
+            let _ = phase_tx.send(Phase::Draining);
+            tokio::time::sleep(grace).await;
+            let _ = phase_tx.send(Phase::Stopping { immediate: false });
+            // Kept until the loops are gone, so the phase stays readable.
+            phase_tx.closed().await;
+        });
+        let (_reload_tx, reloads) = mpsc::channel(1);
+        let result = self.run(phase, reloads).await;
+        driver.abort();
+        result
+    }
+
+    /// Runs the jobs until `phase` leaves `Running` and every run has ended,
+    /// replacing the jobs with each set `reloads` sends.
+    pub(crate) async fn run(
+        self,
+        phase: watch::Receiver<Phase>,
+        mut reloads: mpsc::Receiver<Vec<Job>>,
+    ) -> Result<(), crate::Error> {
+        let Scheduler {
+            store,
+            me,
+            jobs,
+            clock,
+            guard,
+            liveness,
+            shutdown_grace: _,
+            history_retention,
+            notify_systemd,
+        } = self;
+        let jobs: Vec<Arc<Job>> = jobs.into_iter().map(Arc::new).collect();
+        let created = store
+            .ensure_rows(jobs.iter().map(|j| j.name.clone()).collect())
+            .await?;
+        // The tick loops fire on the database's clock, estimated before
+        // they start.
+        let database_clock = Arc::new(DatabaseClock::new(clock));
+        let mut clock_sync = ClockSync::new(database_clock.clone(), store.clone());
+        match clock_sync.sync().await {
+            Ok(estimate) => {
+                info!(host_ahead_by = %clock_sync::describe(estimate), "database clock read")
+            }
+            Err(e) => {
+                warn!(
+                    "cannot read the database's clock yet, firing on this host's until it can: {e}"
+                )
+            }
+        }
+        let engine = Engine::start(
+            store.clone(),
+            me.id.clone(),
+            database_clock,
+            phase.clone(),
+            liveness,
+            guard,
+        );
+        info!(
+            instance = %engine.instance,
+            database = %store.pool().url(),
+            jobs = jobs.len(),
+            lease_rows_created = created,
+            "replicron started"
+        );
+        let stop = || tick::draining(phase.clone());
+        let background = [
+            {
+                let (health, store, stop) = (engine.health.clone(), store.clone(), stop());
+                tokio::spawn(async move { health.probe(store, stop).await })
+            },
+            tokio::spawn(retention::prune_forever(
+                store.clone(),
+                engine.health.clone(),
+                engine.instance.clone(),
+                history_retention,
+            )),
+            tokio::spawn(clock_sync.run(engine.health.clone(), stop())),
+            tokio::spawn(heartbeat(store.clone(), me.clone(), engine.health.clone())),
+        ];
+        let mut loops = Loops::default();
+        for job in jobs {
+            loops.start(&engine, job);
+        }
+        if notify_systemd {
+            telemetry::notify_systemd("ready");
+        }
+        loop {
+            tokio::select! {
+                () = stop() => break,
+                Some(new) = reloads.recv() => {
+                    match loops.reload(&engine, new).await {
+                        Ok(()) => {}
+                        Err(e) => error!("the new jobs could not be applied, the old ones keep running: {e}"),
+                    }
+                    if notify_systemd {
+                        telemetry::notify_systemd("ready");
+                    }
+                }
+            }
+        }
+        if notify_systemd {
+            telemetry::notify_systemd("stopping");
+        }
+        loops.join().await;
+        for task in background {
+            task.abort();
+        }
+        let unwritten = engine.journal.flush(JOURNAL_FLUSH_TIMEOUT).await;
+        for write in &unwritten {
+            error!("history write not recorded before exit: {write}");
+        }
+        if let Err(e) = store.deregister(me).await {
+            warn!("could not remove this replica from the registry; it goes stale by itself: {e}");
+        }
+        info!(instance = %engine.instance, unwritten = unwritten.len(), "replicron stopped");
+        Ok(())
+    }
+}
+
+/// The running tick loops, one per job, and those retired by a reload that
+/// still finish a run.
+#[derive(Default)]
+struct Loops {
+    running: Vec<Loop>,
+    retired: Vec<JoinHandle<()>>,
+}
+
+/// A running job loop.
+struct Loop {
+    job: Arc<Job>,
+    retire: watch::Sender<bool>,
+    handle: JoinHandle<()>,
+}
+
+impl Loops {
+    fn start(&mut self, engine: &Arc<Engine>, job: Arc<Job>) {
+        telemetry::register_job(&job.name);
+        let (retire, retired) = watch::channel(false);
+        let handle = tokio::spawn(tick::job_loop(engine.clone(), job.clone(), retired));
+        self.running.push(Loop {
+            job,
+            retire,
+            handle,
+        });
+    }
+
+    /// Applies a new set of jobs: added ones get rows and loops, removed
+    /// ones are retired, changed ones (by their definition's fingerprint)
+    /// restart with it; a retired loop lets its current run finish.
+    async fn reload(&mut self, engine: &Arc<Engine>, wanted: Vec<Job>) -> Result<(), crate::Error> {
+        let wanted: Vec<Arc<Job>> = wanted.into_iter().map(Arc::new).collect();
+        let added: Vec<Arc<Job>> = wanted
+            .iter()
+            .filter(|job| !self.running.iter().any(|l| l.job.name == job.name))
+            .cloned()
+            .collect();
+        engine
+            .store
+            .ensure_rows(added.iter().map(|j| j.name.clone()).collect())
+            .await?;
+        let (mut kept, mut changed, mut removed) = (0, 0, 0);
+        for current in std::mem::take(&mut self.running) {
+            match wanted.iter().find(|job| job.name == current.job.name) {
+                Some(job) if job.fingerprint == current.job.fingerprint => {
+                    kept += 1;
+                    self.running.push(current);
+                }
+                Some(job) => {
+                    changed += 1;
+                    let _ = current.retire.send(true);
+                    self.retired.push(current.handle);
+                    self.start(engine, job.clone());
+                }
+                None => {
+                    removed += 1;
+                    let _ = current.retire.send(true);
+                    self.retired.push(current.handle);
+                }
+            }
+        }
+        for job in &added {
+            self.start(engine, job.clone());
+        }
+        self.retired.retain(|handle| !handle.is_finished());
+        info!(
+            added = added.len(),
+            changed,
+            removed,
+            unchanged = kept,
+            "config reloaded"
+        );
+        Ok(())
+    }
+
+    /// Waits for every loop (and its run) to end.
+    async fn join(self) {
+        for handle in self
+            .running
+            .into_iter()
+            .map(|l| l.handle)
+            .chain(self.retired)
+        {
+            if let Err(e) = handle.await {
+                error!("a job loop failed: {e}");
+            }
+        }
+    }
+}
+
+/// Says every [`registry::HEARTBEAT_EVERY`] that this replica is alive;
+/// warns loudly if its row was taken over by another process with its id.
+async fn heartbeat(store: Store, me: registry::Me, health: Arc<crate::db::health::Health>) {
+    let mut every = tokio::time::interval(registry::HEARTBEAT_EVERY);
+    let mut said = false;
+    loop {
+        every.tick().await;
+        match store.heartbeat(me.clone()).await {
+            Ok(true) => {
+                health.report_ok();
+                said = false;
+            }
+            Ok(false) if !said => {
+                error!(instance = %me.id, "another process has taken over this replica's instance id: leases and history can no longer tell the two apart; stop one of them");
+                said = true;
+            }
+            Ok(false) => {}
+            Err(e) => health.report_error(&e),
+        }
+    }
+}
+
+/// The default instance id: `<hostname>:<pid>:<random>`, unique per process.
+pub(crate) fn default_instance_id() -> String {
+    let host = hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown-host".to_string());
+    format!(
+        "{host}:{}:{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
+}
+
+/// On SQLite, whose clock a test can make virtual.
+#[cfg(all(test, feature = "sqlite"))]
+mod tests;

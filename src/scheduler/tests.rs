@@ -1,0 +1,308 @@
+//! The scheduler in process, with async jobs: on a paused tokio clock
+//! (SQLite then reads the same virtual clock) hours of a schedule pass in
+//! moments; on the real clock, a host clock that jumps does not start a run
+//! early.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, DurationRound as _, TimeDelta, Utc};
+
+use super::{Job, Scheduler};
+use crate::history::{RunFilter, RunRow, RunStatus, list_runs};
+use crate::schedule::{Clock, TokioClock};
+use crate::testing::TestDb;
+
+fn utc(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .expect("valid test time")
+        .with_timezone(&Utc)
+}
+
+/// Every run of `job`, oldest first.
+fn runs_of(db: &TestDb, job: &str) -> Vec<RunRow> {
+    let mut rows = list_runs(
+        &mut db.connect(),
+        &RunFilter {
+            job: Some(job.to_string()),
+            limit: 100_000,
+            ..Default::default()
+        },
+    )
+    .expect("history");
+    rows.reverse();
+    rows
+}
+
+/// A job that panics at every run, beside one that counts: each panic is
+/// recorded `failed` with its message, the other job runs every instant,
+/// and the scheduler stops cleanly. Ten minutes of a per-minute schedule,
+/// on a paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_job_is_recorded_failed_and_the_scheduler_goes_on() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let steady = Arc::new(AtomicUsize::new(0));
+    let counted = steady.clone();
+    let scheduler = Scheduler::builder(db.url.as_str())
+        .clock(clock)
+        .instance_id("solo")
+        .job(
+            Job::new("panics", "* * * * *")
+                .expect("job")
+                .run(|ctx| async move {
+                    assert!(ctx.attempt() == 0, "the job broke at {}", ctx.instant());
+                    Ok::<(), String>(())
+                }),
+        )
+        .job(Job::new("steady", "* * * * *").expect("job").run(move |_| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), String>(())
+            }
+        }))
+        .build()
+        .await
+        .expect("build");
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(10 * 60)))
+        .await
+        .expect("the scheduler outlives the panics");
+
+    let panics = runs_of(&db, "panics");
+    let instants: Vec<String> = panics
+        .iter()
+        .map(|r| r.scheduled_at.format("%H:%M").to_string())
+        .collect();
+    assert_eq!(
+        instants,
+        (1..=10).map(|m| format!("00:{m:02}")).collect::<Vec<_>>()
+    );
+    for row in &panics {
+        assert_eq!(row.status, RunStatus::Failed, "{row:?}");
+        assert!(row.finished_at.is_some(), "{row:?}");
+        assert!(
+            row.output.contains("panicked") && row.output.contains("the job broke at"),
+            "{:?}",
+            row.output
+        );
+    }
+    assert_eq!(steady.load(Ordering::SeqCst), 10);
+    let steady_rows = runs_of(&db, "steady");
+    assert_eq!(steady_rows.len(), 10);
+    assert!(steady_rows.iter().all(|r| r.status == RunStatus::Succeeded));
+}
+
+/// Two replicas, one job whose first two attempts fail: its retries run on
+/// the replica that won the instant, under the same lease (one fence), as
+/// further attempts of the same instant, each after its backoff; the error's
+/// text is each failed attempt's output. On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn retries_run_under_one_lease_with_one_row_per_attempt() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = |id: &'static str| {
+        Scheduler::builder(db.url.as_str())
+            .clock(clock.clone())
+            .instance_id(id)
+            .job(
+                Job::new("flaky", "*/5 * * * *")
+                    .expect("job")
+                    .retries(2, Duration::from_secs(10))
+                    .run(|ctx| async move {
+                        if ctx.attempt() < 3 {
+                            Err(format!("attempt {} found the API down", ctx.attempt()))
+                        } else {
+                            Ok(())
+                        }
+                    }),
+            )
+            .build()
+    };
+    let (p, q) = (
+        replica("p").await.expect("build"),
+        replica("q").await.expect("build"),
+    );
+    let until = || tokio::time::sleep(Duration::from_secs(6 * 60));
+    let (p, q) = tokio::join!(p.run_until(until()), q.run_until(until()));
+    p.expect("p runs");
+    q.expect("q runs");
+    let rows = runs_of(&db, "flaky");
+    let seen: Vec<(String, i32, RunStatus, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.scheduled_at.format("%H:%M").to_string(),
+                r.attempt,
+                r.status,
+                r.output.clone(),
+            )
+        })
+        .collect();
+    let failed = |n: i32| {
+        (
+            "00:05".to_string(),
+            n,
+            RunStatus::Failed,
+            format!("attempt {n} found the API down"),
+        )
+    };
+    assert_eq!(
+        seen,
+        [
+            failed(1),
+            failed(2),
+            ("00:05".to_string(), 3, RunStatus::Succeeded, String::new()),
+        ]
+    );
+    assert!(
+        rows.iter()
+            .all(|r| r.instance == rows[0].instance && r.fence == rows[0].fence),
+        "{rows:?}"
+    );
+    let gap = rows[1].started_at - rows[0].finished_at.expect("ended");
+    assert!(gap >= TimeDelta::seconds(10), "the backoff was {gap}");
+}
+
+/// Catch-up runs an instant nobody claimed only if the job's lease row
+/// existed by then: a job new to the fleet has missed nothing, while a job
+/// whose replicas were all down at its instant is caught up, once. On a
+/// paused clock: an hour passes with no replica running.
+#[tokio::test(start_paused = true)]
+async fn catch_up_skips_what_came_before_the_job_existed() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = |id: &'static str| {
+        Scheduler::builder(db.url.as_str())
+            .clock(clock.clone())
+            .instance_id(id)
+            .job(
+                Job::new("new-purge", "0 * * * *")
+                    .expect("job")
+                    .catch_up(Duration::from_secs(3600))
+                    .run(|_| async { Ok::<(), String>(()) }),
+            )
+            .build()
+    };
+    // 00:00 came 30 s before the job existed: not caught up.
+    replica("first")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(30)))
+        .await
+        .expect("runs");
+    assert!(runs_of(&db, "new-purge").is_empty());
+    // No replica runs at 01:00; one starts at 01:00:30 and catches it up.
+    tokio::time::sleep(Duration::from_secs(3600 - 60)).await;
+    replica("second")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(60)))
+        .await
+        .expect("runs");
+    let rows = runs_of(&db, "new-purge");
+    let seen: Vec<(String, RunStatus)> = rows
+        .iter()
+        .map(|r| (r.scheduled_at.format("%H:%M").to_string(), r.status))
+        .collect();
+    assert_eq!(seen, [("01:00".to_string(), RunStatus::Succeeded)]);
+}
+
+/// Each run's job, instant and start.
+type Starts = Arc<Mutex<Vec<(String, DateTime<Utc>, DateTime<Utc>)>>>;
+
+/// A host clock that a test can move under a running scheduler.
+struct MovableClock {
+    ahead: Mutex<TimeDelta>,
+}
+
+impl Clock for MovableClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now() + *self.ahead.lock().expect("clock")
+    }
+}
+
+/// The host's clock jumps 700 ms ahead between two estimates of its offset:
+/// the tick loop wakes early by the database's clock, the claim is refused
+/// as "not yet" and tried again at the instant, so no run starts early and
+/// none is lost. On the real clock, on SQLite (whose clock is the host's
+/// real one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_refused_as_not_yet_runs_at_the_instant() {
+    let db = TestDb::sqlite();
+    // The database's clock stays the real one: the file's connections read
+    // the system clock, the scheduler the movable one.
+    drop(db.pool(1));
+    let pool = crate::db::Pool::open(&db.url, 4).expect("pool");
+    let clock = Arc::new(MovableClock {
+        ahead: Mutex::new(TimeDelta::zero()),
+    });
+    let starts: Starts = Arc::default();
+    let mut builder = Scheduler::builder(pool).clock(clock.clone());
+    for n in 0..2 {
+        let starts = starts.clone();
+        builder = builder.job(
+            Job::new(&format!("job-{n}"), "* * * * * *")
+                .expect("job")
+                .run(move |ctx| {
+                    starts.lock().expect("starts").push((
+                        ctx.job().to_string(),
+                        ctx.instant(),
+                        Utc::now(),
+                    ));
+                    async { Ok::<(), String>(()) }
+                }),
+        );
+    }
+    let scheduler = builder.build().await.expect("build");
+    // The offset (zero) is estimated at start; the next estimate is 30 s
+    // away. Jump then, and let 4 instants pass on the wrong clock.
+    let jump = clock.clone();
+    let window = Arc::new(Mutex::new(None));
+    let window_set = window.clone();
+    scheduler
+        .run_until(async move {
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            *jump.ahead.lock().expect("clock") = TimeDelta::milliseconds(700);
+            let start = Utc::now()
+                .duration_trunc(TimeDelta::seconds(1))
+                .expect("truncate")
+                + TimeDelta::seconds(1);
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let end = Utc::now()
+                .duration_trunc(TimeDelta::seconds(1))
+                .expect("truncate")
+                - TimeDelta::seconds(1);
+            *window_set.lock().expect("window") = Some((start, end));
+        })
+        .await
+        .expect("runs");
+    let (start, end) = window.lock().expect("window").expect("set");
+    let starts = starts.lock().expect("starts").clone();
+    let mut count: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
+    for (job, instant, _) in &starts {
+        *count.entry((job.clone(), *instant)).or_default() += 1;
+    }
+    let mut t = start;
+    while t <= end {
+        for n in 0..2 {
+            assert_eq!(
+                count.get(&(format!("job-{n}"), t)),
+                Some(&1),
+                "job-{n} at {t}: {starts:?}"
+            );
+        }
+        t += TimeDelta::seconds(1);
+    }
+    let earliest = starts
+        .iter()
+        .map(|(_, instant, at)| (*at - *instant).as_seconds_f64() * 1000.0)
+        .fold(f64::MAX, f64::min);
+    assert!(
+        earliest >= 0.0,
+        "a run started {earliest:.1} ms before its instant"
+    );
+}

@@ -1,0 +1,436 @@
+//! The tick loop of one job: sleep until each instant by the database's
+//! clock, claim it (through the [`super::claimer`]), and on a win start the
+//! run; tell an overrun (the previous run was going when the instant came)
+//! from an instant that only waits for a late or finishing run, and log
+//! every instant skipped with its reason. Catch-up at start and after an
+//! outage.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::claimer::Claimed;
+use super::engine::Engine;
+use super::execute::{self, Plan, Recording};
+use super::job::Job;
+use super::{Phase, fmt_instant};
+use crate::backoff::Backoff;
+use crate::db::DbError;
+use crate::db::health::DbState;
+use crate::history::RunStatus;
+use crate::lease::{self, Claim};
+use crate::schedule::{LATE_LIMIT, Ticker};
+use crate::telemetry;
+
+/// Waits until the phase is no longer `Running`.
+pub(crate) async fn draining(mut phase: watch::Receiver<Phase>) {
+    let _ = phase.wait_for(|p| *p != Phase::Running).await;
+}
+
+/// A run this replica started: when it claimed it and, once its last
+/// attempt's process has ended, when that was (both by the database's
+/// clock). An instant that comes while it is recorded and released is no
+/// overrun: only one that came while it was going.
+struct Current {
+    task: JoinHandle<()>,
+    claimed_at: DateTime<Utc>,
+    ended: Arc<OnceLock<DateTime<Utc>>>,
+}
+
+impl Current {
+    fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+
+    /// Whether the run was going at `instant`.
+    fn was_going_at(&self, instant: DateTime<Utc>) -> bool {
+        self.claimed_at < instant && self.ended.get().is_none_or(|end| *end > instant)
+    }
+}
+
+pub(crate) async fn job_loop(
+    engine: Arc<Engine>,
+    job: Arc<Job>,
+    mut retired: watch::Receiver<bool>,
+) {
+    let mut current: Option<Current> = None;
+    let mut overrun_reported = false;
+    let mut health = engine.health.subscribe();
+    let mut ticker = Ticker::new(job.schedule.clone(), engine.clock.clone());
+    let stop = |retired: &mut watch::Receiver<bool>| {
+        let (phase, retired) = (engine.phase.clone(), retired.clone());
+        async move {
+            let mut retired = retired;
+            tokio::select! {
+                () = draining(phase) => {}
+                _ = retired.wait_for(|retired| *retired) => {}
+            }
+        }
+    };
+    if let Some((instant, run)) = catch_up(&engine, &job).await {
+        current = run;
+        ticker = Ticker::resuming_after(job.schedule.clone(), engine.clock.clone(), instant);
+    }
+    loop {
+        let instant = tokio::select! {
+            biased;
+            () = stop(&mut retired) => break,
+            changed = health.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let state = *health.borrow_and_update();
+                if state == DbState::Up && current.as_ref().is_none_or(|run| !run.is_running()) {
+                    // Back from an outage: the missed instants are catch-up's.
+                    ticker = Ticker::new(job.schedule.clone(), engine.clock.clone());
+                    if let Some((instant, run)) = catch_up(&engine, &job).await {
+                        current = run;
+                        ticker = Ticker::resuming_after(job.schedule.clone(), engine.clock.clone(), instant);
+                    }
+                }
+                continue;
+            }
+            instant = ticker.tick() => match instant {
+                Some(instant) => instant,
+                None => break,
+            },
+        };
+        if let Some(skipped) = ticker.take_skipped() {
+            telemetry::skipped(&job.name, "too_late", skipped.count);
+            warn!(
+                job = %job.name,
+                first = %fmt_instant(skipped.first),
+                last = %fmt_instant(skipped.last),
+                count = skipped.count,
+                "instants skipped: more than {}s late when this replica got to them (it was blocked, or its clock stepped)",
+                LATE_LIMIT.num_seconds()
+            );
+        }
+        if !engine.health.is_up() {
+            telemetry::skipped(&job.name, "database_down", 1);
+            debug!(job = %job.name, instant = %fmt_instant(instant), "skipped: the database is unreachable");
+            continue;
+        }
+        if let Some(run) = current.as_mut().filter(|run| run.is_running()) {
+            if run.was_going_at(instant) {
+                telemetry::overrun(&job.name);
+                if !overrun_reported {
+                    warn!(
+                        job = %job.name,
+                        instant = %fmt_instant(instant),
+                        running_since = %fmt_instant(run.claimed_at),
+                        "overrun: the job's previous run was still going at this instant; its instants are skipped until it ends"
+                    );
+                    overrun_reported = true;
+                }
+                continue;
+            }
+            // The run started after this instant came due (this replica was
+            // blocked: a stall, a slow claim), or it had ended and is being
+            // recorded and released. The instant waits for it.
+            let deadline = deadline_for(&engine, instant);
+            tokio::select! {
+                biased;
+                () = stop(&mut retired) => break,
+                () = tokio::time::sleep_until(deadline) => {
+                    skip_too_late(&job, instant, "the job's previous run, started late, was still going");
+                    continue;
+                }
+                _ = &mut run.task => {}
+            }
+            // Its task is over (and awaited): nothing left to wait for.
+            current = None;
+        }
+        match attempt(&engine, &job, instant).await {
+            Attempt::Won(run) => {
+                current = Some(run);
+                overrun_reported = false;
+            }
+            Attempt::Overrun { since } if !overrun_reported => {
+                warn!(
+                    job = %job.name,
+                    instant = %fmt_instant(instant),
+                    running_since = %fmt_instant(since),
+                    "overrun: the job's lease is held by a run that was going at this instant; its instants are skipped until it ends"
+                );
+                overrun_reported = true;
+            }
+            Attempt::Lost => overrun_reported = false,
+            Attempt::Overrun { .. } | Attempt::Skipped => {}
+        }
+    }
+    if let Some(run) = current {
+        let _ = run.task.await;
+    }
+}
+
+/// The latest moment an instant may still be claimed: [`LATE_LIMIT`] after
+/// it, by the database's clock, as a point on the monotonic clock.
+fn deadline_for(engine: &Engine, instant: DateTime<Utc>) -> Instant {
+    let left = (instant + LATE_LIMIT - engine.clock.now())
+        .to_std()
+        .unwrap_or_default();
+    Instant::now() + left
+}
+
+fn skip_too_late(job: &Job, instant: DateTime<Utc>, why: &str) {
+    telemetry::skipped(&job.name, "too_late", 1);
+    warn!(
+        job = %job.name,
+        instant = %fmt_instant(instant),
+        "instant skipped: not claimable within {}s of its time: {why}",
+        LATE_LIMIT.num_seconds()
+    );
+}
+
+/// Catch-up: the latest instant at or before now, if it is at
+/// most `catch_up` old, is claimed; the claim itself refuses it if it ran
+/// already. Returns the instant and its run, if won.
+async fn catch_up(
+    engine: &Arc<Engine>,
+    job: &Arc<Job>,
+) -> Option<(DateTime<Utc>, Option<Current>)> {
+    let instant = catch_up_instant(job, engine.clock.now())?;
+    // A job the fleet has just been given has missed nothing: only instants
+    // after its lease row was created are caught up.
+    let row = engine.store.find_lock(&job.name).await;
+    match row {
+        Ok(Some(row))
+            if row
+                .created_at
+                .is_some_and(|created| instant < created.and_utc()) =>
+        {
+            debug!(job = %job.name, instant = %fmt_instant(instant), "no catch-up: the instant came before the job was added");
+            return None;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            engine.health.report_error(&e);
+            return None;
+        }
+    }
+    let run = match attempt(engine, job, instant).await {
+        Attempt::Won(run) => {
+            info!(job = %job.name, instant = %fmt_instant(instant), "catching up a missed instant");
+            Some(run)
+        }
+        _ => None,
+    };
+    Some((instant, run))
+}
+
+/// The instant catch-up may claim: the latest one at or before `now`, if it
+/// is at most `catch_up` old.
+fn catch_up_instant(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    if job.settings.catch_up.is_zero() {
+        return None;
+    }
+    let instant = job.schedule.latest_at_or_before(now)?;
+    let age = (now - instant).to_std().ok()?;
+    (age <= job.settings.catch_up).then_some(instant)
+}
+
+/// What became of one instant on this replica.
+enum Attempt {
+    /// Won: the run.
+    Won(Current),
+    /// Another replica has it (or a later one).
+    Lost,
+    /// The lease was held by a run that was going at the instant, or by
+    /// `lock_at_least_for`: an overrun.
+    Overrun {
+        /// When that run was claimed.
+        since: DateTime<Utc>,
+    },
+    /// Not claimed for another reason, logged where it was found.
+    Skipped,
+}
+
+/// Claims `instant` of `job`; on a win, starts the run.
+///
+/// A claim the database refuses as not yet due (this replica's clock is
+/// ahead of the database's) is tried again when it is; a contended one at
+/// once. A lease held by a run claimed after the instant came (it started
+/// late), or by one that had ended before the instant but whose release has
+/// not landed, is waited for until the instant is [`LATE_LIMIT`] old. A
+/// lease held by a run that was going at the instant, or on purpose by
+/// `lock_at_least_for`, makes the instant an overrun.
+async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
+    let deadline = deadline_for(engine, instant);
+    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(250));
+    let mut wait = |reason: &str| {
+        if *engine.phase.borrow() != Phase::Running {
+            return None;
+        }
+        let pause = backoff.next_pause();
+        if Instant::now() + pause > deadline {
+            skip_too_late(job, instant, reason);
+            return None;
+        }
+        Some(pause)
+    };
+    loop {
+        let claimed = engine.claimer.claim(job, instant).await;
+        if claimed.is_ok() {
+            engine.health.report_ok();
+        }
+        let pause = match claimed {
+            Ok(Claimed::Won(lease, run_id)) => {
+                telemetry::claim(&job.name, true);
+                let claimed_at = engine.clock.now();
+                let ended = Arc::new(OnceLock::new());
+                let Some(work) = execute::Work::of(job) else {
+                    return Attempt::Skipped;
+                };
+                let run = execute::execute(
+                    engine.clone(),
+                    Plan {
+                        work,
+                        lease,
+                        recording: Recording::default(),
+                        claimed: Instant::now(),
+                        first_run: run_id,
+                        ended: Some(ended.clone()),
+                    },
+                );
+                return Attempt::Won(Current {
+                    task: tokio::spawn(async move {
+                        run.await;
+                    }),
+                    claimed_at,
+                    ended,
+                });
+            }
+            Ok(Claimed::NotWon(Claim::Won(_) | Claim::Taken)) => {
+                telemetry::claim(&job.name, false);
+                debug!(job = %job.name, instant = %fmt_instant(instant), "claim lost");
+                return Attempt::Lost;
+            }
+            Ok(Claimed::NotWon(Claim::NotYet { wait })) => {
+                debug!(job = %job.name, instant = %fmt_instant(instant), wait_ms = wait.as_millis() as u64, "not yet due by the database's clock");
+                wait.min(MAX_NOT_YET_WAIT) + Duration::from_millis(1)
+            }
+            Ok(Claimed::NotWon(Claim::Contended)) => {
+                debug!(job = %job.name, instant = %fmt_instant(instant), "claim contended; claiming again");
+                match wait("claims kept being contended") {
+                    Some(_) => Duration::from_millis(1),
+                    None => return Attempt::Skipped,
+                }
+            }
+            Ok(Claimed::NotWon(Claim::Held(holder))) => {
+                match holder.claimed_at.filter(|since| *since < instant) {
+                    // Claimed after the instant came: a run that started
+                    // late; the instant waits for it.
+                    None => {
+                        match wait("the job's lease stayed held by a run that started after it") {
+                            Some(pause) => pause,
+                            None => return Attempt::Skipped,
+                        }
+                    }
+                    Some(since) => {
+                        if held_on_purpose(job, &holder, since) {
+                            telemetry::overrun(&job.name);
+                            return Attempt::Overrun { since };
+                        }
+                        match was_going_at(engine, job, &holder, instant).await {
+                            Ok(true) => {
+                                telemetry::overrun(&job.name);
+                                return Attempt::Overrun { since };
+                            }
+                            // Its run had ended: its release has not landed yet.
+                            Ok(false) => {
+                                match wait("the release of the job's previous run did not land") {
+                                    Some(pause) => pause,
+                                    None => return Attempt::Skipped,
+                                }
+                            }
+                            Err(e) => {
+                                engine.health.report_error(&e);
+                                telemetry::skipped(&job.name, "error", 1);
+                                warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
+                                return Attempt::Skipped;
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                engine.health.report_error(&e);
+                if e.is_unreachable() {
+                    // Said once by the health state; a claim whose answer
+                    // was lost may still have been committed.
+                    debug!(job = %job.name, instant = %fmt_instant(instant), "claim not answered: {e}");
+                } else {
+                    telemetry::skipped(&job.name, "error", 1);
+                    warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
+                }
+                return Attempt::Skipped;
+            }
+        };
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Whether a lease claimed at `since` is held only because of
+/// `lock_at_least_for`: released, it ends at `claimed_at +
+/// lock_at_least_for`; unreleased, it ends a whole `lock_at_most_for` after
+/// its last confirmation.
+fn held_on_purpose(job: &Job, holder: &lease::Holder, since: DateTime<Utc>) -> bool {
+    let at_least = chrono::TimeDelta::from_std(job.settings.lock_at_least_for).unwrap_or_default();
+    !job.settings.lock_at_least_for.is_zero() && holder.until <= since + at_least
+}
+
+/// How long the history may say a lease's run is still going before that
+/// is believed: its end record lands a moment after the run ends, and after
+/// a stall (this replica's instant is already late) all the writes the stall
+/// held back land together.
+const END_RECORD_PATIENCE: Duration = Duration::from_millis(250);
+const END_RECORD_PATIENCE_AFTER_STALL: Duration = Duration::from_secs(3);
+
+/// Whether the run holding `holder`'s lease was going at `instant`, by its
+/// history: it ended (its last attempt, with no retry to come) before the
+/// instant, or it did not.
+async fn was_going_at(
+    engine: &Engine,
+    job: &Job,
+    holder: &lease::Holder,
+    instant: DateTime<Utc>,
+) -> Result<bool, DbError> {
+    let Some(held_instant) = holder.instant else {
+        return Ok(true);
+    };
+    let late = (engine.clock.now() - instant).to_std().unwrap_or_default();
+    let patience = if late > Duration::from_secs(1) {
+        END_RECORD_PATIENCE_AFTER_STALL
+    } else {
+        END_RECORD_PATIENCE
+    };
+    let give_up = Instant::now() + patience;
+    loop {
+        let row = engine
+            .store
+            .latest_attempt(&job.name, held_instant, holder.fence)
+            .await?;
+        let ended = row.and_then(|run| {
+            let status = run.status;
+            let retry_to_come = matches!(status, RunStatus::Failed | RunStatus::TimedOut)
+                && run.attempt <= job.settings.retries as i32;
+            let finished = run.finished_at?;
+            (status != RunStatus::Running && !retry_to_come).then(|| finished.and_utc())
+        });
+        match ended {
+            Some(end) => return Ok(end > instant),
+            None if Instant::now() >= give_up => return Ok(true),
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// The longest pause before claiming again an instant the database said is
+/// not yet due: a wrong offset is corrected by the next estimate.
+const MAX_NOT_YET_WAIT: Duration = Duration::from_secs(5);

@@ -1,0 +1,196 @@
+//! Prometheus metrics, recorded through the `metrics` facade (a no-op
+//! until a recorder is installed: the daemon installs one, a service that
+//! embeds replicron may install its own) and rendered by
+//! `metrics-exporter-prometheus`.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tracing::debug;
+
+use crate::history::RunStatus;
+
+/// Installs the Prometheus recorder once per process and returns its handle.
+pub(crate) fn install() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                60.0, 300.0, 1800.0, 3600.0,
+            ];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(&buckets)
+                .map(PrometheusBuilder::build_recorder)
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                debug!("a metrics recorder was already installed");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+/// The HELP text of every metric (`promtool check metrics` wants one).
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "replicron_claims_total",
+        "Claims of a job's instants by this replica, by result (won: it ran the instant; lost: another replica or a later instant had it)"
+    );
+    describe_counter!(
+        "replicron_overruns_total",
+        "Instants not run because the job's previous run was still going when they came (or lock_at_least_for kept its lease)"
+    );
+    describe_counter!(
+        "replicron_instants_skipped_total",
+        "Instants this replica did not claim, by reason: database_down, too_late (more than 60 s late), error"
+    );
+    describe_histogram!(
+        "replicron_start_lateness_seconds",
+        Unit::Seconds,
+        "Time from a scheduled instant (by the database's clock) to its run's process start"
+    );
+    describe_counter!(
+        "replicron_runs_total",
+        "Run attempts that ended on this replica, by status"
+    );
+    describe_histogram!(
+        "replicron_run_duration_seconds",
+        Unit::Seconds,
+        "How long run attempts took, by job"
+    );
+    describe_gauge!(
+        "replicron_last_success_timestamp_seconds",
+        Unit::Seconds,
+        "Unix time of the job's last successful run on this replica (0: none since it started)"
+    );
+    describe_counter!(
+        "replicron_lease_extensions_failed_total",
+        "Keep-alive extensions of a running job's lease that failed (not answered, or the lease was gone)"
+    );
+    describe_counter!(
+        "replicron_database_errors_total",
+        "Database calls that failed"
+    );
+    describe_gauge!(
+        "replicron_history_pending_writes",
+        "History writes (runs' ends) queued until the database takes them"
+    );
+    describe_gauge!(
+        "replicron_clock_offset_seconds",
+        Unit::Seconds,
+        "How far this host's clock is ahead of the database's (negative: behind); replicas fire on the database's clock"
+    );
+    describe_gauge!(
+        "replicron_clock_offset_error_seconds",
+        Unit::Seconds,
+        "The error bound of replicron_clock_offset_seconds: half the sample's round trip plus the database clock's resolution"
+    );
+    describe_gauge!(
+        "replicron_database_up",
+        "1 while the database answers, 0 while it is unreachable"
+    );
+    counter!("replicron_database_errors_total").increment(0);
+    gauge!("replicron_history_pending_writes").set(0.0);
+}
+
+/// Every per-job counter and gauge an alert may need, at 0, so that a rule
+/// such as `increase(replicron_runs_total{status="failed"}[1h]) > 0` sees
+/// the job before its first failure.
+pub(crate) fn register_job(job: &str) {
+    for result in ["won", "lost"] {
+        counter!("replicron_claims_total", "job" => job.to_string(), "result" => result)
+            .increment(0);
+    }
+    counter!("replicron_overruns_total", "job" => job.to_string()).increment(0);
+    for reason in ["database_down", "too_late", "error"] {
+        counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
+            .increment(0);
+    }
+    for status in RunStatus::ALL {
+        if status != RunStatus::Running {
+            counter!("replicron_runs_total", "job" => job.to_string(), "status" => status.as_str())
+                .increment(0);
+        }
+    }
+    counter!("replicron_lease_extensions_failed_total", "job" => job.to_string()).increment(0);
+    gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string()).increment(0.0);
+}
+
+/// A claim this replica won or lost.
+pub(crate) fn claim(job: &str, won: bool) {
+    let result = if won { "won" } else { "lost" };
+    counter!("replicron_claims_total", "job" => job.to_string(), "result" => result).increment(1);
+}
+
+/// An instant skipped because the job's lease stayed held.
+pub(crate) fn overrun(job: &str) {
+    counter!("replicron_overruns_total", "job" => job.to_string()).increment(1);
+}
+
+/// Instants skipped for `reason` (`database_down`, `too_late`, `error`);
+/// overruns are counted by [`overrun`].
+pub(crate) fn skipped(job: &str, reason: &'static str, count: usize) {
+    counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
+        .increment(count as u64);
+}
+
+/// How late a run started after its instant.
+pub(crate) fn start_lateness(job: &str, late: Duration) {
+    histogram!("replicron_start_lateness_seconds", "job" => job.to_string())
+        .record(late.as_secs_f64());
+}
+
+/// A run ended.
+pub(crate) fn run_finished(job: &str, status: RunStatus, duration: Duration, wall_clock_end: f64) {
+    counter!("replicron_runs_total", "job" => job.to_string(), "status" => status.as_str())
+        .increment(1);
+    histogram!("replicron_run_duration_seconds", "job" => job.to_string())
+        .record(duration.as_secs_f64());
+    if status == RunStatus::Succeeded {
+        gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string())
+            .set(wall_clock_end);
+    }
+}
+
+/// A lease extension failed (not answered, or the lease was gone).
+pub(crate) fn extension_failed(job: &str) {
+    counter!("replicron_lease_extensions_failed_total", "job" => job.to_string()).increment(1);
+}
+
+/// A database call failed.
+pub(crate) fn database_error() {
+    counter!("replicron_database_errors_total").increment(1);
+}
+
+/// History writes waiting for the database.
+pub(crate) fn pending_history_writes(n: usize) {
+    gauge!("replicron_history_pending_writes").set(n as f64);
+}
+
+/// The last estimate of this host's clock against the database's: how far
+/// the host is ahead (negative: behind), and the estimate's error bound.
+pub(crate) fn clock_offset(estimate: crate::schedule::Offset) {
+    let ahead = -(estimate.offset.num_microseconds().unwrap_or(0) as f64) / 1e6;
+    gauge!("replicron_clock_offset_seconds").set(ahead);
+    gauge!("replicron_clock_offset_error_seconds").set(estimate.error.as_secs_f64());
+}
+
+/// Whether the database answers.
+pub(crate) fn database_up(up: bool) {
+    gauge!("replicron_database_up").set(if up { 1.0 } else { 0.0 });
+}
+
+/// Runs the recorder's housekeeping (histogram windows) now and then.
+pub(crate) async fn upkeep(handle: PrometheusHandle) {
+    let mut every = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
+    }
+}

@@ -1,0 +1,36 @@
+//! systemd: readiness, reload and stop notifications, and the watchdog
+//! beat while the runtime is alive. Nothing is sent unless systemd started
+//! the process (`NOTIFY_SOCKET`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::Liveness;
+
+/// Beats every second while the runtime runs tasks, and passes the beat on
+/// to systemd's watchdog when one is configured.
+pub(crate) async fn heartbeat(liveness: Arc<Liveness>) {
+    let watchdog = sd_notify::watchdog_enabled();
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        liveness.tick();
+        if watchdog.is_some() && liveness.problem() != Some("the tick loop is not running") {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        }
+    }
+}
+
+/// Tells systemd (if it started us) what the daemon is doing.
+pub(crate) fn notify_systemd(state: &str) {
+    let state = match state {
+        "ready" => sd_notify::NotifyState::Ready,
+        "reloading" => sd_notify::NotifyState::Reloading,
+        _ => sd_notify::NotifyState::Stopping,
+    };
+    if let Err(e) = sd_notify::notify(&[state]) {
+        warn!("cannot notify systemd: {e}");
+    }
+}

@@ -1,0 +1,31 @@
+//! What the crate's own tests share: a fresh database per test on each
+//! backend (the integration tests' module), opened as replicron opens it.
+
+#[path = "../tests/support/databases.rs"]
+#[expect(dead_code, reason = "the integration tests use the rest of it")]
+mod databases;
+
+use std::path::Path;
+
+pub(crate) use self::databases::{TestDb, backend_test};
+use crate::config::DatabaseUrl;
+use crate::db::{DbConnection, Pool};
+
+impl TestDb {
+    /// The parsed URL.
+    pub(crate) fn database_url(&self) -> DatabaseUrl {
+        DatabaseUrl::parse(&self.url, Path::new(".")).expect("valid test URL")
+    }
+
+    /// A migrated pool of `size` connections.
+    pub(crate) fn pool(&self, size: u32) -> Pool {
+        let pool = Pool::open(&self.url, size).expect("open the test database");
+        pool.migrate().expect("migrate the test database");
+        pool
+    }
+
+    /// One connection as replicron opens it, outside any pool.
+    pub(crate) fn connect(&self) -> DbConnection {
+        crate::db::establish(&self.database_url()).expect("connect")
+    }
+}

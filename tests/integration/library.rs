@@ -1,0 +1,257 @@
+//! replicron as a library: schedulers embedded in this test process share
+//! the jobs and the database with a `replicron run` daemon, and each
+//! instant still runs once; an async job whose lease cannot be kept is
+//! cancelled before the lease ends, and recorded `lost_lock`.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use nix::sys::signal::Signal;
+use replicron::{Job, RunContext, Scheduler};
+use tokio::sync::watch;
+
+use crate::database_time::{Line, assert_each_instant_once, per_second_jobs, read_lines};
+use crate::proxy::Proxy;
+use crate::support::{Kind, Replica, TestDb, backend_test, history_json};
+
+const JOBS: usize = 3;
+
+/// Appends a run's line, in the daemon jobs' format, to `out`.
+fn record(out: &Path, ctx: &RunContext) -> std::io::Result<()> {
+    let started_ns = Utc::now().timestamp_nanos_opt().unwrap_or(0);
+    let line = format!(
+        "{} {} {} {started_ns}\n",
+        ctx.job(),
+        ctx.instant()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        ctx.instance()
+    );
+    // One write of one short line with O_APPEND: lines of concurrent
+    // writers (the daemon's shells too) do not interleave.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(out)?
+        .write_all(line.as_bytes())
+}
+
+/// The jobs of `per_second_jobs`, as async functions recording to `out`.
+fn library_jobs(out: &Path) -> Vec<Job> {
+    (0..JOBS)
+        .map(|n| {
+            let out: Arc<PathBuf> = Arc::new(out.to_path_buf());
+            Job::new(&format!("job-{n:02}"), "* * * * * *")
+                .expect("a valid job")
+                .run(move |ctx| {
+                    let out = out.clone();
+                    async move { record(&out, &ctx) }
+                })
+        })
+        .collect()
+}
+
+fn second(t: DateTime<Utc>) -> DateTime<Utc> {
+    chrono::DurationRound::duration_trunc(t, TimeDelta::seconds(1)).expect("truncate")
+}
+
+backend_test! {
+    /// Three schedulers in this process and one daemon, on the same three
+    /// per-second jobs for 8 s: every instant of the window runs exactly
+    /// once, and both kinds of replica win some.
+    fn library_and_daemon_replicas_run_each_instant_once(db: &TestDb) {
+        let out = db.dir().join("runs.txt");
+        let config = db.config(&per_second_jobs(JOBS, &out));
+        let daemon = Replica::start(&config, "daemon", None, &[]);
+        daemon.wait_for_log("replicron started", Duration::from_secs(20));
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (stop_tx, stop) = watch::channel(false);
+        let libraries: Vec<_> = (1..=3)
+            .map(|n| {
+                let (url, out, mut stop) = (db.url.clone(), out.clone(), stop.clone());
+                runtime.spawn(async move {
+                    let mut builder = Scheduler::builder(url).instance_id(format!("library-{n}"));
+                    for job in library_jobs(&out) {
+                        builder = builder.job(job);
+                    }
+                    let scheduler = builder.build().await?;
+                    scheduler
+                        .run_until(async move {
+                            let _ = stop.wait_for(|s| *s).await;
+                        })
+                        .await
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(2));
+        let window_start = second(Utc::now()) + TimeDelta::seconds(1);
+        std::thread::sleep(Duration::from_secs(8));
+        let window_end = second(Utc::now()) - TimeDelta::seconds(2);
+        let _ = stop_tx.send(true);
+        for library in libraries {
+            runtime
+                .block_on(library)
+                .expect("joined")
+                .expect("a library scheduler runs and stops cleanly");
+        }
+        let mut daemon = daemon;
+        daemon.signal(Signal::SIGTERM);
+        let status = daemon.wait_exit(Duration::from_secs(30)).expect("exits");
+        assert!(status.success(), "{status:?}\n{}", daemon.log_text());
+
+        let lines: Vec<Line> = read_lines(&out)
+            .into_iter()
+            .filter(|l| l.instant >= window_start && l.instant <= window_end)
+            .collect();
+        let expected = assert_each_instant_once(&lines, JOBS, window_start, window_end);
+        let mut by_instance: BTreeMap<&str, usize> = BTreeMap::new();
+        for line in &lines {
+            *by_instance.entry(line.instance.as_str()).or_default() += 1;
+        }
+        eprintln!(
+            "{:?}: {expected} instants, each once; runs per replica {by_instance:?}",
+            db.kind
+        );
+        assert!(
+            by_instance.len() > 1,
+            "one replica won every instant: {by_instance:?}"
+        );
+        for job in 0..JOBS {
+            let job = format!("job-{job:02}");
+            let rows = history_json(&config, &job);
+            let ran = read_lines(&out).iter().filter(|l| l.job == job).count();
+            assert_eq!(rows.len(), ran, "one history row per run of {job}");
+            assert!(rows.iter().all(|r| r["status"] == "succeeded"), "{rows:?}");
+        }
+    }
+}
+
+/// An async job is running when the database becomes unreachable (a proxy
+/// between the scheduler and the server cuts every connection). Its lease
+/// of 4 s cannot be confirmed: the run's cancellation fires before the
+/// lease ends, and once the database is back the run is recorded
+/// `lost_lock`, with the job's error as output.
+fn cancelled_when_the_lease_is_lost(kind: Kind) {
+    let db = TestDb::new(kind);
+    db.migrate();
+    let proxy = Proxy::start(db.server());
+    let url = db.url_via(proxy.port);
+    let lease = Duration::from_secs(4);
+    let (started_tx, mut started) = watch::channel(None::<(DateTime<Utc>, i64)>);
+    let (cancelled_tx, mut cancelled) = watch::channel(None::<DateTime<Utc>>);
+    let (started_tx, cancelled_tx) = (Arc::new(started_tx), Arc::new(cancelled_tx));
+    let job = Job::new("long", "* * * * * *")
+        .expect("a valid job")
+        .lock_at_most_for(lease)
+        .run(move |ctx| {
+            let (started_tx, cancelled_tx) = (started_tx.clone(), cancelled_tx.clone());
+            async move {
+                // Only the first run waits; the others end at once.
+                if started_tx.borrow().is_some() {
+                    return Ok(());
+                }
+                started_tx.send_replace(Some((ctx.instant(), ctx.run_id())));
+                ctx.cancelled().await;
+                cancelled_tx.send_replace(Some(Utc::now()));
+                Err("stopped: the lease was lost")
+            }
+        });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (stop_tx, mut stop) = watch::channel(false);
+    let scheduler = runtime.spawn(async move {
+        let scheduler = Scheduler::builder(url)
+            .instance_id("embedded")
+            .job(job)
+            .build()
+            .await?;
+        scheduler
+            .run_until(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    let (instant, run_id) = runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), started.wait_for(Option::is_some))
+            .await
+            .expect("the job started")
+            .expect("watch")
+            .expect("some")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let cut_at = Utc::now();
+    proxy.cut();
+    let cancelled_at = runtime.block_on(async {
+        tokio::time::timeout(lease * 2, cancelled.wait_for(Option::is_some))
+            .await
+            .expect("the run was cancelled")
+            .expect("watch")
+            .expect("some")
+    });
+    let after_cut = (cancelled_at - cut_at).as_seconds_f64();
+    let lease_ends = instant + TimeDelta::from_std(lease).expect("lease");
+    eprintln!(
+        "{kind:?}: cut {:.1} s into the run; cancelled {after_cut:.2} s after the cut, {:.2} s before the lease ended",
+        (cut_at - instant).as_seconds_f64(),
+        (lease_ends - cancelled_at).as_seconds_f64()
+    );
+    assert!(
+        cancelled_at < lease_ends,
+        "cancelled at {cancelled_at}, after the lease ended at {lease_ends}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    proxy.restore();
+    std::thread::sleep(Duration::from_secs(3));
+    stop_tx.send_replace(true);
+    runtime
+        .block_on(scheduler)
+        .expect("joined")
+        .expect("the scheduler ran through the outage and stopped cleanly");
+    let config = db.config("");
+    let rows = history_json(&config, "long");
+    let row = rows
+        .iter()
+        .find(|r| r["id"] == run_id)
+        .unwrap_or_else(|| panic!("no row {run_id}: {rows:?}"));
+    assert_eq!(row["status"], "lost_lock", "{row}");
+    assert!(
+        row["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("the lease was lost")),
+        "{row}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r["status"] == "succeeded" && r["id"].as_i64() > Some(run_id)),
+        "the job ran again once the database was back: {rows:?}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
+fn an_async_job_is_cancelled_when_its_lease_is_lost_mysql() {
+    cancelled_when_the_lease_is_lost(Kind::Mysql);
+}
+
+#[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
+fn an_async_job_is_cancelled_when_its_lease_is_lost_postgres() {
+    cancelled_when_the_lease_is_lost(Kind::Postgres);
+}
