@@ -156,7 +156,20 @@ async fn keep(
     let mut next = confirmed + times.every;
     loop {
         tokio::time::sleep_until(next).await;
-        match store.extend(lease.clone(), times.lease).await {
+        // The deadline holds however long the database takes to answer (a
+        // connection that hangs, a pool waiting to connect): a run whose
+        // lease is not confirmed in time is stopped before it can expire.
+        let give_up_at = confirmed + times.must_confirm_within;
+        let extended = tokio::select! {
+            extended = store.extend(lease.clone(), times.lease) => extended,
+            () = tokio::time::sleep_until(give_up_at) => {
+                crate::telemetry::extension_failed(&lease.job);
+                warn!(job = %lease.job, fence = lease.fence, "lease not confirmed in time (the database has not answered): giving it up before it can expire");
+                let _ = state.send(LeaseState::Lost);
+                return;
+            }
+        };
+        match extended {
             Ok(true) => {
                 health.report_ok();
                 confirmed = Instant::now();
