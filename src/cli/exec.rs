@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::info;
 
@@ -19,14 +18,12 @@ use super::{
 };
 use crate::backoff::Backoff;
 use crate::config::{Command, Defaults};
-use crate::db::{DbError, Store};
+use crate::db::DbError;
 use crate::history::{RunFilter, RunStatus};
 use crate::lease::Claim;
-use crate::runner::{Guard, Process};
-use crate::schedule::SystemClock;
+use crate::runner::Process;
 use crate::scheduler::engine::Engine;
-use crate::scheduler::{JobSettings, Outcome, Phase, Plan, Recording, Work};
-use crate::telemetry::Liveness;
+use crate::scheduler::{JobSettings, Outcome, Plan, Recording, Work};
 
 /// Arguments of `exec`.
 #[derive(Debug, clap::Args)]
@@ -80,17 +77,7 @@ pub(super) fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     let runtime = command_runtime()?;
     let grace = config.daemon.shutdown_grace;
     let executed = runtime.block_on(async {
-        let (phase_tx, phase) = watch::channel(Phase::Running);
-        tokio::spawn(super::run::drive_shutdown(phase_tx, grace));
-        let guard = Arc::new(Guard::start().map_err(crate::Error::Guard)?);
-        let engine = Engine::start(
-            Store::new(pool),
-            crate::scheduler::default_instance_id(),
-            Arc::new(SystemClock),
-            phase,
-            Arc::new(Liveness::new()),
-            Some(guard),
-        );
+        let engine = super::run::one_off_engine(pool, grace)?;
         let work = work(name, &args.command, &config.defaults);
         let executed = match &args.once {
             Some(key) => once(&engine, work, key).await,

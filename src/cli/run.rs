@@ -145,3 +145,23 @@ async fn watch_reloads(
         }
     }
 }
+
+/// The engine of a command that runs one job now (`trigger`, `exec`): the
+/// daemon's, with the process guard on, and SIGTERM/SIGINT handled as the
+/// daemon handles them (runs may finish for `grace`, then are stopped).
+pub(super) fn one_off_engine(
+    pool: crate::db::Pool,
+    grace: std::time::Duration,
+) -> Result<std::sync::Arc<crate::scheduler::engine::Engine>, crate::Error> {
+    let (phase_tx, phase) = tokio::sync::watch::channel(crate::scheduler::Phase::Running);
+    tokio::spawn(drive_shutdown(phase_tx, grace));
+    let guard = std::sync::Arc::new(crate::runner::Guard::start().map_err(crate::Error::Guard)?);
+    Ok(crate::scheduler::engine::Engine::start(
+        crate::db::Store::new(pool),
+        crate::scheduler::default_instance_id(),
+        std::sync::Arc::new(crate::schedule::SystemClock),
+        phase,
+        std::sync::Arc::new(crate::telemetry::Liveness::new()),
+        Some(guard),
+    ))
+}

@@ -1,23 +1,16 @@
 //! `replicron trigger JOB`: runs a job once now from this host, through its
 //! lease, recorded like any run; prints how it ended and its output's tail.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
     ConfigArg, ExitCode, command_runtime, describe, exit_code_of, find_job, load, open_for_command,
 };
-use crate::db::Store;
 use crate::history::RunStatus;
 use crate::lease::Claim;
-use crate::runner::Guard;
-use crate::schedule::SystemClock;
-use crate::scheduler::engine::Engine;
-use crate::scheduler::{Job, Phase, Plan, Recording, Work};
-use crate::telemetry::Liveness;
+use crate::scheduler::{Job, Plan, Recording, Work};
 
 /// `--config FILE JOB`.
 #[derive(Debug, clap::Args)]
@@ -55,17 +48,7 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let runtime = command_runtime()?;
     let grace = config.daemon.shutdown_grace;
     let ran = runtime.block_on(async {
-        let (phase_tx, phase) = watch::channel(Phase::Running);
-        tokio::spawn(super::run::drive_shutdown(phase_tx, grace));
-        let guard = Arc::new(Guard::start().map_err(crate::Error::Guard)?);
-        let engine = Engine::start(
-            Store::new(pool),
-            crate::scheduler::default_instance_id(),
-            Arc::new(SystemClock),
-            phase,
-            Arc::new(Liveness::new()),
-            Some(guard),
-        );
+        let engine = super::run::one_off_engine(pool, grace)?;
         let job = Job::from_config(&job);
         engine
             .store
