@@ -155,19 +155,27 @@ async fn keep(
     let mut confirmed = claimed;
     let mut next = confirmed + times.every;
     loop {
-        tokio::time::sleep_until(next).await;
-        // The deadline holds however long the database takes to answer (a
-        // connection that hangs, a pool waiting to connect): a run whose
-        // lease is not confirmed in time is stopped before it can expire.
+        // The deadline holds however the database fails: between attempts
+        // that fail fast, and while one hangs (a dead connection, a pool
+        // waiting to connect). A run whose lease is not confirmed in time is
+        // stopped before the lease can expire.
         let give_up_at = confirmed + times.must_confirm_within;
-        let extended = tokio::select! {
-            extended = store.extend(lease.clone(), times.lease) => extended,
-            () = tokio::time::sleep_until(give_up_at) => {
-                crate::telemetry::extension_failed(&lease.job);
-                warn!(job = %lease.job, fence = lease.fence, "lease not confirmed in time (the database has not answered): giving it up before it can expire");
-                let _ = state.send(LeaseState::Lost);
-                return;
+        tokio::time::sleep_until(next.min(give_up_at)).await;
+        let extended = if Instant::now() >= give_up_at {
+            None
+        } else {
+            tokio::select! {
+                extended = store.extend(lease.clone(), times.lease) => Some(extended),
+                () = tokio::time::sleep_until(give_up_at) => {
+                    crate::telemetry::extension_failed(&lease.job);
+                    None
+                }
             }
+        };
+        let Some(extended) = extended else {
+            warn!(job = %lease.job, fence = lease.fence, "lease not confirmed in time: giving it up before it can expire");
+            let _ = state.send(LeaseState::Lost);
+            return;
         };
         match extended {
             Ok(true) => {
@@ -189,11 +197,6 @@ async fn keep(
                 health.report_error(&e);
                 warn!(job = %lease.job, "could not extend the lease: {e}");
             }
-        }
-        if confirmed.elapsed() >= times.must_confirm_within {
-            warn!(job = %lease.job, fence = lease.fence, "lease not confirmed in time: giving it up before it can expire");
-            let _ = state.send(LeaseState::Lost);
-            return;
         }
         // After a failure, try again soon rather than a third later.
         next = Instant::now() + times.every.min(Duration::from_secs(1));
