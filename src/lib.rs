@@ -80,6 +80,7 @@ mod db;
 mod error;
 mod history;
 mod lease;
+mod notify;
 mod registry;
 mod runner;
 mod schedule;

@@ -130,6 +130,8 @@ fn work(name: &str, command: &[String], defaults: &Defaults) -> Work {
             catch_up: Duration::ZERO,
             retries: 0,
             retry_backoff: Duration::from_secs(1),
+            missed_after: None,
+            notify: None,
         },
         action: Arc::new(Process {
             command: Command::Exec {
@@ -139,6 +141,7 @@ fn work(name: &str, command: &[String], defaults: &Defaults) -> Work {
             working_dir: None,
             output_limit: 0,
             inherit_stdio: true,
+            hidden_env: Vec::new(),
         }),
     }
 }

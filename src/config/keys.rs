@@ -6,7 +6,7 @@
 /// One key of the job file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Key {
-    /// `database`, `daemon`, `defaults` or `job`.
+    /// `database`, `daemon`, `defaults`, `notify` or `job`.
     pub(crate) table: &'static str,
     /// The key.
     pub(crate) name: &'static str,
@@ -34,7 +34,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 10] = [
+const SETTINGS: [(&str, Option<&str>, &str); 11] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -85,6 +85,51 @@ const SETTINGS: [(&str, Option<&str>, &str); 10] = [
         Some("\"10s\""),
         "The pause before each retry.",
     ),
+    (
+        "missed_after",
+        None,
+        "An instant that no replica claimed this long after its time is recorded missed in the history (and notified), by one replica of the fleet. Unset: the larger of 1m and a tenth of the job's interval; 0s turns the check off.",
+    ),
+];
+
+/// The keys of `[notify]`, which a job's own `notify` table overrides one
+/// by one.
+const NOTIFY: [(&str, Option<&str>, &str); 7] = [
+    (
+        "on",
+        Some("[\"failed\", \"timed_out\", \"lost_lock\", \"error\", \"abandoned\", \"missed\"]"),
+        "Which events are sent: failed, timed_out, lost_lock, error (could not start), abandoned, missed, recovered (the first success after any of the others).",
+    ),
+    (
+        "webhook",
+        None,
+        "An http(s) URL POSTed a JSON document per event: text, event, job, scheduled_at, status, exit_code, attempt, instance, duration_seconds, output (its tail) and history_id. ${VAR} is read from replicron's environment.",
+    ),
+    (
+        "webhook_headers",
+        None,
+        "Headers of the webhook's request: { Authorization = \"Bearer ${HOOK_TOKEN}\" }. ${VAR} is read from replicron's environment, so the secret is not in the file; jobs do not see those variables.",
+    ),
+    (
+        "command",
+        None,
+        "Run per event: a shell line, or a program and its arguments as an array. It gets REPLICRON_EVENT, REPLICRON_JOB, REPLICRON_SCHEDULED_AT, REPLICRON_STATUS, REPLICRON_EXIT_CODE, REPLICRON_ATTEMPT, REPLICRON_INSTANCE, REPLICRON_RUN_ID and REPLICRON_TEXT, and the output's tail on stdin.",
+    ),
+    (
+        "ping_url",
+        None,
+        "Pinged on every run in the healthchecks.io convention: GET URL/start when it starts, URL when it succeeds, URL/fail when it does not.",
+    ),
+    (
+        "timeout",
+        Some("\"10s\""),
+        "How long one delivery (a request, a command) may take.",
+    ),
+    (
+        "retries",
+        Some("3"),
+        "How often a failed delivery is tried again, with backoff (0 to 10); one that still fails is logged with its job and run.",
+    ),
 ];
 
 /// Every key, table by table, in the order the man page lists them.
@@ -125,6 +170,11 @@ pub(crate) fn all() -> Vec<Key> {
         SETTINGS
             .iter()
             .map(|(name, default, about)| key("defaults", name, *default, about)),
+    );
+    keys.extend(
+        NOTIFY
+            .iter()
+            .map(|(name, default, about)| key("notify", name, *default, about)),
     );
     keys.extend([
         key(
@@ -175,6 +225,12 @@ pub(crate) fn all() -> Vec<Key> {
             .iter()
             .map(|(name, _, _)| key("job", name, None, AS_IN_DEFAULTS)),
     );
+    keys.push(key(
+        "job",
+        "notify",
+        None,
+        "A table of [notify]'s keys for this job, each overriding [notify]'s: notify = { ping_url = \"https://hc-ping.com/UUID\", on = [\"failed\", \"recovered\"] }; notify = { on = [] } sends nothing.",
+    ));
     keys
 }
 
@@ -212,6 +268,7 @@ mod tests {
             ("database", "[database]"),
             ("daemon", "[daemon]"),
             ("defaults", "[defaults]"),
+            ("notify", "[notify]"),
             ("job", "[[job]]"),
         ] {
             let mut documented: Vec<String> = all()

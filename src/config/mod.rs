@@ -131,6 +131,15 @@ pub(crate) struct Job {
     pub(crate) retries: u32,
     /// The pause before each retry.
     pub(crate) retry_backoff: Duration,
+    /// An instant no replica claimed this long after its time is recorded
+    /// `missed`; `None`: the larger of a minute and a tenth of the job's
+    /// interval; zero: never.
+    pub(crate) missed_after: Option<Duration>,
+    /// Where its notifications go, if anywhere.
+    pub(crate) notify: Option<std::sync::Arc<crate::notify::Notify>>,
+    /// Variables of replicron's environment its runs do not see (the ones
+    /// notifications read secrets from).
+    pub(crate) hidden_env: Vec<String>,
 }
 
 /// The environment variable that names the job file, for every command's
@@ -159,6 +168,15 @@ pub(crate) const ENV_OVERRIDES: [(&str, &str); 5] = [
     (METRICS_LISTEN_ENV, "[daemon] metrics_listen"),
     (HISTORY_RETENTION_ENV, "[daemon] history_retention"),
 ];
+
+/// replicron's own settings in its environment (the database URL and its
+/// password among them), which no job and no notifier command inherits.
+pub(crate) fn daemon_env_vars() -> impl Iterator<Item = &'static str> {
+    ENV_OVERRIDES
+        .iter()
+        .map(|(var, _)| *var)
+        .chain([CONFIG_ENV])
+}
 
 /// `[database] pool_size` unless set.
 pub(crate) const DEFAULT_POOL_SIZE: u32 = 8;

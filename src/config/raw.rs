@@ -39,6 +39,28 @@ pub(super) struct RawSettings {
     pub shell: Option<S<String>>,
     pub retries: Option<S<i64>>,
     pub retry_backoff: Option<S<String>>,
+    pub missed_after: Option<S<String>>,
+}
+
+/// `[notify]`, and a job's own `notify` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNotify {
+    pub on: Option<S<Vec<String>>>,
+    pub webhook: Option<S<String>>,
+    pub webhook_headers: Option<S<BTreeMap<String, String>>>,
+    pub command: Option<S<RawCommand>>,
+    pub ping_url: Option<S<String>>,
+    pub timeout: Option<S<String>>,
+    pub retries: Option<S<i64>>,
+}
+
+/// A notifier command: a shell line, or a program and its arguments.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawCommand {
+    Line(String),
+    Args(Vec<String>),
 }
 
 /// One `[[job]]`. The settings keys repeat [`RawSettings`] because serde's
@@ -63,6 +85,8 @@ pub(super) struct RawJob {
     pub shell: Option<S<String>>,
     pub retries: Option<S<i64>>,
     pub retry_backoff: Option<S<String>>,
+    pub missed_after: Option<S<String>>,
+    pub notify: Option<S<RawNotify>>,
 }
 
 impl RawJob {
@@ -79,6 +103,7 @@ impl RawJob {
             shell: self.shell.take(),
             retries: self.retries.take(),
             retry_backoff: self.retry_backoff.take(),
+            missed_after: self.missed_after.take(),
         }
     }
 }

@@ -54,6 +54,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-21-000000_create_locks_and_runs",
     "2026-11-21-000001_index_running_runs",
     "2026-11-22-000000_day_one",
+    "2026-11-23-000000_missed_instants",
 );
 
 #[cfg(feature = "sqlite")]
@@ -61,6 +62,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-21-000000_create_locks_and_runs",
     "2026-11-21-000001_index_running_runs",
     "2026-11-22-000000_day_one",
+    "2026-11-23-000000_missed_instants",
 );
 
 /// The row of the migration lock.

@@ -22,6 +22,9 @@ diesel::table! {
         /// Database time the row was created (NULL for rows older than
         /// this column).
         created_at -> Nullable<Timestamp>,
+        /// Every instant up to this database time has been checked for a
+        /// miss (NULL: not yet).
+        missed_checked_until -> Nullable<Timestamp>,
     }
 }
 

@@ -68,7 +68,11 @@ impl Write {
         }
     }
 
-    fn apply(&self, conn: &mut crate::db::DbConnection) -> Result<(), DbError> {
+    fn apply(
+        &self,
+        conn: &mut crate::db::DbConnection,
+        on_abandoned: &history::OnAbandoned,
+    ) -> Result<(), DbError> {
         match self {
             Write::Finished { id, finish, .. } => history::record_run_finished(conn, *id, finish)
                 .map(drop)
@@ -79,8 +83,9 @@ impl Write {
             Write::Abandoned { job, fence } => {
                 let marked = history::mark_abandoned(conn, job, *fence)
                     .map_err(|e| DbError::query("marking abandoned runs", e))?;
-                if marked > 0 {
-                    warn!(job = %job, runs = marked, "marked runs of a vanished holder abandoned");
+                if !marked.is_empty() {
+                    warn!(job = %job, runs = marked.len(), "marked runs of a vanished holder abandoned");
+                    on_abandoned(&marked);
                 }
                 Ok(())
             }
@@ -119,10 +124,20 @@ pub(crate) struct Journal {
 
 impl Journal {
     /// Starts the writer task.
-    pub(crate) fn start(store: Store, health: Arc<Health>) -> Journal {
+    pub(crate) fn start(
+        store: Store,
+        health: Arc<Health>,
+        on_abandoned: history::OnAbandoned,
+    ) -> Journal {
         let (sender, receiver) = mpsc::unbounded_channel();
         let pending = Arc::new(Pending::default());
-        tokio::spawn(writer(store, health, receiver, pending.clone()));
+        tokio::spawn(writer(
+            store,
+            health,
+            receiver,
+            pending.clone(),
+            on_abandoned,
+        ));
         Journal { sender, pending }
     }
 
@@ -156,6 +171,7 @@ async fn writer(
     health: Arc<Health>,
     mut receiver: mpsc::UnboundedReceiver<Message>,
     pending: Arc<Pending>,
+    on_abandoned: history::OnAbandoned,
 ) {
     let mut queue: VecDeque<Write> = VecDeque::new();
     let mut flushes: Vec<(tokio::time::Instant, oneshot::Sender<Vec<String>>)> = Vec::new();
@@ -167,8 +183,11 @@ async fn writer(
             accept(message, &mut queue, &mut flushes, &pending);
         }
         if let Some(write) = queue.front().cloned() {
-            let attempt = write.clone();
-            match store.run(move |conn| attempt.apply(conn)).await {
+            let (attempt, on_abandoned) = (write.clone(), on_abandoned.clone());
+            match store
+                .run(move |conn| attempt.apply(conn, &on_abandoned))
+                .await
+            {
                 Ok(()) => {
                     queue.pop_front();
                     pending.done();

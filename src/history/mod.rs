@@ -44,11 +44,14 @@ pub(crate) enum RunStatus {
     Abandoned,
     /// Could not be started.
     Error,
+    /// No replica claimed the instant in time: recorded by the fleet-wide
+    /// check, with attempt 0 (a catch-up run of the instant is attempt 1).
+    Missed,
 }
 
 impl RunStatus {
     /// Every status.
-    pub(crate) const ALL: [RunStatus; 8] = [
+    pub(crate) const ALL: [RunStatus; 9] = [
         RunStatus::Running,
         RunStatus::Succeeded,
         RunStatus::Failed,
@@ -57,6 +60,7 @@ impl RunStatus {
         RunStatus::Killed,
         RunStatus::Abandoned,
         RunStatus::Error,
+        RunStatus::Missed,
     ];
 
     /// The name stored in the `status` column.
@@ -70,6 +74,7 @@ impl RunStatus {
             RunStatus::Killed => "killed",
             RunStatus::Abandoned => "abandoned",
             RunStatus::Error => "error",
+            RunStatus::Missed => "missed",
         }
     }
 }
@@ -316,19 +321,139 @@ pub(crate) struct RunFinish {
 
 /// Marks `abandoned` every run of `job` still recorded `running` under a
 /// fence older than `fence`: their holders lost the lease, since this
-/// replica has claimed it. Returns how many rows changed.
-pub(crate) fn mark_abandoned(conn: &mut DbConnection, job: &str, fence: i64) -> QueryResult<usize> {
-    cached::update(
-        runs::replicron_runs,
+/// replica has claimed it. Returns the rows this call marked (as they were
+/// before), so that the replica that recorded each tells about it.
+pub(crate) fn mark_abandoned(
+    conn: &mut DbConnection,
+    job: &str,
+    fence: i64,
+) -> QueryResult<Vec<RunRow>> {
+    let candidates = runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::job.eq(job))
+        .filter(runs::status.eq(RunStatus::Running))
+        .filter(runs::fence.lt(fence))
+        .load(conn)?;
+    mark_rows_abandoned(conn, candidates)
+}
+
+/// Marks each of `candidates` `abandoned` if it is still `running`; returns
+/// the ones this call changed (another replica may have marked some).
+pub(crate) fn mark_rows_abandoned(
+    conn: &mut DbConnection,
+    candidates: Vec<RunRow>,
+) -> QueryResult<Vec<RunRow>> {
+    let mut marked = Vec::new();
+    for row in candidates {
         // When it ended is not known: its holder's last confirmation
         // (`confirmed_at`) is the best bound, and finished_at stays empty.
-        runs::status.eq(RunStatus::Abandoned),
-        runs::job
-            .eq(job)
-            .and(runs::status.eq(RunStatus::Running))
-            .and(runs::fence.lt(fence)),
-    )
-    .execute(conn)
+        let changed = cached::update(
+            runs::replicron_runs,
+            runs::status.eq(RunStatus::Abandoned),
+            runs::id.eq(row.id).and(runs::status.eq(RunStatus::Running)),
+        )
+        .execute(conn)?;
+        if changed == 1 {
+            marked.push(row);
+        }
+    }
+    Ok(marked)
+}
+
+/// What is done with the runs a replica has just marked `abandoned`: they
+/// are notified.
+pub(crate) type OnAbandoned = std::sync::Arc<dyn Fn(&[RunRow]) + Send + Sync>;
+
+/// The final status of `job`'s newest instant before `instant` (its last
+/// attempt; a missed instant's row counts), if any has ended.
+pub(crate) fn status_before(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+) -> QueryResult<Option<RunStatus>> {
+    runs::replicron_runs
+        .select(runs::status)
+        .filter(runs::job.eq(job))
+        .filter(runs::scheduled_at.lt(to_db_time(instant)))
+        .filter(runs::status.ne(RunStatus::Running))
+        .order((runs::scheduled_at.desc(), runs::attempt.desc()))
+        .first(conn)
+        .optional()
+}
+
+/// Records `instant` of `job` as `missed` (attempt 0, started and ended at
+/// the instant, by `instance`); false if it was recorded already.
+pub(crate) fn record_missed(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+    instance: &str,
+) -> QueryResult<Option<i64>> {
+    let at = to_db_time(instant);
+    let inserted = diesel::insert_into(runs::replicron_runs)
+        .values((
+            runs::job.eq(job),
+            runs::scheduled_at.eq(at),
+            runs::attempt.eq(0),
+            runs::instance.eq(instance),
+            runs::fence.eq(0_i64),
+            runs::started_at.eq(at),
+            runs::finished_at.eq(at.nullable()),
+            runs::status.eq(RunStatus::Missed),
+            runs::output.eq(""),
+        ))
+        .execute(conn);
+    match inserted {
+        Ok(_) => runs::replicron_runs
+            .select(runs::id)
+            .filter(runs::job.eq(job))
+            .filter(runs::scheduled_at.eq(at))
+            .filter(runs::attempt.eq(0))
+            .first(conn)
+            .optional(),
+        Err(e) if crate::db::is_contention(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// An attempt that was going: its instant, start and end (if it ended).
+pub(crate) type Going = (DateTime<Utc>, DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// The instants of `job` in `[from, to]` with a history row (any attempt),
+/// and the attempts that were going in that span: each one's instant, start
+/// and end (database time; no end: still going).
+pub(crate) fn accounted_between(
+    conn: &mut DbConnection,
+    job: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> QueryResult<(Vec<DateTime<Utc>>, Vec<Going>)> {
+    let recorded: Vec<NaiveDateTime> = runs::replicron_runs
+        .select(runs::scheduled_at)
+        .filter(runs::job.eq(job))
+        .filter(runs::scheduled_at.ge(to_db_time(from)))
+        .filter(runs::scheduled_at.le(to_db_time(to)))
+        .load(conn)?;
+    let going: Vec<(NaiveDateTime, NaiveDateTime, Option<NaiveDateTime>)> = runs::replicron_runs
+        .select((runs::scheduled_at, runs::started_at, runs::finished_at))
+        .filter(runs::job.eq(job))
+        .filter(runs::attempt.gt(0))
+        .filter(runs::started_at.le(to_db_time(to)))
+        .filter(
+            runs::finished_at
+                .is_null()
+                .or(runs::finished_at.ge(to_db_time(from).nullable())),
+        )
+        .load(conn)?;
+    Ok((
+        recorded.into_iter().map(|t| t.and_utc()).collect(),
+        going
+            .into_iter()
+            .map(|(instant, start, end)| {
+                (instant.and_utc(), start.and_utc(), end.map(|e| e.and_utc()))
+            })
+            .collect(),
+    ))
 }
 
 /// Runs matching `filter`, newest first.

@@ -116,7 +116,7 @@ backend_test! {
         let old = record_run_started(&mut conn, &new_run("j", 0, 1, 1)).expect("start");
         let current = record_run_started(&mut conn, &new_run("j", 1, 1, 2)).expect("start");
         let other_job = record_run_started(&mut conn, &new_run("k", 0, 1, 1)).expect("start");
-        assert_eq!(mark_abandoned(&mut conn, "j", 2).expect("abandon"), 1);
+        assert_eq!(mark_abandoned(&mut conn, "j", 2).expect("abandon").len(), 1);
         let runs = list_runs(
             &mut conn,
             &RunFilter {

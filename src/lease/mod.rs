@@ -99,6 +99,8 @@ pub(crate) struct LockRow {
     /// Database time the row was created (unknown for rows older than the
     /// column).
     pub(crate) created_at: Option<NaiveDateTime>,
+    /// Every instant up to this database time has been checked for a miss.
+    pub(crate) missed_checked_until: Option<NaiveDateTime>,
 }
 
 /// Creates the lease row of each job that has none. Safe when every replica
@@ -542,6 +544,18 @@ pub(crate) fn is_held(conn: &mut DbConnection, job: &str) -> QueryResult<bool> {
             .filter(locks::lock_until.gt(DbNow)),
     ))
     .get_result(conn)
+}
+
+/// Records that every instant of `job` up to `until` has been checked for
+/// a miss.
+pub(crate) fn set_missed_checked(
+    conn: &mut DbConnection,
+    job: &str,
+    until: DateTime<Utc>,
+) -> QueryResult<usize> {
+    diesel::update(locks::replicron_locks.filter(locks::name.eq(job)))
+        .set(locks::missed_checked_until.eq(to_db_time(until).nullable()))
+        .execute(conn)
 }
 
 #[cfg(test)]

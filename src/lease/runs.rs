@@ -11,7 +11,7 @@ use crate::db::clock::DbNow;
 use crate::db::clock::to_db_time;
 use crate::db::schema::replicron_locks::dsl as locks;
 use crate::db::schema::replicron_runs::dsl as runs;
-use crate::history::RunStatus;
+use crate::history::{RunRow, RunStatus};
 
 /// Writes the `running` rows of every run `instance` starts at `instant`
 /// under the leases it holds for `jobs`, in one INSERT … SELECT from those
@@ -63,22 +63,22 @@ pub(crate) fn record_leased_runs_started(
 
 /// Marks `abandoned` every run of `jobs` still recorded `running` under a
 /// fence older than its lease row's current one: their holders lost the
-/// lease to a later claim. One statement for all the jobs a replica won at
-/// one instant. Returns how many rows changed.
+/// lease to a later claim. One read for all the jobs a replica won at one
+/// instant (and one update per such run, which is rare). Returns the rows
+/// this call marked.
 pub(crate) fn mark_abandoned_behind_leases(
     conn: &mut DbConnection,
     jobs: &[&str],
-) -> QueryResult<usize> {
+) -> QueryResult<Vec<RunRow>> {
     let current_fence = locks::replicron_locks
         .select(locks::fence)
         .filter(locks::name.eq(runs::job))
         .single_value();
-    diesel::update(
-        runs::replicron_runs
-            .filter(runs::job.eq_any(jobs))
-            .filter(runs::status.eq(RunStatus::Running))
-            .filter(runs::fence.nullable().lt(current_fence)),
-    )
-    .set(runs::status.eq(RunStatus::Abandoned))
-    .execute(conn)
+    let candidates = runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::job.eq_any(jobs))
+        .filter(runs::status.eq(RunStatus::Running))
+        .filter(runs::fence.nullable().lt(current_fence))
+        .load(conn)?;
+    crate::history::mark_rows_abandoned(conn, candidates)
 }

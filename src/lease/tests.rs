@@ -189,7 +189,8 @@ backend_test! {
         .expect("old run");
         assert_eq!(
             crate::lease::runs::mark_abandoned_behind_leases(&mut conn, &["free", "new"])
-                .expect("abandon"),
+                .expect("abandon")
+                .len(),
             1
         );
         let rows = crate::history::list_runs(

@@ -55,6 +55,9 @@ pub(crate) struct Process {
     /// Give the run this process's stdin, stdout and stderr instead of
     /// capturing its output (`replicron exec`).
     pub(crate) inherit_stdio: bool,
+    /// Variables of this process's environment the run must not see (the
+    /// ones the job file's notification settings read secrets from).
+    pub(crate) hidden_env: Vec<String>,
 }
 
 impl Action for Process {
@@ -92,6 +95,7 @@ impl Process {
             working_dir: self.working_dir.clone(),
             output_limit: self.output_limit,
             inherit_stdio: self.inherit_stdio,
+            hidden_env: self.hidden_env.clone(),
         };
         let mut lease = ctx.lease.clone();
         let deadlines = |state: LeaseState| match state {
@@ -193,6 +197,8 @@ struct RunSpec {
     output_limit: u64,
     /// Give the run this process's stdio.
     inherit_stdio: bool,
+    /// Variables of this process's environment the run must not see.
+    hidden_env: Vec<String>,
 }
 
 /// A started run.
@@ -277,11 +283,10 @@ async fn spawn(spec: &RunSpec, guard: Option<&Guard>, deadlines: Deadlines) -> i
     };
     // replicron's own settings (the database URL and its password among
     // them) are not the job's: a job that needs one sets it in its `env`.
-    for var in crate::config::ENV_OVERRIDES
-        .iter()
-        .map(|(var, _)| *var)
-        .chain([crate::config::CONFIG_ENV])
-    {
+    for var in crate::config::daemon_env_vars() {
+        command.env_remove(var);
+    }
+    for var in &spec.hidden_env {
         command.env_remove(var);
     }
     command

@@ -110,6 +110,14 @@ impl Schedule {
         Some(next.with_timezone(&Utc))
     }
 
+    /// The time between the first two instants after `after` (the
+    /// schedule's interval, for a regular one).
+    pub(crate) fn interval_after(&self, after: DateTime<Utc>) -> Option<std::time::Duration> {
+        let first = self.next_after(after)?;
+        let second = self.next_after(first)?;
+        (second - first).to_std().ok()
+    }
+
     /// The latest instant at or before `at`, if there is one.
     pub(crate) fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let start = at

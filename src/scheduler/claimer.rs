@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::job::Job;
 use crate::db::{DbError, Store};
+use crate::history::OnAbandoned;
 use crate::lease::{self, Claim, Lease};
 
 /// What a claim through the batcher came to.
@@ -42,9 +43,9 @@ pub(crate) struct Claimer {
 
 impl Claimer {
     /// Starts the batching task for `instance`.
-    pub(crate) fn start(store: Store, instance: String) -> Claimer {
+    pub(crate) fn start(store: Store, instance: String, on_abandoned: OnAbandoned) -> Claimer {
         let (requests, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(batcher(store, instance, receiver));
+        tokio::spawn(batcher(store, instance, receiver, on_abandoned));
         Claimer { requests }
     }
 
@@ -72,7 +73,12 @@ impl Claimer {
     }
 }
 
-async fn batcher(store: Store, instance: String, mut receiver: mpsc::UnboundedReceiver<Request>) {
+async fn batcher(
+    store: Store,
+    instance: String,
+    mut receiver: mpsc::UnboundedReceiver<Request>,
+    on_abandoned: OnAbandoned,
+) {
     while let Some(first) = receiver.recv().await {
         let mut batch = vec![first];
         // The job loops of one instant wake together: let them all queue.
@@ -97,9 +103,9 @@ async fn batcher(store: Store, instance: String, mut receiver: mpsc::UnboundedRe
                 .iter()
                 .map(|r| (r.job.clone(), r.lease_for))
                 .collect();
-            let me = instance.clone();
+            let (me, on_abandoned) = (instance.clone(), on_abandoned.clone());
             let outcome = store
-                .run(move |conn| claim_and_record(conn, &jobs, &me, instant))
+                .run(move |conn| claim_and_record(conn, &jobs, &me, instant, &on_abandoned))
                 .await;
             match outcome {
                 Ok(claims) => {
@@ -122,6 +128,7 @@ fn claim_and_record(
     jobs: &[(String, Duration)],
     instance: &str,
     instant: DateTime<Utc>,
+    on_abandoned: &OnAbandoned,
 ) -> Result<Vec<Claimed>, DbError> {
     let refs: Vec<(&str, Duration)> = jobs.iter().map(|(n, d)| (n.as_str(), *d)).collect();
     let claims = lease::claim_many(conn, &refs, instance, instant)
@@ -148,9 +155,13 @@ fn claim_and_record(
                 .filter(|j| ids.contains_key(*j))
                 .collect();
             if let Ok(marked) = lease::runs::mark_abandoned_behind_leases(conn, &recorded)
-                && marked > 0
+                && !marked.is_empty()
             {
-                tracing::warn!(runs = marked, "marked runs of vanished holders abandoned");
+                tracing::warn!(
+                    runs = marked.len(),
+                    "marked runs of vanished holders abandoned"
+                );
+                on_abandoned(&marked);
             }
         }
     }

@@ -12,6 +12,8 @@ use super::claimer::Claimer;
 use crate::db::Store;
 use crate::db::health::Health;
 use crate::history::journal::Journal;
+use crate::history::{OnAbandoned, RunRow, RunStatus};
+use crate::notify::{Event, Notice, Notifier};
 use crate::runner::Guard;
 use crate::schedule::Clock;
 use crate::telemetry::Liveness;
@@ -25,6 +27,8 @@ pub(crate) struct Engine {
     pub(crate) claimer: Claimer,
     pub(crate) health: Arc<Health>,
     pub(crate) journal: Journal,
+    /// Sends the events this replica records, and the pings of its runs.
+    pub(crate) notifier: Arc<Notifier>,
     /// This replica's id in leases and history.
     pub(crate) instance: String,
     /// The database's clock, as this replica reads it.
@@ -43,9 +47,12 @@ impl Engine {
         guard: Option<Arc<Guard>>,
     ) -> Arc<Engine> {
         let health = Arc::new(Health::new(liveness));
-        let journal = Journal::start(store.clone(), health.clone());
+        let notifier = Notifier::start();
+        let on_abandoned = abandoned_notices(notifier.clone());
+        let journal = Journal::start(store.clone(), health.clone(), on_abandoned.clone());
         Arc::new(Engine {
-            claimer: Claimer::start(store.clone(), instance.clone()),
+            claimer: Claimer::start(store.clone(), instance.clone(), on_abandoned),
+            notifier,
             store,
             guard,
             health,
@@ -55,4 +62,24 @@ impl Engine {
             phase,
         })
     }
+}
+
+/// Tells about the runs this replica marked `abandoned`.
+fn abandoned_notices(notifier: Arc<Notifier>) -> OnAbandoned {
+    Arc::new(move |rows: &[RunRow]| {
+        for row in rows {
+            notifier.event(Notice::new(
+                Event::Abandoned,
+                &row.job,
+                row.scheduled_at.and_utc(),
+                RunStatus::Abandoned,
+                None,
+                row.attempt,
+                &row.instance,
+                None,
+                &row.output,
+                Some(row.id),
+            ));
+        }
+    })
 }

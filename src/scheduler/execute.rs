@@ -22,6 +22,7 @@ use crate::history::journal::Write;
 use crate::history::{NewRun, RunFinish, RunStatus};
 use crate::lease::Lease;
 use crate::lease::keeper::{Keeper, LeaseState, LeaseTimes};
+use crate::notify::{Event, Notice, Ping};
 use crate::runner::{Action, Ended, Ending, RunContext, StopReason};
 use crate::telemetry;
 
@@ -129,10 +130,13 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
         .await;
         let retryable = matches!(
             outcome,
-            Some(Outcome {
-                status: RunStatus::Failed | RunStatus::TimedOut,
-                ..
-            })
+            Some((
+                Outcome {
+                    status: RunStatus::Failed | RunStatus::TimedOut,
+                    ..
+                },
+                _
+            ))
         );
         last = outcome;
         if !retryable || attempt == attempts {
@@ -145,7 +149,9 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
         let _ = ended.set(engine.clock.now());
     }
     release(&engine, &job, &lease).await;
-    last
+    let (outcome, attempted) = last?;
+    notify_outcome(&engine, &job, &outcome, attempted).await;
+    Some(outcome)
 }
 
 /// Waits `retry_backoff` with the lease kept alive; false if the lease was
@@ -180,7 +186,7 @@ async fn run_attempt(
     keeper: &mut Keeper,
     attempt: u32,
     recorded: Option<i64>,
-) -> Option<Outcome> {
+) -> Option<(Outcome, Attempted)> {
     let instant = recording.instant.unwrap_or(lease.instant);
     let started = match recorded {
         Some(id) => Ok(id),
@@ -245,6 +251,7 @@ async fn run_attempt(
                 late_ms = late.num_milliseconds(),
                 "run started"
             );
+            engine.notifier.ping(&job.name, Ping::Start, run_id);
             None
         }
         joined = &mut task => Some(ending_of(joined, job, run_id)),
@@ -304,11 +311,73 @@ async fn run_attempt(
         duration_ms = duration.as_millis() as u64,
         "run finished"
     );
-    Some(Outcome {
-        status,
-        exit_code: ending.exit_code,
-        output: ending.output,
-    })
+    if status == RunStatus::Succeeded {
+        engine.notifier.ping(&job.name, Ping::Success, run_id);
+    } else {
+        engine.notifier.ping(&job.name, Ping::Fail, run_id);
+    }
+    Some((
+        Outcome {
+            status,
+            exit_code: ending.exit_code,
+            output: ending.output,
+        },
+        Attempted {
+            run_id,
+            attempt: attempt as i32,
+            duration,
+            instant,
+        },
+    ))
+}
+
+/// What identifies an attempt that ran, for the notice of its instant.
+#[derive(Clone, Copy, Debug)]
+struct Attempted {
+    run_id: i64,
+    attempt: i32,
+    duration: Duration,
+    instant: DateTime<Utc>,
+}
+
+/// Tells about the instant's final outcome: a failure of any kind, or (if
+/// the job asks) its recovery after one.
+async fn notify_outcome(engine: &Engine, job: &Work, outcome: &Outcome, attempted: Attempted) {
+    let event = match Event::of_status(outcome.status) {
+        Some(event) => event,
+        None if outcome.status == RunStatus::Succeeded
+            && engine.notifier.wants(&job.name, Event::Recovered) =>
+        {
+            let job_name = job.name.clone();
+            match engine
+                .store
+                .call("reading the job's previous run", move |conn| {
+                    crate::history::status_before(conn, &job_name, attempted.instant)
+                })
+                .await
+            {
+                Ok(Some(previous)) if Event::of_status(previous).is_some() => Event::Recovered,
+                Ok(_) => return,
+                Err(e) => {
+                    warn!(job = %job.name, "cannot tell whether the run recovered from a failure: {e}");
+                    return;
+                }
+            }
+        }
+        None => return,
+    };
+    engine.notifier.event(Notice::new(
+        event,
+        &job.name,
+        attempted.instant,
+        outcome.status,
+        outcome.exit_code,
+        attempted.attempt,
+        &engine.instance,
+        Some(attempted.duration),
+        &outcome.output,
+        Some(attempted.run_id),
+    ));
 }
 
 /// How long a run told to stop may take beyond its grace (a process gets

@@ -65,6 +65,24 @@ pub(crate) struct JobSettings {
     pub(crate) catch_up: Duration,
     pub(crate) retries: u32,
     pub(crate) retry_backoff: Duration,
+    /// See [`Job::missed_after`]; `None`: the default.
+    pub(crate) missed_after: Option<Duration>,
+    /// Where the job's notifications go (a job of the job file).
+    pub(crate) notify: Option<Arc<crate::notify::Notify>>,
+}
+
+impl JobSettings {
+    /// How long after an instant nobody claimed it is recorded `missed`
+    /// (zero: never): the job's setting, else the larger of a minute and a
+    /// tenth of the job's interval.
+    pub(crate) fn missed_after(&self, interval: Option<Duration>) -> Duration {
+        self.missed_after.unwrap_or_else(|| {
+            interval
+                .map(|i| i / 10)
+                .unwrap_or_default()
+                .max(Duration::from_secs(60))
+        })
+    }
 }
 
 impl Default for JobSettings {
@@ -77,6 +95,8 @@ impl Default for JobSettings {
             catch_up: config::DEFAULT_CATCH_UP,
             retries: config::DEFAULT_RETRIES,
             retry_backoff: config::DEFAULT_RETRY_BACKOFF,
+            missed_after: None,
+            notify: None,
         }
     }
 }
@@ -172,6 +192,15 @@ impl Job {
         self
     }
 
+    /// An instant that no replica claimed is recorded `missed` in the
+    /// history this long after its time, by one replica of the fleet (and
+    /// counted in `replicron_missed_instants_total`). Default: the larger of
+    /// a minute and a tenth of the job's interval; zero turns it off.
+    pub fn missed_after(mut self, after: Duration) -> Job {
+        self.settings.missed_after = Some(after);
+        self
+    }
+
     /// What a run does: an async function of its [`RunContext`]. `Ok` is
     /// recorded `succeeded`, an error `failed` with its text as the run's
     /// output; a panic is recorded `failed` and the scheduler goes on.
@@ -200,6 +229,7 @@ impl Job {
                 working_dir: job.working_dir.clone(),
                 output_limit: job.output_limit,
                 inherit_stdio: false,
+                hidden_env: job.hidden_env.clone(),
             },
         )
     }
@@ -217,6 +247,8 @@ impl Job {
                 catch_up: job.catch_up,
                 retries: job.retries,
                 retry_backoff: job.retry_backoff,
+                missed_after: job.missed_after,
+                notify: job.notify.clone(),
             },
             action: Some(Arc::new(process)),
             // The whole definition: any change to it is a change of the job.

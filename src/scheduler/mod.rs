@@ -17,6 +17,7 @@ pub(crate) mod clock_sync;
 pub(crate) mod engine;
 pub(crate) mod execute;
 mod job;
+mod missed;
 mod retention;
 mod tick;
 
@@ -89,6 +90,9 @@ pub(crate) enum Phase {
     /// once).
     Stopping { immediate: bool },
 }
+
+/// How long the notifications still queued may take to go out at shutdown.
+const NOTIFY_FLUSH_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How long the journal may take at shutdown to write what it holds.
 const JOURNAL_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -405,10 +409,16 @@ impl Scheduler {
             tokio::spawn(clock_sync.run(engine.health.clone(), stop())),
             tokio::spawn(heartbeat(store.clone(), me.clone(), engine.health.clone())),
         ];
-        let mut loops = Loops::default();
+        let (published, watched) = watch::channel(Vec::new());
+        let mut loops = Loops {
+            published,
+            ..Loops::default()
+        };
         for job in jobs {
             loops.start(&engine, job);
         }
+        loops.publish(&engine);
+        let missed = tokio::spawn(missed::check_forever(engine.clone(), watched));
         if notify_systemd {
             telemetry::notify_systemd("ready");
         }
@@ -417,7 +427,7 @@ impl Scheduler {
                 () = stop() => break,
                 Some(new) = reloads.recv() => {
                     match loops.reload(&engine, new).await {
-                        Ok(()) => {}
+                        Ok(()) => loops.publish(&engine),
                         Err(e) => error!("the new jobs could not be applied, the old ones keep running: {e}"),
                     }
                     if notify_systemd {
@@ -430,6 +440,8 @@ impl Scheduler {
             telemetry::notify_systemd("stopping");
         }
         loops.join().await;
+        missed.abort();
+        engine.notifier.flush(NOTIFY_FLUSH_TIMEOUT).await;
         for task in background {
             task.abort();
         }
@@ -451,6 +463,9 @@ impl Scheduler {
 struct Loops {
     running: Vec<Loop>,
     retired: Vec<JoinHandle<()>>,
+    /// The running jobs, for the tasks that follow them (the check for
+    /// missed instants).
+    published: watch::Sender<Vec<Arc<Job>>>,
 }
 
 /// A running job loop.
@@ -463,6 +478,12 @@ struct Loop {
 impl Loops {
     fn start(&mut self, engine: &Arc<Engine>, job: Arc<Job>) {
         telemetry::register_job(&job.name);
+        let now = engine.clock.now();
+        telemetry::schedule(
+            &job.name,
+            job.schedule.next_after(now),
+            job.schedule.interval_after(now),
+        );
         let (retire, retired) = watch::channel(false);
         let handle = tokio::spawn(tick::job_loop(engine.clone(), job.clone(), retired));
         self.running.push(Loop {
@@ -518,6 +539,17 @@ impl Loops {
             "config reloaded"
         );
         Ok(())
+    }
+
+    /// Tells the notifier and the missed-instant check which jobs run now.
+    fn publish(&self, engine: &Engine) {
+        engine.notifier.set_jobs(
+            self.running
+                .iter()
+                .map(|l| (l.job.name.as_str(), l.job.settings.notify.as_ref())),
+        );
+        self.published
+            .send_replace(self.running.iter().map(|l| l.job.clone()).collect());
     }
 
     /// Waits for every loop (and its run) to end.

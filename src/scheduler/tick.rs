@@ -100,6 +100,7 @@ pub(crate) async fn job_loop(
                 None => break,
             },
         };
+        telemetry::schedule(&job.name, job.schedule.next_after(instant), None);
         if let Some(skipped) = ticker.take_skipped() {
             telemetry::skipped(&job.name, "too_late", skipped.count);
             warn!(

@@ -95,6 +95,28 @@ fn describe() {
         "replicron_database_up",
         "1 while the database answers, 0 while it is unreachable"
     );
+    describe_counter!(
+        "replicron_notifications_total",
+        "Notifications (webhook, command) and pings this replica sent, by job, event and result: sent, failed (after its retries), dropped (the queue was full)"
+    );
+    describe_counter!(
+        "replicron_missed_instants_total",
+        "Instants no replica claimed in time, recorded missed by this replica's check"
+    );
+    describe_gauge!(
+        "replicron_next_run_timestamp_seconds",
+        Unit::Seconds,
+        "Unix time of the job's next scheduled instant"
+    );
+    describe_gauge!(
+        "replicron_last_run_status",
+        "1 for the status of the last run that ended on this replica, 0 for the others"
+    );
+    describe_gauge!(
+        "replicron_job_interval_seconds",
+        Unit::Seconds,
+        "The time between two instants of the job's schedule (the next two, for an irregular one)"
+    );
     counter!("replicron_database_errors_total").increment(0);
     gauge!("replicron_history_pending_writes").set(0.0);
 }
@@ -120,6 +142,40 @@ pub(crate) fn register_job(job: &str) {
     }
     counter!("replicron_lease_extensions_failed_total", "job" => job.to_string()).increment(0);
     gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string()).increment(0.0);
+    counter!("replicron_missed_instants_total", "job" => job.to_string()).increment(0);
+    for event in crate::notify::Event::ALL {
+        for result in ["sent", "failed", "dropped"] {
+            counter!("replicron_notifications_total", "job" => job.to_string(), "event" => event.as_str(), "result" => result)
+                .increment(0);
+        }
+    }
+}
+
+/// The job's schedule: its next instant and its interval.
+pub(crate) fn schedule(
+    job: &str,
+    next: Option<chrono::DateTime<chrono::Utc>>,
+    interval: Option<Duration>,
+) {
+    if let Some(next) = next {
+        gauge!("replicron_next_run_timestamp_seconds", "job" => job.to_string())
+            .set(next.timestamp_millis() as f64 / 1000.0);
+    }
+    if let Some(interval) = interval {
+        gauge!("replicron_job_interval_seconds", "job" => job.to_string())
+            .set(interval.as_secs_f64());
+    }
+}
+
+/// A notification's (or a ping's) outcome.
+pub(crate) fn notification(job: &str, event: &'static str, result: &'static str) {
+    counter!("replicron_notifications_total", "job" => job.to_string(), "event" => event, "result" => result)
+        .increment(1);
+}
+
+/// Instants recorded missed.
+pub(crate) fn missed(job: &str, count: usize) {
+    counter!("replicron_missed_instants_total", "job" => job.to_string()).increment(count as u64);
 }
 
 /// A claim this replica won or lost.
@@ -155,6 +211,13 @@ pub(crate) fn run_finished(job: &str, status: RunStatus, duration: Duration, wal
     if status == RunStatus::Succeeded {
         gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string())
             .set(wall_clock_end);
+    }
+    for each in RunStatus::ALL {
+        if !matches!(each, RunStatus::Running | RunStatus::Missed) {
+            let value = if each == status { 1.0 } else { 0.0 };
+            gauge!("replicron_last_run_status", "job" => job.to_string(), "status" => each.as_str())
+                .set(value);
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use crate::support::{Kind, Replica, TestDb, history_json};
 
 /// A job line: `job instant instance start-ns`, the start read by a `date`
 /// that no skew reaches (libfaketime is taken out of its environment).
-const RECORD_UNSKEWED: &str = r#"echo "$REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $(env -u LD_PRELOAD -u FAKETIME date +%s%N)" >> "$OUT""#;
+pub(crate) const RECORD_UNSKEWED: &str = r#"echo "$REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $(env -u LD_PRELOAD -u FAKETIME date +%s%N)" >> "$OUT""#;
 
 /// One run as the job recorded it.
 pub(crate) struct Line {
@@ -61,7 +61,7 @@ pub(crate) fn per_second_jobs(jobs: usize, out: &Path) -> String {
         .collect()
 }
 
-fn second(t: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn second(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(TimeDelta::seconds(1)).expect("truncate")
 }
 

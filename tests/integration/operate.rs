@@ -739,7 +739,7 @@ fn unlock_force_of_a_live_holder_is_no_orphan() {
 }
 
 /// promtool, if installed (in CI it must be: Debian's prometheus package).
-fn promtool() -> Option<&'static str> {
+pub(crate) fn promtool() -> Option<&'static str> {
     let found = std::path::Path::new("/usr/bin/promtool").exists();
     assert!(
         found || std::env::var("CI").as_deref() != Ok("true"),

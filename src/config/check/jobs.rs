@@ -16,6 +16,7 @@ pub(super) struct Settings {
     pub(super) shell: String,
     pub(super) retries: u32,
     pub(super) retry_backoff: Duration,
+    pub(super) missed_after: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -31,6 +32,7 @@ impl Default for Settings {
             shell: DEFAULT_SHELL.to_string(),
             retries: DEFAULT_RETRIES,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
+            missed_after: None,
         }
     }
 }
@@ -101,6 +103,14 @@ impl Checker<'_> {
             if let Some(parsed) = self.duration(value.as_ref(), scope, key, zero) {
                 *slot = parsed;
             }
+        }
+        if let Some(after) = self.duration(
+            raw.missed_after.as_ref(),
+            scope,
+            "missed_after",
+            Zero::Allowed,
+        ) {
+            settings.missed_after = Some(after);
         }
         if let Some(limit) = &raw.output_limit {
             match parse_size(limit.get_ref()) {
@@ -174,6 +184,7 @@ impl Checker<'_> {
         span: Range<usize>,
         mut raw: RawJob,
         defaults: &Settings,
+        notify: &crate::notify::Notify,
         names: &mut HashSet<String>,
     ) -> Option<Job> {
         let position = format!("#{}", index + 1);
@@ -307,6 +318,10 @@ impl Checker<'_> {
                 }
             }
         }
+        let notify = match raw.notify.take() {
+            Some(own) => self.notify(own.into_inner(), notify, scope, "notify.", &settings.shell),
+            None => notify.clone(),
+        };
         let working_dir = raw.working_dir.map(|dir| PathBuf::from(dir.into_inner()));
         Some(Job {
             name: name?,
@@ -323,6 +338,9 @@ impl Checker<'_> {
             output_limit: settings.output_limit,
             retries: settings.retries,
             retry_backoff: settings.retry_backoff,
+            missed_after: settings.missed_after,
+            notify: notify.is_set().then(|| std::sync::Arc::new(notify)),
+            hidden_env: Vec::new(),
         })
     }
 }

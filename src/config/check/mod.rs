@@ -6,6 +6,7 @@
 //! (`[defaults]` and each `[[job]]`).
 
 mod jobs;
+mod notify;
 mod sections;
 
 use std::collections::HashSet;
@@ -18,7 +19,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
-use super::raw::{RawDaemon, RawDatabase, RawJob, RawSettings};
+use super::raw::{RawDaemon, RawDatabase, RawJob, RawNotify, RawSettings};
 use super::*;
 
 /// Checks `text` (read from `path`): the config, if it could be built, and
@@ -89,6 +90,7 @@ impl Scope<'_> {
         match self {
             Scope::Table("database") => "database",
             Scope::Table("daemon") => "daemon",
+            Scope::Table("notify") => "notify",
             Scope::Table(_) => "defaults",
             Scope::Job(_) => "job",
         }
@@ -159,6 +161,7 @@ impl<'t> Checker<'t> {
         let mut database = RawDatabase::default();
         let mut daemon = RawDaemon::default();
         let mut defaults = RawSettings::default();
+        let mut notify = RawNotify::default();
         let mut jobs: Vec<(Range<usize>, RawJob)> = Vec::new();
         for (key, value) in root {
             let key_span = key.span();
@@ -176,6 +179,11 @@ impl<'t> Checker<'t> {
                 "defaults" => {
                     defaults = self
                         .table(value, Scope::Table("defaults"))
+                        .unwrap_or_default()
+                }
+                "notify" => {
+                    notify = self
+                        .table(value, Scope::Table("notify"))
                         .unwrap_or_default()
                 }
                 "job" => {
@@ -202,7 +210,7 @@ impl<'t> Checker<'t> {
                     Some(key_span),
                     None,
                     Some(other),
-                    "unknown top-level key: expected [database], [daemon], [defaults] or [[job]]",
+                    "unknown top-level key: expected [database], [daemon], [defaults], [notify] or [[job]]",
                 ),
             }
         }
@@ -210,12 +218,31 @@ impl<'t> Checker<'t> {
         let database = self.database(database, path, env);
         let daemon = self.daemon(daemon, env);
         let defaults = self.settings(defaults, &Settings::default(), Scope::Table("defaults"));
+        let notify = self.notify(
+            notify,
+            &crate::notify::Notify::default(),
+            Scope::Table("notify"),
+            "",
+            &defaults.shell,
+        );
         let mut names = HashSet::new();
-        let jobs: Vec<Job> = jobs
+        let mut jobs: Vec<Job> = jobs
             .into_iter()
             .enumerate()
-            .filter_map(|(index, (span, raw))| self.job(index, span, raw, &defaults, &mut names))
+            .filter_map(|(index, (span, raw))| {
+                self.job(index, span, raw, &defaults, &notify, &mut names)
+            })
             .collect();
+        // The variables notifications read secrets from are no job's.
+        let mut hidden: Vec<String> = notify.secret_vars();
+        for job in &jobs {
+            hidden.extend(job.notify.iter().flat_map(|n| n.secret_vars()));
+        }
+        hidden.sort();
+        hidden.dedup();
+        for job in &mut jobs {
+            job.hidden_env = hidden.clone();
+        }
         Some(Config {
             path: path.to_path_buf(),
             database: database?,

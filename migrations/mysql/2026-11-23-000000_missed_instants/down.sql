@@ -1,0 +1,1 @@
+ALTER TABLE replicron_locks DROP COLUMN missed_checked_until;

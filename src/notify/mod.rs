@@ -1,0 +1,614 @@
+//! Telling someone: what MAILTO did, for a fleet. A job's failures, lost
+//! leases, abandoned and missed instants and (if asked) its recoveries are
+//! sent to a webhook and/or a local command; every run pings a URL in the
+//! healthchecks.io convention (`/start`, then the URL or `/fail`).
+//!
+//! The replica that records an event sends it, so each event is sent once
+//! across the fleet. Sending never delays a tick loop or a run: events and
+//! pings go through a bounded queue to a task of their own ([`Notifier`]),
+//! each delivery has a timeout and a bounded number of retries with
+//! backoff, and every outcome is counted in
+//! `replicron_notifications_total{job,event,result}`. A notification that
+//! finally fails, or does not fit in the queue, is logged with its job and
+//! run id. See `docs/design.md#failure-handling`.
+
+mod send;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
+use tracing::error;
+
+use crate::config::Command;
+use crate::history::RunStatus;
+
+/// What can be notified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Event {
+    /// A run ended `failed` (after its retries).
+    Failed,
+    /// A run ended `timed_out` (after its retries).
+    TimedOut,
+    /// A run was stopped because its lease could not be kept.
+    LostLock,
+    /// A run could not be started (`error`: no such program, …).
+    Error,
+    /// A run's holder vanished; another replica marked it `abandoned`.
+    Abandoned,
+    /// An instant that no replica claimed, recorded `missed`.
+    Missed,
+    /// The first success after a failed, timed-out, lost, abandoned or
+    /// missed instant.
+    Recovered,
+}
+
+impl Event {
+    /// Every event, in the order the documentation lists them.
+    pub(crate) const ALL: [Event; 7] = [
+        Event::Failed,
+        Event::TimedOut,
+        Event::LostLock,
+        Event::Error,
+        Event::Abandoned,
+        Event::Missed,
+        Event::Recovered,
+    ];
+
+    /// Its name in the job file, the payload and the metrics.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Event::Failed => "failed",
+            Event::TimedOut => "timed_out",
+            Event::LostLock => "lost_lock",
+            Event::Error => "error",
+            Event::Abandoned => "abandoned",
+            Event::Missed => "missed",
+            Event::Recovered => "recovered",
+        }
+    }
+
+    /// The event a run's final status is, if any.
+    pub(crate) fn of_status(status: RunStatus) -> Option<Event> {
+        match status {
+            RunStatus::Failed => Some(Event::Failed),
+            RunStatus::TimedOut => Some(Event::TimedOut),
+            RunStatus::LostLock => Some(Event::LostLock),
+            RunStatus::Error => Some(Event::Error),
+            RunStatus::Abandoned => Some(Event::Abandoned),
+            RunStatus::Missed => Some(Event::Missed),
+            RunStatus::Running | RunStatus::Succeeded | RunStatus::Killed => None,
+        }
+    }
+
+    /// The events sent unless a job says otherwise: all but `recovered`.
+    pub(crate) fn defaults() -> BTreeSet<Event> {
+        Event::ALL
+            .into_iter()
+            .filter(|e| *e != Event::Recovered)
+            .collect()
+    }
+}
+
+impl std::str::FromStr for Event {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Event::ALL
+            .into_iter()
+            .find(|e| e.as_str() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
+                format!(
+                    "unknown event {text:?}: expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// A string with `${VAR}` references, filled from replicron's environment
+/// when a notification is sent, so that a token or a secret URL lives in
+/// the environment (the systemd unit's environment file), not in the job
+/// file. Its `Debug` shows the references, never their values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Template(String);
+
+impl Template {
+    /// Parses `text`; a `${` without its `}` or with an invalid name is an
+    /// error.
+    pub(crate) fn parse(text: &str) -> Result<Template, String> {
+        let template = Template(text.to_string());
+        template.pieces()?;
+        Ok(template)
+    }
+
+    /// The variables it names.
+    pub(crate) fn vars(&self) -> Vec<String> {
+        self.pieces()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|piece| match piece {
+                Piece::Var(name) => Some(name.to_string()),
+                Piece::Text(_) => None,
+            })
+            .collect()
+    }
+
+    /// The text with each `${VAR}` replaced by its value in `env`.
+    pub(crate) fn render(&self, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+        let mut out = String::new();
+        for piece in self.pieces()? {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                Piece::Var(name) => match env(name) {
+                    Some(value) => out.push_str(&value),
+                    None => {
+                        return Err(format!("${{{name}}} is not set in replicron's environment"));
+                    }
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    fn pieces(&self) -> Result<Vec<Piece<'_>>, String> {
+        let mut pieces = Vec::new();
+        let mut rest = self.0.as_str();
+        while let Some(start) = rest.find("${") {
+            if start > 0 {
+                pieces.push(Piece::Text(&rest[..start]));
+            }
+            let after = &rest[start + 2..];
+            let end = after
+                .find('}')
+                .ok_or_else(|| format!("{:?}: a ${{ without its }}", self.0))?;
+            let name = &after[..end];
+            if name.is_empty()
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                || name.starts_with(|c: char| c.is_ascii_digit())
+            {
+                return Err(format!("{:?}: invalid variable name {name:?}", self.0));
+            }
+            pieces.push(Piece::Var(name));
+            rest = &after[end + 1..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest));
+        }
+        Ok(pieces)
+    }
+}
+
+enum Piece<'t> {
+    Text(&'t str),
+    Var(&'t str),
+}
+
+/// Where and when a job's notifications go: `[notify]`, with a job's own
+/// `notify` keys over it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Notify {
+    /// Which events are sent.
+    pub(crate) on: BTreeSet<Event>,
+    /// POSTed a JSON document per event.
+    pub(crate) webhook: Option<Template>,
+    /// Headers of the webhook's request (an authorization token, …).
+    pub(crate) webhook_headers: BTreeMap<String, Template>,
+    /// Run per event, with the output's tail on stdin.
+    pub(crate) command: Option<Command>,
+    /// Pinged at every run's start and end (healthchecks.io convention).
+    pub(crate) ping_url: Option<Template>,
+    /// How long one delivery may take.
+    pub(crate) timeout: Duration,
+    /// How often a failed delivery is tried again.
+    pub(crate) retries: u32,
+}
+
+/// `timeout` unless set.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `retries` unless set.
+pub(crate) const DEFAULT_RETRIES: u32 = 3;
+/// The most retries a notification may ask for.
+pub(crate) const MAX_RETRIES: u32 = 10;
+
+impl Default for Notify {
+    fn default() -> Self {
+        Notify {
+            on: Event::defaults(),
+            webhook: None,
+            webhook_headers: BTreeMap::new(),
+            command: None,
+            ping_url: None,
+            timeout: DEFAULT_TIMEOUT,
+            retries: DEFAULT_RETRIES,
+        }
+    }
+}
+
+impl Notify {
+    /// Whether anything is configured to receive events or pings.
+    pub(crate) fn is_set(&self) -> bool {
+        self.webhook.is_some() || self.command.is_some() || self.ping_url.is_some()
+    }
+
+    /// Every environment variable the templates name: they are removed from
+    /// the environment of jobs, as replicron's own settings are.
+    pub(crate) fn secret_vars(&self) -> Vec<String> {
+        self.webhook
+            .iter()
+            .chain(self.webhook_headers.values())
+            .chain(self.ping_url.iter())
+            .flat_map(Template::vars)
+            .collect()
+    }
+}
+
+/// What is sent for one event: the JSON document a webhook receives, and
+/// the `REPLICRON_*` variables and stdin of a command.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Notice {
+    /// One line for people (chat webhooks show it as the message).
+    pub(crate) text: String,
+    /// The event.
+    pub(crate) event: &'static str,
+    /// The job.
+    pub(crate) job: String,
+    /// The instant (RFC 3339, UTC, ms).
+    pub(crate) scheduled_at: String,
+    /// The run's status in history.
+    pub(crate) status: &'static str,
+    /// Its exit code, if its process exited.
+    pub(crate) exit_code: Option<i32>,
+    /// Its attempt (0: a missed instant, which had none).
+    pub(crate) attempt: i32,
+    /// The replica that ran it (or, for a missed instant, recorded it).
+    pub(crate) instance: String,
+    /// How long it ran, where known.
+    pub(crate) duration_seconds: Option<f64>,
+    /// The tail of its output.
+    pub(crate) output: String,
+    /// Its row in `replicron_runs`.
+    pub(crate) history_id: Option<i64>,
+}
+
+/// The most of a run's output a notification carries (its end).
+const OUTPUT_TAIL: usize = 4096;
+
+impl Notice {
+    /// A notice of `event` for one history row.
+    #[expect(clippy::too_many_arguments, reason = "one field each of a history row")]
+    pub(crate) fn new(
+        event: Event,
+        job: &str,
+        instant: DateTime<Utc>,
+        status: RunStatus,
+        exit_code: Option<i32>,
+        attempt: i32,
+        instance: &str,
+        duration: Option<Duration>,
+        output: &str,
+        history_id: Option<i64>,
+    ) -> Notice {
+        let scheduled_at = crate::schedule::fmt_instant(instant);
+        let code = exit_code
+            .map(|c| format!(" (exit {c})"))
+            .unwrap_or_default();
+        let text = match event {
+            Event::Recovered => {
+                format!("replicron: {job} succeeded again at {scheduled_at} on {instance}")
+            }
+            Event::Missed => {
+                format!("replicron: {job} did not run at {scheduled_at}: no replica claimed it")
+            }
+            Event::Abandoned => format!(
+                "replicron: {job} at {scheduled_at} was abandoned: its replica {instance} vanished"
+            ),
+            _ => format!(
+                "replicron: {job} {status}{code} at {scheduled_at} on {instance}",
+                status = status.as_str()
+            ),
+        };
+        let mut start = output.len().saturating_sub(OUTPUT_TAIL);
+        while !output.is_char_boundary(start) {
+            start += 1;
+        }
+        Notice {
+            text,
+            event: event.as_str(),
+            job: job.to_string(),
+            scheduled_at,
+            status: status.as_str(),
+            exit_code,
+            attempt,
+            instance: instance.to_string(),
+            duration_seconds: duration.map(|d| d.as_secs_f64()),
+            output: output[start..].to_string(),
+            history_id,
+        }
+    }
+}
+
+/// A ping of a run, in the healthchecks.io convention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ping {
+    /// `<url>/start`: the run started.
+    Start,
+    /// `<url>`: it succeeded.
+    Success,
+    /// `<url>/fail`: it did not.
+    Fail,
+}
+
+impl Ping {
+    fn suffix(self) -> &'static str {
+        match self {
+            Ping::Start => "/start",
+            Ping::Success => "",
+            Ping::Fail => "/fail",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Ping::Start => "ping_start",
+            Ping::Success => "ping_success",
+            Ping::Fail => "ping_fail",
+        }
+    }
+}
+
+enum Message {
+    Event {
+        notify: Arc<Notify>,
+        notice: Notice,
+    },
+    Ping {
+        notify: Arc<Notify>,
+        job: String,
+        ping: Ping,
+        run_id: i64,
+    },
+}
+
+/// How many notifications may wait to be sent; beyond, one is dropped and
+/// logged.
+const QUEUE: usize = 1000;
+/// How many are sent at once.
+const IN_FLIGHT: usize = 16;
+
+/// Sends events and pings off the tick loops: see the module's docs.
+pub(crate) struct Notifier {
+    queue: mpsc::Sender<Message>,
+    jobs: RwLock<HashMap<String, Arc<Notify>>>,
+    /// Queued or being sent.
+    outstanding: Arc<AtomicUsize>,
+    dispatcher: JoinHandle<()>,
+}
+
+impl Notifier {
+    /// Starts the sending task.
+    pub(crate) fn start() -> Arc<Notifier> {
+        let (queue, messages) = mpsc::channel(QUEUE);
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        Arc::new(Notifier {
+            queue,
+            jobs: RwLock::new(HashMap::new()),
+            outstanding: outstanding.clone(),
+            dispatcher: tokio::spawn(dispatch(messages, outstanding)),
+        })
+    }
+
+    /// The notification settings of every job from now on (at start and
+    /// at each reload).
+    pub(crate) fn set_jobs<'j>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'j str, Option<&'j Arc<Notify>>)>,
+    ) {
+        let map = jobs
+            .into_iter()
+            .filter_map(|(job, notify)| Some((job.to_string(), notify?.clone())))
+            .filter(|(_, notify)| notify.is_set())
+            .collect();
+        if let Ok(mut jobs) = self.jobs.write() {
+            *jobs = map;
+        }
+    }
+
+    fn of(&self, job: &str) -> Option<Arc<Notify>> {
+        self.jobs.read().ok()?.get(job).cloned()
+    }
+
+    /// Whether `job` sends `event`.
+    pub(crate) fn wants(&self, job: &str, event: Event) -> bool {
+        self.of(job)
+            .is_some_and(|n| n.on.contains(&event) && (n.webhook.is_some() || n.command.is_some()))
+    }
+
+    /// Queues `notice` (of `job`'s event) if the job sends that event.
+    pub(crate) fn event(&self, notice: Notice) {
+        let Some(notify) = self.of(&notice.job) else {
+            return;
+        };
+        let wanted = notify.on.iter().any(|e| e.as_str() == notice.event);
+        if !wanted || (notify.webhook.is_none() && notify.command.is_none()) {
+            return;
+        }
+        let (job, event, id) = (notice.job.clone(), notice.event, notice.history_id);
+        self.outstanding.fetch_add(1, Ordering::SeqCst);
+        if self
+            .queue
+            .try_send(Message::Event { notify, notice })
+            .is_err()
+        {
+            self.outstanding.fetch_sub(1, Ordering::SeqCst);
+            crate::telemetry::notification(&job, event, "dropped");
+            error!(job = %job, event, run_id = id, "notification dropped: {QUEUE} are already waiting to be sent");
+        }
+    }
+
+    /// Queues a ping of run `run_id` of `job`, if the job has a ping URL.
+    pub(crate) fn ping(&self, job: &str, ping: Ping, run_id: i64) {
+        let Some(notify) = self.of(job) else {
+            return;
+        };
+        if notify.ping_url.is_none() {
+            return;
+        }
+        let message = Message::Ping {
+            notify,
+            job: job.to_string(),
+            ping,
+            run_id,
+        };
+        self.outstanding.fetch_add(1, Ordering::SeqCst);
+        if self.queue.try_send(message).is_err() {
+            self.outstanding.fetch_sub(1, Ordering::SeqCst);
+            crate::telemetry::notification(job, ping.label(), "dropped");
+            error!(job = %job, run_id, "ping dropped: {QUEUE} notifications are already waiting to be sent");
+        }
+    }
+}
+
+impl Notifier {
+    /// At shutdown: waits at most `timeout` for what is queued or being
+    /// sent, and logs how many were not sent.
+    pub(crate) async fn flush(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.outstanding.load(Ordering::SeqCst) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                error!(
+                    unsent = self.outstanding.load(Ordering::SeqCst),
+                    "notifications not sent before exit (their webhooks or commands did not answer in time)"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.dispatcher.abort();
+    }
+}
+
+/// Takes messages off the queue and sends each in a task of its own, at
+/// most [`IN_FLIGHT`] at once; a job's pings go out in order.
+async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<AtomicUsize>) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut last_ping: HashMap<String, JoinHandle<()>> = HashMap::new();
+    while let Some(message) = messages.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        match message {
+            Message::Event { notify, notice } => {
+                let outstanding = outstanding.clone();
+                tokio::spawn(async move {
+                    send::event(&notify, &notice).await;
+                    drop(slot);
+                    outstanding.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+            Message::Ping {
+                notify,
+                job,
+                ping,
+                run_id,
+            } => {
+                let previous = last_ping.remove(&job);
+                let label = job.clone();
+                let outstanding = outstanding.clone();
+                let handle = tokio::spawn(async move {
+                    // The start of a run before its end, whatever the network.
+                    if let Some(previous) = previous {
+                        let _ = previous.await;
+                    }
+                    send::ping(&notify, &job, ping, run_id).await;
+                    drop(slot);
+                    outstanding.fetch_sub(1, Ordering::SeqCst);
+                });
+                last_ping.insert(label, handle);
+                last_ping.retain(|_, h| !h.is_finished());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_fill_variables_and_never_show_them() {
+        let t = Template::parse("Bearer ${TOKEN}-${SUFFIX_2}").expect("valid");
+        assert_eq!(t.vars(), ["TOKEN", "SUFFIX_2"]);
+        let env = |name: &str| match name {
+            "TOKEN" => Some("s3cret".to_string()),
+            "SUFFIX_2" => Some("x".to_string()),
+            _ => None,
+        };
+        assert_eq!(t.render(env).expect("rendered"), "Bearer s3cret-x");
+        assert!(!format!("{t:?}").contains("s3cret"));
+        assert_eq!(
+            Template::parse("${NOPE}").expect("valid").render(env),
+            Err("${NOPE} is not set in replicron's environment".to_string())
+        );
+        assert!(Template::parse("a ${OPEN").is_err());
+        assert!(Template::parse("${1X}").is_err());
+        assert!(Template::parse("${}").is_err());
+        assert_eq!(
+            Template::parse("plain").expect("valid").vars(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn events_by_name_and_status() {
+        for event in Event::ALL {
+            assert_eq!(event.as_str().parse::<Event>(), Ok(event));
+        }
+        assert!(
+            "fail"
+                .parse::<Event>()
+                .is_err_and(|e| e.contains("failed, timed_out"))
+        );
+        assert!(!Event::defaults().contains(&Event::Recovered));
+        assert_eq!(Event::defaults().len(), Event::ALL.len() - 1);
+        assert_eq!(Event::of_status(RunStatus::Killed), None);
+        assert_eq!(Event::of_status(RunStatus::Missed), Some(Event::Missed));
+    }
+
+    #[test]
+    fn a_notice_carries_the_end_of_long_output() {
+        let output = format!("{}é{}", "a".repeat(5000), "end");
+        let notice = Notice::new(
+            Event::Failed,
+            "billing",
+            DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
+            RunStatus::Failed,
+            Some(3),
+            2,
+            "web-1",
+            Some(Duration::from_millis(1500)),
+            &output,
+            Some(42),
+        );
+        assert!(notice.output.len() <= OUTPUT_TAIL && notice.output.ends_with("éend"));
+        assert_eq!(
+            notice.text,
+            "replicron: billing failed (exit 3) at 2027-01-15T08:00:00.000Z on web-1"
+        );
+        let json = serde_json::to_value(&notice).expect("json");
+        assert_eq!(json["history_id"], 42);
+        assert_eq!(json["duration_seconds"], 1.5);
+        assert_eq!(json["event"], "failed");
+    }
+}

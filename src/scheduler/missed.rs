@@ -1,0 +1,219 @@
+//! Missed instants, noticed fleet-wide: every replica computes the same
+//! instants, so one of them (whichever wins the `replicron.missed` lease
+//! each round) can tell which ones nobody ran. An instant older than the
+//! job's `missed_after` with no history row, that came while no run of the
+//! job was going (an overrun is not a miss), is recorded `missed` (attempt
+//! 0), counted and notified, once: the history's unique key and the job's
+//! `missed_checked_until` mark make a second check a no-op. `catch_up`
+//! still decides what runs; this only records and tells.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::engine::Engine;
+use super::job::Job;
+use crate::db::DbError;
+use crate::history::RunStatus;
+use crate::lease::Claim;
+use crate::notify::{Event, Notice};
+use crate::schedule::fmt_instant;
+
+/// The lease row of the check (job names may not use the prefix).
+pub(crate) const LEASE: &str = "replicron.missed";
+/// The longest one round may take before another replica may start one.
+const LEASE_FOR: Duration = Duration::from_secs(60);
+/// The most missed instants recorded per job and round (after a long
+/// outage); the rest are summed up in one log line.
+pub(crate) const MAX_RECORDED: usize = 100;
+/// The most instants looked at per job and round.
+const MAX_SCANNED: usize = 100_000;
+
+/// Checks now and then until the task is aborted: every half of the
+/// shortest `missed_after`, between 1 s and 30 s.
+pub(crate) async fn check_forever(engine: Arc<Engine>, jobs: watch::Receiver<Vec<Arc<Job>>>) {
+    loop {
+        let current = jobs.borrow().clone();
+        tokio::time::sleep(period(&current, engine.clock.now())).await;
+        if !engine.health.is_up() {
+            continue;
+        }
+        if let Err(e) = check_once(&engine, &current).await {
+            engine.health.report_error(&e);
+            warn!("the check for missed instants skipped this round: {e}");
+        }
+    }
+}
+
+fn period(jobs: &[Arc<Job>], now: DateTime<Utc>) -> Duration {
+    jobs.iter()
+        .map(|job| job.settings.missed_after(job.schedule.interval_after(now)))
+        .filter(|after| !after.is_zero())
+        .min()
+        .map_or(Duration::from_secs(30), |after| after / 2)
+        .clamp(Duration::from_secs(1), Duration::from_secs(30))
+}
+
+/// One round, if this replica wins the check's lease: returns how many
+/// instants it recorded missed.
+pub(crate) async fn check_once(engine: &Engine, jobs: &[Arc<Job>]) -> Result<usize, DbError> {
+    let Claim::Won(held) = engine
+        .store
+        .claim_now(LEASE, &engine.instance, LEASE_FOR)
+        .await?
+    else {
+        debug!("another replica checks for missed instants this round");
+        return Ok(0);
+    };
+    let mut recorded = 0;
+    let mut result = Ok(());
+    for job in jobs {
+        match check_job(engine, job).await {
+            Ok(n) => recorded += n,
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    let _ = engine.store.release(held, Duration::ZERO).await;
+    result.map(|()| recorded)
+}
+
+async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
+    let name = job.name.clone();
+    let now = engine.store.database_now().await?;
+    let after = job.settings.missed_after(job.schedule.interval_after(now));
+    if after.is_zero() {
+        return Ok(0);
+    }
+    let Some(row) = engine.store.find_lock(&name).await? else {
+        return Ok(0);
+    };
+    let to = now - TimeDelta::from_std(after).unwrap_or(TimeDelta::MAX);
+    let Some(checked) = row.missed_checked_until.map(|t| t.and_utc()) else {
+        // First sight of the job: what came before is not this check's.
+        set_checked(engine, &name, to).await?;
+        return Ok(0);
+    };
+    let from = row
+        .created_at
+        .map_or(checked, |created| checked.max(created.and_utc()));
+    if to <= from {
+        return Ok(0);
+    }
+    let mut instants = Vec::new();
+    let mut cursor = from;
+    while let Some(next) = job.schedule.next_after(cursor) {
+        if next > to || instants.len() >= MAX_SCANNED {
+            break;
+        }
+        instants.push(next);
+        cursor = next;
+    }
+    let (Some(first), Some(last)) = (instants.first().copied(), instants.last().copied()) else {
+        set_checked(engine, &name, to).await?;
+        return Ok(0);
+    };
+    let (ran, going) = {
+        let name = name.clone();
+        engine
+            .store
+            .call("reading the runs of the checked instants", move |conn| {
+                crate::history::accounted_between(conn, &name, first, last)
+            })
+            .await?
+    };
+    let ran: HashSet<DateTime<Utc>> = ran.into_iter().collect();
+    // A run keeps its lease from its first attempt's start to its last
+    // attempt's end (retries included), and lock_at_least_for after it.
+    let mut spans: BTreeMap<DateTime<Utc>, Span> = BTreeMap::new();
+    for (instant, start, end) in going {
+        let span = spans.entry(instant).or_insert((start, end));
+        span.0 = span.0.min(start);
+        span.1 = match (span.1, end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+    }
+    let at_least = TimeDelta::from_std(job.settings.lock_at_least_for).unwrap_or_default();
+    let overrun = |t: DateTime<Utc>| {
+        spans
+            .values()
+            .any(|(start, end)| *start <= t && end.is_none_or(|end| t <= end + at_least))
+    };
+    let missed: Vec<DateTime<Utc>> = instants
+        .into_iter()
+        .filter(|t| !ran.contains(t) && !overrun(*t))
+        .collect();
+    let mut recorded = 0;
+    let skip = missed.len().saturating_sub(MAX_RECORDED);
+    for instant in missed.iter().skip(skip).copied() {
+        let (name, me) = (name.clone(), engine.instance.clone());
+        let id = engine
+            .store
+            .call("recording a missed instant", move |conn| {
+                crate::history::record_missed(conn, &name, instant, &me)
+            })
+            .await?;
+        if let Some(id) = id {
+            recorded += 1;
+            engine.notifier.event(Notice::new(
+                Event::Missed,
+                &job.name,
+                instant,
+                RunStatus::Missed,
+                None,
+                0,
+                &engine.instance,
+                None,
+                "",
+                Some(id),
+            ));
+        }
+    }
+    if recorded > 0 {
+        crate::telemetry::missed(&name, recorded);
+        let (first, last) = (missed[skip], missed[missed.len() - 1]);
+        if skip > 0 {
+            warn!(
+                job = %name,
+                missed = missed.len(),
+                recorded,
+                first = %fmt_instant(missed[0]),
+                last = %fmt_instant(last),
+                "instants missed: no replica claimed them; the latest {MAX_RECORDED} are recorded missed"
+            );
+        } else {
+            warn!(
+                job = %name,
+                missed = recorded,
+                first = %fmt_instant(first),
+                last = %fmt_instant(last),
+                "instants missed: no replica claimed them in time; recorded missed"
+            );
+        }
+    }
+    set_checked(engine, &name, to).await?;
+    Ok(recorded)
+}
+
+/// When a run held its job: from its first start to its last end (none:
+/// still going).
+type Span = (DateTime<Utc>, Option<DateTime<Utc>>);
+
+async fn set_checked(engine: &Engine, job: &str, until: DateTime<Utc>) -> Result<(), DbError> {
+    let job = job.to_string();
+    engine
+        .store
+        .call(
+            "recording how far missed instants were checked",
+            move |conn| crate::lease::set_missed_checked(conn, &job, until),
+        )
+        .await
+        .map(drop)
+}

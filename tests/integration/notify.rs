@@ -1,0 +1,339 @@
+//! Telling someone, with real replicas and a real HTTP server: one webhook
+//! per failed instant across replicas (with its fields and header), the
+//! notifier command's stdin, pings in order, a webhook that hangs or fails
+//! delaying nothing, and missed instants recorded once each while an
+//! overrun is not.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use nix::sys::signal::Signal;
+
+use crate::database_time::{
+    Line, RECORD_UNSKEWED, assert_each_instant_once, percentile, read_lines, second,
+};
+use crate::hooks::{Answer, HookServer};
+use crate::support::{Replica, TestDb, backend_test, history_json};
+
+fn stop_all(replicas: Vec<Replica>) {
+    for replica in &replicas {
+        replica.signal(Signal::SIGTERM);
+    }
+    for mut replica in replicas {
+        let status = replica.wait_exit(Duration::from_secs(40)).expect("exits");
+        assert!(status.success(), "{status:?}\n{}", replica.log_text());
+    }
+}
+
+fn time(value: &serde_json::Value) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(value.as_str().expect("a time"))
+        .expect("rfc3339")
+        .with_timezone(&Utc)
+}
+
+backend_test! {
+    /// Three replicas, a job that fails every 2 s and one that succeeds:
+    /// each failed instant reaches the webhook once (from the replica that
+    /// ran it, with its history id, output and the header whose token is
+    /// read from the environment), the notifier command reads the output on
+    /// stdin, and the ping URLs see /start then success or /fail, in order.
+    fn each_failure_is_notified_once_across_replicas(db: &TestDb) {
+        let server = HookServer::start(Answer::Ok);
+        let dir = db.dir().display().to_string();
+        let config = db.config(&format!(
+            "[notify]\n\
+             webhook = \"{hook}\"\n\
+             webhook_headers = {{ Authorization = \"Bearer ${{HOOK_TOKEN}}\" }}\n\
+             command = 'cat > \"$DIR/stdin-$REPLICRON_RUN_ID.txt\"'\n\
+             timeout = \"5s\"\n\n\
+             [[job]]\nname = \"broken\"\nschedule = \"*/2 * * * * *\"\n\
+             command = 'echo \"disk full at $REPLICRON_SCHEDULED_AT, token ${{HOOK_TOKEN:-unset}}\"; exit 3'\n\
+             notify = {{ ping_url = \"{ping_broken}\" }}\n\n\
+             [[job]]\nname = \"fine\"\nschedule = \"*/2 * * * * *\"\ncommand = 'true'\n\
+             notify = {{ ping_url = \"{ping_fine}\", on = [\"failed\", \"recovered\"] }}\n",
+            hook = server.url("/hook"),
+            ping_broken = server.url("/ping/broken"),
+            ping_fine = server.url("/ping/fine"),
+        ));
+        let env = [("HOOK_TOKEN", "s3cret"), ("DIR", dir.as_str())];
+        let replicas: Vec<Replica> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|id| Replica::start(&config, id, None, &env))
+            .collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(20));
+        }
+        std::thread::sleep(Duration::from_secs(9));
+        stop_all(replicas);
+
+        let failed = history_json(&config, "broken");
+        assert!(failed.len() >= 3, "{failed:?}");
+        let hooks = server.to("/hook");
+        let mut by_instant: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+        for hook in &hooks {
+            assert_eq!(hook.method, "POST");
+            assert_eq!(hook.header("authorization"), Some("Bearer s3cret"));
+            assert_eq!(hook.header("content-type"), Some("application/json"));
+            let body = hook.json();
+            by_instant
+                .entry(body["scheduled_at"].as_str().expect("instant").to_string())
+                .or_default()
+                .push(body);
+        }
+        for row in &failed {
+            assert_eq!(row["status"], "failed", "{row}");
+            let instant = row["scheduled_at"].as_str().expect("instant");
+            let sent = by_instant.remove(instant).unwrap_or_default();
+            assert_eq!(sent.len(), 1, "webhooks for {instant}: {sent:?}");
+            let body = &sent[0];
+            assert_eq!(body["job"], "broken");
+            assert_eq!(body["event"], "failed");
+            assert_eq!(body["status"], "failed");
+            assert_eq!(body["exit_code"], 3);
+            assert_eq!(body["attempt"], 1);
+            assert_eq!(body["instance"], row["instance"]);
+            assert_eq!(body["history_id"], row["id"]);
+            assert!(body["duration_seconds"].as_f64().is_some_and(|d| d >= 0.0), "{body}");
+            let output = body["output"].as_str().expect("output");
+            assert!(output.contains(&format!("disk full at {instant}")), "{output}");
+            // The secret reaches the webhook, never the job.
+            assert!(output.contains("token unset"), "{output}");
+            assert!(
+                body["text"].as_str().is_some_and(|t| t.contains("broken failed (exit 3)")),
+                "{body}"
+            );
+            let stdin = std::fs::read_to_string(
+                db.dir().join(format!("stdin-{}.txt", row["id"])),
+            )
+            .expect("the notifier command ran for this run");
+            assert!(stdin.contains(&format!("disk full at {instant}")), "{stdin}");
+        }
+        assert!(by_instant.is_empty(), "webhooks for no failed run: {by_instant:?}");
+
+        for (job, end, runs) in [
+            ("broken", "/ping/broken/fail", failed.len()),
+            ("fine", "/ping/fine", history_json(&config, "fine").len()),
+        ] {
+            let paths: Vec<String> = server
+                .to(&format!("/ping/{job}"))
+                .into_iter()
+                .map(|r| r.path)
+                .collect();
+            assert_eq!(paths.len(), 2 * runs, "{job}: {paths:?}");
+            for pair in paths.chunks(2) {
+                assert_eq!(pair, [format!("/ping/{job}/start"), end.to_string()], "{job}: {paths:?}");
+            }
+        }
+        eprintln!(
+            "{:?}: {} failed instants, one webhook each; {} pings in order",
+            db.kind,
+            failed.len(),
+            server.to("/ping").len()
+        );
+    }
+}
+
+/// Three failing per-second jobs on one replica, for `seconds`, their
+/// notifications going to `hooks` (one URL per job); returns how late each
+/// run started (ms) and checks that each instant ran once.
+fn failing_jobs(db: &TestDb, name: &str, hooks: [&str; 3], seconds: u64) -> Vec<f64> {
+    let out = db.dir().join(format!("{name}.txt"));
+    let jobs: String = hooks
+        .iter()
+        .enumerate()
+        .map(|(n, hook)| {
+            format!(
+                "[[job]]\nname = \"job-{n:02}\"\nschedule = \"* * * * * *\"\n\
+                 command = '{RECORD_UNSKEWED}; exit 1'\nenv = {{ OUT = {out:?} }}\n\
+                 notify = {{ webhook = \"{hook}\", timeout = \"2s\", retries = 1 }}\n\n"
+            )
+        })
+        .collect();
+    let config = db.config_named(&format!("{name}.toml"), &db.url, &jobs);
+    let replica = Replica::start(&config, name, None, &[]);
+    replica.wait_for_log("replicron started", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = second(Utc::now()) + TimeDelta::seconds(1);
+    std::thread::sleep(Duration::from_secs(seconds));
+    let to = second(Utc::now()) - TimeDelta::seconds(1);
+    stop_all(vec![replica]);
+    let lines: Vec<Line> = read_lines(&out)
+        .into_iter()
+        .filter(|l| l.instant >= from && l.instant <= to)
+        .collect();
+    assert_each_instant_once(&lines, 3, from, to);
+    let mut late: Vec<f64> = lines.iter().map(Line::late_ms).collect();
+    late.sort_by(f64::total_cmp);
+    late
+}
+
+backend_test! {
+    /// The same three failing per-second jobs, first with a webhook that
+    /// answers, then with webhooks that hang (two jobs) or answer 500 (one):
+    /// every instant still runs once and none starts as late as a delivery
+    /// takes; the start lateness of both is printed side by side.
+    fn a_hanging_or_failing_webhook_delays_no_run(db: &TestDb) {
+        let ok = HookServer::start(Answer::Ok);
+        let hang = HookServer::start(Answer::Hang);
+        let fail = HookServer::start(Answer::Fail);
+        let answering = failing_jobs(
+            db,
+            "answering",
+            [&ok.url("/a"), &ok.url("/b"), &ok.url("/c")],
+            6,
+        );
+        let broken = failing_jobs(
+            db,
+            "broken",
+            [&hang.url("/a"), &hang.url("/b"), &fail.url("/c")],
+            6,
+        );
+        // A sender that waited for the webhook would start runs seconds
+        // late (a 2 s timeout, tried twice); an independent one does not.
+        let latest = broken.last().copied().unwrap_or_default();
+        assert!(latest < 2000.0, "a run started {latest:.0} ms late");
+        assert!(!ok.requests().is_empty());
+        assert!(!hang.requests().is_empty(), "the hanging webhook was called");
+        // Each failing delivery was tried twice (retries = 1).
+        assert!(fail.requests().len() >= 2, "{:?}", fail.requests().len());
+        eprintln!(
+            "{:?}: start lateness with an answering webhook: median {:.1} ms, p99 {:.1} ms ({} runs); \
+             with hanging and failing webhooks: median {:.1} ms, p99 {:.1} ms ({} runs)",
+            db.kind,
+            percentile(&answering, 0.5),
+            percentile(&answering, 0.99),
+            answering.len(),
+            percentile(&broken, 0.5),
+            percentile(&broken, 0.99),
+            broken.len()
+        );
+    }
+}
+
+backend_test! {
+    /// A job every 5 s and a slow one (12 s runs, so two of its instants
+    /// are overruns) on three replicas; then every replica stops across
+    /// three instants and starts again. The three instants of each job that
+    /// nobody ran are recorded `missed` once each (attempt 0) and notified
+    /// once each; the slow job's overrun instants are not.
+    fn missed_instants_are_recorded_once_and_overruns_are_not(db: &TestDb) {
+        let server = HookServer::start(Answer::Ok);
+        let out = db.dir().join("runs.txt");
+        let record = format!("echo \"$REPLICRON_JOB $REPLICRON_SCHEDULED_AT\" >> {}", out.display());
+        let config = db.config(&format!(
+            "[notify]\nwebhook = \"{hook}\"\n\n\
+             [defaults]\nmissed_after = \"2s\"\n\n\
+             [[job]]\nname = \"tick\"\nschedule = \"*/5 * * * * *\"\ncommand = '{record}'\n\n\
+             [[job]]\nname = \"slow\"\nschedule = \"*/5 * * * * *\"\ncommand = '{record}; sleep 12'\n",
+            hook = server.url("/hook"),
+        ));
+        let start = |ids: &[&str]| -> Vec<Replica> {
+            let replicas: Vec<Replica> =
+                ids.iter().map(|id| Replica::start(&config, id, None, &[])).collect();
+            for replica in &replicas {
+                replica.wait_for_log("replicron started", Duration::from_secs(20));
+            }
+            replicas
+        };
+        let replicas = start(&["m1", "m2", "m3"]);
+        // The slow job's first run: its instant is where the plan starts.
+        let first_slow = loop {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| l.starts_with("slow ")) {
+                break DateTime::parse_from_rfc3339(line.split_whitespace().nth(1).expect("instant"))
+                    .expect("rfc3339")
+                    .with_timezone(&Utc);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let sleep_until = |t: DateTime<Utc>| {
+            if let Ok(wait) = (t - Utc::now()).to_std() {
+                std::thread::sleep(wait);
+            }
+        };
+        let at = |seconds: i64| first_slow + TimeDelta::milliseconds(seconds * 1000);
+        // Its run ends at +12 s; every replica stops at +13.5 s.
+        sleep_until(at(13) + TimeDelta::milliseconds(500));
+        stop_all(replicas);
+        // +15, +20, +25 come with no replica; all start again at +27.5 s.
+        sleep_until(at(27) + TimeDelta::milliseconds(500));
+        let replicas = start(&["m1", "m2", "m3"]);
+        sleep_until(at(36));
+        stop_all(replicas);
+
+        let outage: Vec<String> = [15, 20, 25]
+            .iter()
+            .map(|s| at(*s).to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .collect();
+        let hooks: Vec<serde_json::Value> = server.to("/hook").iter().map(|r| r.json()).collect();
+        for job in ["tick", "slow"] {
+            let rows = history_json(&config, job);
+            let mut missed: Vec<String> = rows
+                .iter()
+                .filter(|r| r["status"] == "missed")
+                .map(|r| {
+                    assert_eq!(r["attempt"], 0, "{r}");
+                    r["scheduled_at"].as_str().expect("instant").to_string()
+                })
+                .collect();
+            missed.sort();
+            assert_eq!(missed, outage, "{job}: {rows:?}");
+            let mut notified: Vec<String> = hooks
+                .iter()
+                .filter(|h| h["job"] == job && h["event"] == "missed")
+                .map(|h| h["scheduled_at"].as_str().expect("instant").to_string())
+                .collect();
+            notified.sort();
+            assert_eq!(notified, outage, "{job}: {hooks:?}");
+        }
+        // The slow job's overruns (+5 s and +10 s) ran for nobody and are
+        // not misses; the quick job ran them.
+        let slow = history_json(&config, "slow");
+        for overrun in [5, 10] {
+            let instant = at(overrun);
+            assert!(
+                !slow.iter().any(|r| time(&r["scheduled_at"]) == instant),
+                "{slow:?}"
+            );
+        }
+        let tick = history_json(&config, "tick");
+        for ran in [5, 10] {
+            let instant = at(ran);
+            assert!(
+                tick.iter().any(|r| time(&r["scheduled_at"]) == instant && r["status"] == "succeeded"),
+                "{tick:?}"
+            );
+        }
+        eprintln!(
+            "{:?}: missed {} of tick and of slow, recorded and notified once each; overruns not reported",
+            db.kind,
+            outage.join(", ")
+        );
+    }
+}
+
+#[test]
+fn the_rules_file_passes_promtool() {
+    let Some(promtool) = crate::operate::promtool() else {
+        return;
+    };
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/alerts.yml");
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/alerts.test.yml");
+    for args in [
+        vec!["check", "rules", rules.to_str().expect("utf-8")],
+        vec!["test", "rules", tests.to_str().expect("utf-8")],
+    ] {
+        let output = std::process::Command::new(promtool)
+            .args(&args)
+            .output()
+            .expect("promtool runs");
+        assert!(
+            output.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
