@@ -137,25 +137,19 @@ impl fmt::Debug for DatabaseUrl {
 /// `user:password@host` wherever it appears (with a scheme or not, as in a
 /// mistyped `mysql//admin:secret@db/jobs`), and the value of a `password=`
 /// parameter. For URLs, and for messages that may quote one.
+///
+/// A password may hold any character a URL can carry, `/`, `#`, `?`, `@`
+/// and `:` included, so a word is cut only at white space and quotes, and
+/// everything from the first colon of its user information to its last `@`
+/// is hidden: too much rather than too little.
 pub(crate) fn redact(text: &str) -> String {
-    const DELIMITERS: &[char] = &[
-        ' ', '\t', '\n', '"', '\'', '/', '?', '#', '(', ')', '<', '>', ',', ';', '`',
-    ];
+    const WORD_END: &[char] = &[' ', '\t', '\n', '\r', '"', '\'', '`'];
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while !rest.is_empty() {
-        let end = rest.find(DELIMITERS).unwrap_or(rest.len());
-        let (token, tail) = rest.split_at(end);
-        // In `user:password@host`, the password runs from the first colon
-        // to the last `@` (a password may itself hold `@`).
-        match (token.find(':'), token.rfind('@')) {
-            (Some(colon), Some(at)) if colon < at => {
-                out.push_str(&token[..=colon]);
-                out.push_str("***");
-                out.push_str(&token[at..]);
-            }
-            _ => out.push_str(token),
-        }
+        let end = rest.find(WORD_END).unwrap_or(rest.len());
+        let (word, tail) = rest.split_at(end);
+        redact_user_info(word, &mut out);
         let mut chars = tail.chars();
         if let Some(delimiter) = chars.next() {
             out.push(delimiter);
@@ -163,6 +157,21 @@ pub(crate) fn redact(text: &str) -> String {
         rest = chars.as_str();
     }
     redact_password_parameters(&out)
+}
+
+/// Writes `word` to `out` with the password of its `user:password@` hidden.
+fn redact_user_info(word: &str, out: &mut String) {
+    let start = word.find("://").map_or(0, |i| i + 3);
+    let info = &word[start..];
+    match (info.find(':'), info.rfind('@')) {
+        (Some(colon), Some(at)) if colon < at => {
+            out.push_str(&word[..start]);
+            out.push_str(&info[..=colon]);
+            out.push_str("***");
+            out.push_str(&info[at..]);
+        }
+        _ => out.push_str(word),
+    }
 }
 
 /// `password=secret` (in a query or a libpq keyword list) → `password=***`.
@@ -220,6 +229,23 @@ mod tests {
             redact("mysql://u:p@ss:w@rd@h:3306/db"),
             "mysql://u:***@h:3306/db"
         );
+        // Characters a URL's password may carry, and the delimiters around
+        // a URL quoted in a message.
+        for (text, shown) in [
+            ("mysql://admin:p#ss@db/nc", "mysql://admin:***@db/nc"),
+            ("mysql//admin:p/ss?w#rd@db/nc", "mysql//admin:***@db/nc"),
+            ("admin:pa/ss@db", "admin:***@db"),
+            (
+                "cannot connect to (mysql://u:a;b,c(d)@h:3306/db): refused",
+                "cannot connect to (mysql://u:***@h:3306/db): refused",
+            ),
+            (
+                "url=\"postgres://u:x%20y@h/db\"",
+                "url=\"postgres://u:***@h/db\"",
+            ),
+        ] {
+            assert_eq!(redact(text), shown, "{text}");
+        }
         assert_eq!(
             redact("host=db user=app password=hunter2 dbname=x"),
             "host=db user=app password=*** dbname=x"
