@@ -499,17 +499,31 @@ impl Drop for Notifier {
     }
 }
 
+/// The most pings of one job that may wait behind its earlier ones (whose
+/// ping URL is slow or hangs); beyond, new pings of that job are dropped.
+const PING_BACKLOG: usize = 100;
+
+/// A job's pings in flight: the last one sent or waiting, and how many wait.
+#[derive(Default)]
+struct PingChain {
+    last: Option<JoinHandle<()>>,
+    pending: Arc<AtomicUsize>,
+}
+
 /// Takes messages off the queue and sends each in a task of its own, at
-/// most [`IN_FLIGHT`] at once; a job's pings go out in order.
+/// most [`IN_FLIGHT`] at once; a job's pings go out in order. A ping takes
+/// its sending slot only once the job's previous ping is done, so a ping
+/// URL that hangs delays that job's pings, never another job's
+/// notifications.
 async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<AtomicUsize>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut last_ping: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let mut chains: HashMap<String, PingChain> = HashMap::new();
     while let Some(message) = messages.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
         match message {
             Message::Event { notify, notice } => {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let outstanding = outstanding.clone();
                 tokio::spawn(async move {
                     send::event(&notify, &notice).await;
@@ -523,20 +537,35 @@ async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<Atomic
                 ping,
                 run_id,
             } => {
-                let previous = last_ping.remove(&job);
-                let label = job.clone();
-                let outstanding = outstanding.clone();
-                let handle = tokio::spawn(async move {
+                chains.retain(|_, c| c.last.as_ref().is_some_and(|h| !h.is_finished()));
+                let chain = chains.entry(job.clone()).or_default();
+                if chain.pending.load(Ordering::SeqCst) >= PING_BACKLOG {
+                    outstanding.fetch_sub(1, Ordering::SeqCst);
+                    crate::telemetry::notification(&job, ping.label(), "dropped");
+                    error!(
+                        job = %job,
+                        run_id,
+                        "ping dropped: {PING_BACKLOG} earlier pings of this job are still waiting \
+                         (its ping URL does not answer)"
+                    );
+                    continue;
+                }
+                chain.pending.fetch_add(1, Ordering::SeqCst);
+                let previous = chain.last.take();
+                let (slots, pending, outstanding) =
+                    (slots.clone(), chain.pending.clone(), outstanding.clone());
+                chain.last = Some(tokio::spawn(async move {
                     // The start of a run before its end, whatever the network.
                     if let Some(previous) = previous {
                         let _ = previous.await;
                     }
-                    send::ping(&notify, &job, ping, run_id).await;
-                    drop(slot);
+                    if let Ok(slot) = slots.acquire_owned().await {
+                        send::ping(&notify, &job, ping, run_id).await;
+                        drop(slot);
+                    }
+                    pending.fetch_sub(1, Ordering::SeqCst);
                     outstanding.fetch_sub(1, Ordering::SeqCst);
-                });
-                last_ping.insert(label, handle);
-                last_ping.retain(|_, h| !h.is_finished());
+                }));
             }
         }
     }

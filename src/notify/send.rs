@@ -214,20 +214,32 @@ async fn run(command: &Command, notice: &Notice, timeout: Duration) -> Result<()
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        // Its own process group, so that a timeout ends what it started too
+        // (a `mail` it ran, say), not only the shell.
+        .process_group(0)
         .kill_on_drop(true);
     let mut child = process
         .spawn()
         .map_err(|e| format!("cannot start the notifier command: {e}"))?;
+    let group = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(nix::unistd::Pid::from_raw);
     if let Some(mut stdin) = child.stdin.take() {
         // A command that does not read its stdin is no failure.
         let _ = stdin.write_all(notice.output.as_bytes()).await;
     }
     let waited = tokio::time::timeout(timeout, child.wait_with_output()).await;
     match waited {
-        Err(_) => Err(format!(
-            "the notifier command did not end within {}",
-            humantime::format_duration(timeout)
-        )),
+        Err(_) => {
+            if let Some(group) = group {
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            }
+            Err(format!(
+                "the notifier command did not end within {}",
+                humantime::format_duration(timeout)
+            ))
+        }
         Ok(Err(e)) => Err(format!("the notifier command: {e}")),
         Ok(Ok(output)) if output.status.success() => Ok(()),
         Ok(Ok(output)) => {

@@ -17,9 +17,10 @@ use crate::lease::keeper::{LeaseState, LeaseTimes};
 /// What a run does. The daemon's child processes are one kind; an async
 /// function given to `Job::run` is the other.
 pub(crate) trait Action: Send + Sync + 'static {
-    /// Runs once. The future is spawned as a task of its own, so a panic
-    /// ends the run, not the scheduler; once the context's stop signal has
-    /// fired and `kill_grace` passed, the task is aborted.
+    /// Runs once. It is called, and its future polled, inside a task of its
+    /// own, so a panic (in either) ends the run, not the scheduler; once the
+    /// context's stop signal has fired and `kill_grace` passed, the task is
+    /// aborted.
     fn run(&self, ctx: RunContext) -> Pin<Box<dyn Future<Output = Ending> + Send>>;
 }
 

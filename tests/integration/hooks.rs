@@ -21,6 +21,8 @@ pub(crate) struct Request {
     pub(crate) path: String,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: String,
+    /// When its headers had been read.
+    pub(crate) received: chrono::DateTime<chrono::Utc>,
 }
 
 impl Request {
@@ -108,6 +110,7 @@ fn serve(stream: TcpStream, answer: Answer, recorded: &Mutex<Vec<Request>>) {
         .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
+    let received = chrono::Utc::now();
     let mut body = vec![0; length];
     let _ = reader.read_exact(&mut body);
     recorded.lock().expect("requests").push(Request {
@@ -115,6 +118,7 @@ fn serve(stream: TcpStream, answer: Answer, recorded: &Mutex<Vec<Request>>) {
         path,
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
+        received,
     });
     let mut stream = stream;
     match answer {

@@ -135,19 +135,121 @@ backend_test! {
     }
 }
 
+backend_test! {
+    /// One replica and three jobs: one that times out, one whose program
+    /// does not exist, one that fails once and then succeeds. The webhook
+    /// hears `timed_out`, `error`, `failed` and (asked for) `recovered`,
+    /// each once per instant with its status and exit code, and the
+    /// notifier command sees the same in `REPLICRON_EVENT`,
+    /// `REPLICRON_STATUS` and `REPLICRON_EXIT_CODE`.
+    fn every_kind_of_ending_is_told(db: &TestDb) {
+        let server = HookServer::start(Answer::Ok);
+        let flag = db.dir().join("failed-once");
+        let told = db.dir().join("told.txt");
+        let config = db.config(&format!(
+            "[notify]\nwebhook = \"{hook}\"\n\
+             on = [\"failed\", \"timed_out\", \"lost_lock\", \"abandoned\", \"missed\", \"error\", \"recovered\"]\n\
+             command = 'echo \"$REPLICRON_JOB $REPLICRON_EVENT $REPLICRON_STATUS $REPLICRON_EXIT_CODE\" >> {told}'\n\n\
+             [[job]]\nname = \"slow\"\nschedule = \"*/4 * * * * *\"\ncommand = 'sleep 30'\n\
+             timeout = \"1s\"\nkill_grace = \"1s\"\n\n\
+             [[job]]\nname = \"absent\"\nschedule = \"*/4 * * * * *\"\nargs = [\"/nonexistent/notified\"]\n\n\
+             [[job]]\nname = \"flaky\"\nschedule = \"*/2 * * * * *\"\n\
+             command = 'if [ -e {flag} ]; then exit 0; fi; touch {flag}; exit 4'\n",
+            hook = server.url("/hook"),
+            told = told.display(),
+            flag = flag.display(),
+        ));
+        let replica = Replica::start(&config, "teller", None, &[]);
+        replica.wait_for_log("replicron started", Duration::from_secs(20));
+        let expected = [
+            "slow timed_out timed_out ",
+            "absent error error ",
+            "flaky failed failed 4",
+            "flaky recovered succeeded 0",
+        ];
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&told).unwrap_or_default();
+            if expected.iter().all(|e| text.lines().any(|l| l == e.trim_end() || l == *e)) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not every event was told:\n{text}\n{}",
+                replica.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stop_all(vec![replica]);
+
+        let hooks: Vec<serde_json::Value> = server.to("/hook").iter().map(|r| r.json()).collect();
+        let mut per_instant: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+        for hook in &hooks {
+            let key = (
+                hook["job"].as_str().expect("job").to_string(),
+                hook["event"].as_str().expect("event").to_string(),
+                hook["scheduled_at"].as_str().expect("instant").to_string(),
+            );
+            *per_instant.entry(key).or_default() += 1;
+        }
+        assert!(per_instant.values().all(|n| *n == 1), "{per_instant:?}");
+        let find = |job: &str, event: &str| -> Vec<&serde_json::Value> {
+            hooks
+                .iter()
+                .filter(|h| h["job"] == job && h["event"] == event)
+                .collect()
+        };
+        for hook in find("slow", "timed_out") {
+            assert_eq!(hook["status"], "timed_out", "{hook}");
+            assert!(hook["exit_code"].is_null(), "{hook}");
+        }
+        for hook in find("absent", "error") {
+            assert_eq!(hook["status"], "error", "{hook}");
+            assert!(
+                hook["output"].as_str().is_some_and(|o| o.contains("no such command")),
+                "{hook}"
+            );
+        }
+        let failed = find("flaky", "failed");
+        let recovered = find("flaky", "recovered");
+        assert_eq!(failed.len(), 1, "{hooks:?}");
+        assert_eq!(failed[0]["exit_code"], 4);
+        assert_eq!(recovered.len(), 1, "only the first success after a failure: {hooks:?}");
+        assert_eq!(recovered[0]["status"], "succeeded");
+        assert!(
+            time(&recovered[0]["scheduled_at"]) > time(&failed[0]["scheduled_at"]),
+            "{hooks:?}"
+        );
+        for (job, event) in [("slow", "timed_out"), ("absent", "error")] {
+            assert!(!find(job, event).is_empty(), "no {event} for {job}: {hooks:?}");
+        }
+    }
+}
+
 /// Three failing per-second jobs on one replica, for `seconds`, their
-/// notifications going to `hooks` (one URL per job); returns how late each
-/// run started (ms) and checks that each instant ran once.
-fn failing_jobs(db: &TestDb, name: &str, hooks: [&str; 3], seconds: u64) -> Vec<f64> {
+/// notifications going to `hooks` (one URL per job) and the first job's
+/// pings to `ping`, if any; returns how late each run started (ms) and
+/// checks that each instant ran once.
+fn failing_jobs(
+    db: &TestDb,
+    name: &str,
+    hooks: [&str; 3],
+    ping: Option<&str>,
+    seconds: u64,
+) -> Vec<f64> {
     let out = db.dir().join(format!("{name}.txt"));
     let jobs: String = hooks
         .iter()
         .enumerate()
         .map(|(n, hook)| {
+            let ping = match ping {
+                Some(url) if n == 0 => format!(", ping_url = \"{url}\""),
+                _ => String::new(),
+            };
             format!(
                 "[[job]]\nname = \"job-{n:02}\"\nschedule = \"* * * * * *\"\n\
                  command = '{RECORD_UNSKEWED}; exit 1'\nenv = {{ OUT = {out:?} }}\n\
-                 notify = {{ webhook = \"{hook}\", timeout = \"2s\", retries = 1 }}\n\n"
+                 notify = {{ webhook = \"{hook}\", timeout = \"2s\", retries = 1{ping} }}\n\n"
             )
         })
         .collect();
@@ -171,9 +273,12 @@ fn failing_jobs(db: &TestDb, name: &str, hooks: [&str; 3], seconds: u64) -> Vec<
 
 backend_test! {
     /// The same three failing per-second jobs, first with a webhook that
-    /// answers, then with webhooks that hang (two jobs) or answer 500 (one):
-    /// every instant still runs once and none starts as late as a delivery
-    /// takes; the start lateness of both is printed side by side.
+    /// answers, then with webhooks that hang (two jobs, one of which also
+    /// pings a URL that hangs) or answer 500 (one): every instant still runs
+    /// once and none starts as late as a delivery takes; the job whose
+    /// webhook fails is told of each failure at once, whatever the others'
+    /// endpoints do, and twice (retries = 1); the start lateness of both
+    /// phases is printed side by side.
     fn a_hanging_or_failing_webhook_delays_no_run(db: &TestDb) {
         let ok = HookServer::start(Answer::Ok);
         let hang = HookServer::start(Answer::Hang);
@@ -182,12 +287,14 @@ backend_test! {
             db,
             "answering",
             [&ok.url("/a"), &ok.url("/b"), &ok.url("/c")],
+            None,
             6,
         );
         let broken = failing_jobs(
             db,
             "broken",
             [&hang.url("/a"), &hang.url("/b"), &fail.url("/c")],
+            Some(&hang.url("/ping")),
             6,
         );
         // A sender that waited for the webhook would start runs seconds
@@ -196,8 +303,28 @@ backend_test! {
         assert!(latest < 2000.0, "a run started {latest:.0} ms late");
         assert!(!ok.requests().is_empty());
         assert!(!hang.requests().is_empty(), "the hanging webhook was called");
-        // Each failing delivery was tried twice (retries = 1).
-        assert!(fail.requests().len() >= 2, "{:?}", fail.requests().len());
+        assert!(!hang.to("/ping").is_empty(), "the hanging ping URL was called");
+        // Each failed instant of the job with the failing webhook was told
+        // twice (retries = 1), the first time as soon as it failed: neither
+        // the hanging webhooks nor the hanging pings held its delivery back.
+        let mut told: BTreeMap<String, Vec<DateTime<Utc>>> = BTreeMap::new();
+        for request in fail.requests() {
+            let body = request.json();
+            assert_eq!(body["job"], "job-02", "{body}");
+            told.entry(body["scheduled_at"].as_str().expect("instant").to_string())
+                .or_default()
+                .push(request.received);
+        }
+        assert!(told.len() >= 5, "{told:?}");
+        for (instant, times) in &told {
+            assert_eq!(times.len(), 2, "deliveries of {instant}: {times:?}");
+            let first = times.iter().min().expect("a delivery");
+            let after = *first - time(&serde_json::Value::from(instant.as_str()));
+            assert!(
+                after < TimeDelta::milliseconds(1500),
+                "the failure of {instant} was first told {after} after its instant"
+            );
+        }
         eprintln!(
             "{:?}: start lateness with an answering webhook: median {:.1} ms, p99 {:.1} ms ({} runs); \
              with hanging and failing webhooks: median {:.1} ms, p99 {:.1} ms ({} runs)",
@@ -315,6 +442,10 @@ backend_test! {
 }
 
 #[test]
+#[cfg_attr(
+    replicron_no_promtool,
+    ignore = "needs promtool, from Debian's prometheus"
+)]
 fn the_rules_file_passes_promtool() {
     let Some(promtool) = crate::operate::promtool() else {
         return;
