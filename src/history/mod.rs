@@ -411,7 +411,13 @@ pub(crate) fn record_missed(
             .filter(runs::attempt.eq(0))
             .first(conn)
             .optional(),
-        Err(e) if crate::db::is_contention(&e) => Ok(None),
+        // Recorded already (by another round, or a run that came late).
+        // A deadlock or serialization failure is an error: the round is
+        // tried again rather than taking the instant for recorded.
+        Err(diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::UniqueViolation,
+            _,
+        )) => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -454,6 +460,20 @@ pub(crate) fn accounted_between(
             })
             .collect(),
     ))
+}
+
+/// When each of `jobs` last ended a run successfully (database time), for
+/// the jobs that ever did.
+pub(crate) fn last_successes(
+    conn: &mut DbConnection,
+    jobs: &[String],
+) -> QueryResult<Vec<(String, Option<NaiveDateTime>)>> {
+    runs::replicron_runs
+        .filter(runs::job.eq_any(jobs))
+        .filter(runs::status.eq(RunStatus::Succeeded))
+        .group_by(runs::job)
+        .select((runs::job, diesel::dsl::max(runs::finished_at)))
+        .load(conn)
 }
 
 /// Runs matching `filter`, newest first.

@@ -30,6 +30,17 @@ impl Store {
         .await
     }
 
+    /// [`super::last_successes`].
+    pub(crate) async fn last_successes(
+        &self,
+        jobs: Vec<String>,
+    ) -> Result<Vec<(String, Option<chrono::NaiveDateTime>)>, DbError> {
+        self.call("reading the jobs' last successes", move |conn| {
+            super::last_successes(conn, &jobs)
+        })
+        .await
+    }
+
     /// [`super::list_runs`].
     pub(crate) async fn list_runs(&self, filter: RunFilter) -> Result<Vec<RunRow>, DbError> {
         self.call("reading the history", move |conn| {

@@ -232,7 +232,9 @@ async fn run_attempt(
         started: Arc::new(std::sync::Mutex::new(Some(started_tx))),
     };
     let began = Instant::now();
-    let mut task = tokio::spawn(action.run(ctx));
+    // The action is called inside the task: a job whose closure panics
+    // before it returns its future fails like one whose future panics.
+    let mut task = tokio::spawn(async move { action.run(ctx).await });
     // The run counts as started when its action says so (a process once it
     // is spawned): that is when lateness is what the job feels. A run that
     // ends before saying so (it could not start) is not logged as started.
@@ -298,8 +300,7 @@ async fn run_attempt(
             duration,
         },
     });
-    let wall_clock_end = engine.clock.now().timestamp_millis() as f64 / 1000.0;
-    telemetry::run_finished(&job.name, status, duration, wall_clock_end);
+    telemetry::run_finished(&job.name, status, duration, engine.clock.now());
     info!(
         job = %job.name,
         instant = %super::fmt_instant(lease.instant),

@@ -8,6 +8,7 @@
 //! still decides what runs; this only records and tells.
 
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,20 +26,32 @@ use crate::schedule::fmt_instant;
 
 /// The lease row of the check (job names may not use the prefix).
 pub(crate) const LEASE: &str = "replicron.missed";
-/// The longest one round may take before another replica may start one.
-const LEASE_FOR: Duration = Duration::from_secs(60);
+/// The longest one round may take before another replica may start one. A
+/// replica killed mid-round holds the check back this long; two rounds at
+/// once would only repeat each other's reads (recording is idempotent).
+const LEASE_FOR: Duration = Duration::from_secs(10);
 /// The most missed instants recorded per job and round (after a long
 /// outage); the rest are summed up in one log line.
 pub(crate) const MAX_RECORDED: usize = 100;
 /// The most instants looked at per job and round.
 const MAX_SCANNED: usize = 100_000;
 
-/// Checks now and then until the task is aborted: every half of the
-/// shortest `missed_after`, between 1 s and 30 s.
-pub(crate) async fn check_forever(engine: Arc<Engine>, jobs: watch::Receiver<Vec<Arc<Job>>>) {
+/// Checks now and then until `stop` resolves: every half of the shortest
+/// `missed_after`, between 1 s and 30 s. A round under way when `stop`
+/// resolves is finished, so its lease is given back rather than left to
+/// hold the next replicas' checks off.
+pub(crate) async fn check_forever(
+    engine: Arc<Engine>,
+    jobs: watch::Receiver<Vec<Arc<Job>>>,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
     loop {
         let current = jobs.borrow().clone();
-        tokio::time::sleep(period(&current, engine.clock.now())).await;
+        tokio::select! {
+            () = tokio::time::sleep(period(&current, engine.clock.now())) => {}
+            () = &mut stop => return,
+        }
         if !engine.health.is_up() {
             continue;
         }

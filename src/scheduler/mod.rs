@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use self::clock_sync::ClockSync;
 use self::engine::Engine;
@@ -94,6 +94,9 @@ pub(crate) enum Phase {
 /// How long the notifications still queued may take to go out at shutdown.
 const NOTIFY_FLUSH_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long a check for missed instants under way may take to finish at
+/// shutdown (and give its lease back).
+const MISSED_ROUND_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the journal may take at shutdown to write what it holds.
 const JOURNAL_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -187,9 +190,18 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Tells systemd (if it started this process) when the loops are up,
-    /// reloading and stopping.
-    pub(crate) fn notify_systemd(mut self, on: bool) -> Self {
+    /// Tells systemd, if it started this process as a `Type=notify`
+    /// service, when the jobs' loops are up (`READY=1`) and when the
+    /// scheduler stops (`STOPPING=1`). Off by default: a service that
+    /// embeds replicron usually says ready itself, once all of its own
+    /// parts are up.
+    ///
+    /// The rest of what the daemon turns on is not for a library: its
+    /// process guard kills the process groups of child-process jobs if the
+    /// daemon dies (an async job dies with its process anyway), and its
+    /// `/metrics` listener serves the metrics that a service records with
+    /// its own `metrics` exporter.
+    pub fn notify_systemd(mut self, on: bool) -> Self {
         self.notify_systemd = on;
         self
     }
@@ -414,11 +426,12 @@ impl Scheduler {
             published,
             ..Loops::default()
         };
+        seed_last_successes(&engine, &jobs).await;
         for job in jobs {
             loops.start(&engine, job);
         }
         loops.publish(&engine);
-        let missed = tokio::spawn(missed::check_forever(engine.clone(), watched));
+        let mut missed = tokio::spawn(missed::check_forever(engine.clone(), watched, stop()));
         if notify_systemd {
             telemetry::notify_systemd("ready");
         }
@@ -440,7 +453,9 @@ impl Scheduler {
             telemetry::notify_systemd("stopping");
         }
         loops.join().await;
-        missed.abort();
+        if tokio::time::timeout(MISSED_ROUND_TIMEOUT, &mut missed).await.is_err() {
+            missed.abort();
+        }
         engine.notifier.flush(NOTIFY_FLUSH_TIMEOUT).await;
         for task in background {
             task.abort();
@@ -454,6 +469,26 @@ impl Scheduler {
         }
         info!(instance = %engine.instance, unwritten = unwritten.len(), "replicron stopped");
         Ok(())
+    }
+}
+
+/// Sets each job's last-success gauge from the history, before its loop
+/// starts (so no run of this replica can have set a later one). Only a
+/// metric: an error is logged and the gauge starts at 0.
+async fn seed_last_successes(engine: &Engine, jobs: &[Arc<Job>]) {
+    if jobs.is_empty() {
+        return;
+    }
+    let names = jobs.iter().map(|job| job.name.clone()).collect();
+    match engine.store.last_successes(names).await {
+        Ok(found) => {
+            for (job, at) in found {
+                if let Some(at) = at {
+                    telemetry::last_success(&job, at.and_utc());
+                }
+            }
+        }
+        Err(e) => debug!("the jobs' last successes were not read for the metrics: {e}"),
     }
 }
 
@@ -527,6 +562,7 @@ impl Loops {
                 }
             }
         }
+        seed_last_successes(engine, &added).await;
         for job in &added {
             self.start(engine, job.clone());
         }

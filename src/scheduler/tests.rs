@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, DurationRound as _, TimeDelta, Utc};
 
-use super::{Job, Scheduler};
+use super::{Job, Scheduler, SchedulerBuilder};
 use crate::history::{RunFilter, RunRow, RunStatus, list_runs};
 use crate::schedule::{Clock, TokioClock};
 use crate::testing::TestDb;
@@ -22,6 +22,14 @@ fn utc(text: &str) -> DateTime<Utc> {
 }
 
 /// Every run of `job`, oldest first.
+/// A replica `id` with one job, on `db` and the test's virtual `clock`.
+fn replica_of(db: &TestDb, clock: &Arc<TokioClock>, id: &str, job: Job) -> SchedulerBuilder {
+    Scheduler::builder(db.url.as_str())
+        .clock(clock.clone())
+        .instance_id(id)
+        .job(job)
+}
+
 fn runs_of(db: &TestDb, job: &str) -> Vec<RunRow> {
     let mut rows = list_runs(
         &mut db.connect(),
@@ -57,6 +65,12 @@ async fn a_panicking_job_is_recorded_failed_and_the_scheduler_goes_on() {
                     Ok::<(), String>(())
                 }),
         )
+        // A closure that panics before it returns its future.
+        .job(Job::new("panics-early", "* * * * *").expect("job").run(
+            |ctx| -> std::future::Ready<Result<(), String>> {
+                panic!("no future for {}", ctx.instant())
+            },
+        ))
         .job(Job::new("steady", "* * * * *").expect("job").run(move |_| {
             let counted = counted.clone();
             async move {
@@ -90,6 +104,13 @@ async fn a_panicking_job_is_recorded_failed_and_the_scheduler_goes_on() {
             row.output
         );
     }
+    let early = runs_of(&db, "panics-early");
+    assert_eq!(early.len(), 10, "{early:?}");
+    for row in &early {
+        assert_eq!(row.status, RunStatus::Failed, "{row:?}");
+        assert!(row.finished_at.is_some(), "{row:?}");
+        assert!(row.output.contains("no future for"), "{:?}", row.output);
+    }
     assert_eq!(steady.load(Ordering::SeqCst), 10);
     let steady_rows = runs_of(&db, "steady");
     assert_eq!(steady_rows.len(), 10);
@@ -105,22 +126,22 @@ async fn retries_run_under_one_lease_with_one_row_per_attempt() {
     let db = TestDb::sqlite();
     let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
     let replica = |id: &'static str| {
-        Scheduler::builder(db.url.as_str())
-            .clock(clock.clone())
-            .instance_id(id)
-            .job(
-                Job::new("flaky", "*/5 * * * *")
-                    .expect("job")
-                    .retries(2, Duration::from_secs(10))
-                    .run(|ctx| async move {
-                        if ctx.attempt() < 3 {
-                            Err(format!("attempt {} found the API down", ctx.attempt()))
-                        } else {
-                            Ok(())
-                        }
-                    }),
-            )
-            .build()
+        replica_of(
+            &db,
+            &clock,
+            id,
+            Job::new("flaky", "*/5 * * * *")
+                .expect("job")
+                .retries(2, Duration::from_secs(10))
+                .run(|ctx| async move {
+                    if ctx.attempt() < 3 {
+                        Err(format!("attempt {} found the API down", ctx.attempt()))
+                    } else {
+                        Ok(())
+                    }
+                }),
+        )
+        .build()
     };
     let (p, q) = (
         replica("p").await.expect("build"),
@@ -176,16 +197,16 @@ async fn catch_up_skips_what_came_before_the_job_existed() {
     let db = TestDb::sqlite();
     let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
     let replica = |id: &'static str| {
-        Scheduler::builder(db.url.as_str())
-            .clock(clock.clone())
-            .instance_id(id)
-            .job(
-                Job::new("new-purge", "0 * * * *")
-                    .expect("job")
-                    .catch_up(Duration::from_secs(3600))
-                    .run(|_| async { Ok::<(), String>(()) }),
-            )
-            .build()
+        replica_of(
+            &db,
+            &clock,
+            id,
+            Job::new("new-purge", "0 * * * *")
+                .expect("job")
+                .catch_up(Duration::from_secs(3600))
+                .run(|_| async { Ok::<(), String>(()) }),
+        )
+        .build()
     };
     // 00:00 came 30 s before the job existed: not caught up.
     replica("first")
@@ -209,6 +230,70 @@ async fn catch_up_skips_what_came_before_the_job_existed() {
         .map(|r| (r.scheduled_at.format("%H:%M").to_string(), r.status))
         .collect();
     assert_eq!(seen, [("01:00".to_string(), RunStatus::Succeeded)]);
+}
+
+/// After a fleet-wide outage, the check for missed instants records the
+/// latest `MAX_RECORDED` instants of a job as `missed` and no more (the
+/// rest are summed up in one log line), once: a later round records
+/// nothing again. On a paused clock: 200 minutes pass with no replica.
+#[tokio::test(start_paused = true)]
+async fn a_long_outage_records_at_most_the_latest_hundred_misses() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = |id: &'static str| {
+        replica_of(
+            &db,
+            &clock,
+            id,
+            Job::new("minutely", "* * * * *")
+                .expect("job")
+                .run(|_| async { Ok::<(), String>(()) }),
+        )
+        .build()
+    };
+    replica("before")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    tokio::time::sleep(Duration::from_secs(200 * 60)).await;
+    replica("after")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(5 * 60)))
+        .await
+        .expect("runs");
+    let rows = runs_of(&db, "minutely");
+    let missed: Vec<DateTime<Utc>> = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.scheduled_at.and_utc())
+        .collect();
+    assert_eq!(missed.len(), super::missed::MAX_RECORDED, "{missed:?}");
+    // The latest ones: up to the minute before the replica came back.
+    let last_ran_before = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Succeeded && r.instance == "before")
+        .map(|r| r.scheduled_at.and_utc())
+        .max()
+        .expect("the first replica ran");
+    let first_after = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Succeeded && r.instance == "after")
+        .map(|r| r.scheduled_at.and_utc())
+        .min()
+        .expect("the second replica ran");
+    assert!(
+        missed
+            .iter()
+            .all(|t| *t > last_ran_before && *t < first_after)
+    );
+    assert_eq!(
+        missed.iter().max().copied(),
+        Some(first_after - TimeDelta::minutes(1)),
+        "{missed:?}"
+    );
 }
 
 /// Each run's job, instant and start.

@@ -60,6 +60,9 @@ pub(crate) async fn job_loop(
 ) {
     let mut current: Option<Current> = None;
     let mut overrun_reported = false;
+    // Instants skipped while the database was unreachable: first, last,
+    // how many; said in one line when it answers again.
+    let mut skipped_down: Option<(DateTime<Utc>, DateTime<Utc>, usize)> = None;
     let mut health = engine.health.subscribe();
     let mut ticker = Ticker::new(job.schedule.clone(), engine.clock.clone());
     let stop = |retired: &mut watch::Receiver<bool>| {
@@ -85,6 +88,18 @@ pub(crate) async fn job_loop(
                     break;
                 }
                 let state = *health.borrow_and_update();
+                if state == DbState::Up
+                    && let Some((first, last, count)) = skipped_down.take()
+                {
+                    warn!(
+                        job = %job.name,
+                        first = %fmt_instant(first),
+                        last = %fmt_instant(last),
+                        count,
+                        "instants skipped on this replica while the database was unreachable \
+                         (catch-up and the check for missed instants decide what they become)"
+                    );
+                }
                 if state == DbState::Up && current.as_ref().is_none_or(|run| !run.is_running()) {
                     // Back from an outage: the missed instants are catch-up's.
                     ticker = Ticker::new(job.schedule.clone(), engine.clock.clone());
@@ -115,6 +130,10 @@ pub(crate) async fn job_loop(
         if !engine.health.is_up() {
             telemetry::skipped(&job.name, "database_down", 1);
             debug!(job = %job.name, instant = %fmt_instant(instant), "skipped: the database is unreachable");
+            skipped_down = Some(match skipped_down {
+                Some((first, _, count)) => (first, instant, count + 1),
+                None => (instant, instant, 1),
+            });
             continue;
         }
         if let Some(run) = current.as_mut().filter(|run| run.is_running()) {
@@ -363,9 +382,18 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
             Err(e) => {
                 engine.health.report_error(&e);
                 if e.is_unreachable() {
-                    // Said once by the health state; a claim whose answer
-                    // was lost may still have been committed.
-                    debug!(job = %job.name, instant = %fmt_instant(instant), "claim not answered: {e}");
+                    // The outage itself is said once by the health state,
+                    // but a claim whose answer was lost may still have been
+                    // committed: then this replica won an instant it will
+                    // not run, and nobody else may. Say which, by name.
+                    telemetry::skipped(&job.name, "unanswered", 1);
+                    warn!(
+                        job = %job.name,
+                        instant = %fmt_instant(instant),
+                        "claim not answered: the database may have committed it without this replica \
+                         hearing, so this instant may not run anywhere; if it does not, the check for \
+                         missed instants records it missed: {e}"
+                    );
                 } else {
                     telemetry::skipped(&job.name, "error", 1);
                     warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");

@@ -6,6 +6,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::debug;
@@ -48,7 +49,7 @@ fn describe() {
     );
     describe_counter!(
         "replicron_instants_skipped_total",
-        "Instants this replica did not claim, by reason: database_down, too_late (more than 60 s late), error"
+        "Instants this replica did not claim, by reason: database_down, too_late (more than 60 s late), unanswered (the claim's answer was lost), error"
     );
     describe_histogram!(
         "replicron_start_lateness_seconds",
@@ -97,7 +98,7 @@ fn describe() {
     );
     describe_counter!(
         "replicron_notifications_total",
-        "Notifications (webhook, command) and pings this replica sent, by job, event and result: sent, failed (after its retries), dropped (the queue was full)"
+        "Notifications (webhook, command) and pings this replica sent, by job, event and result: sent, failed (after its retries), dropped (the queue, or the job's backlog of pings, was full)"
     );
     describe_counter!(
         "replicron_missed_instants_total",
@@ -130,7 +131,7 @@ pub(crate) fn register_job(job: &str) {
             .increment(0);
     }
     counter!("replicron_overruns_total", "job" => job.to_string()).increment(0);
-    for reason in ["database_down", "too_late", "error"] {
+    for reason in ["database_down", "too_late", "unanswered", "error"] {
         counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
             .increment(0);
     }
@@ -189,7 +190,7 @@ pub(crate) fn overrun(job: &str) {
     counter!("replicron_overruns_total", "job" => job.to_string()).increment(1);
 }
 
-/// Instants skipped for `reason` (`database_down`, `too_late`, `error`);
+/// Instants skipped for `reason` (`database_down`, `too_late`, `unanswered`, `error`);
 /// overruns are counted by [`overrun`].
 pub(crate) fn skipped(job: &str, reason: &'static str, count: usize) {
     counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
@@ -202,15 +203,22 @@ pub(crate) fn start_lateness(job: &str, late: Duration) {
         .record(late.as_secs_f64());
 }
 
+/// The job's last success: when a run of it ended well, and at start as
+/// the history has it, so that the gauge tells the truth for the fleet
+/// from the first scrape, not only after a success on this replica.
+pub(crate) fn last_success(job: &str, at: DateTime<Utc>) {
+    gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string())
+        .set(at.timestamp_millis() as f64 / 1000.0);
+}
+
 /// A run ended.
-pub(crate) fn run_finished(job: &str, status: RunStatus, duration: Duration, wall_clock_end: f64) {
+pub(crate) fn run_finished(job: &str, status: RunStatus, duration: Duration, ended: DateTime<Utc>) {
     counter!("replicron_runs_total", "job" => job.to_string(), "status" => status.as_str())
         .increment(1);
     histogram!("replicron_run_duration_seconds", "job" => job.to_string())
         .record(duration.as_secs_f64());
     if status == RunStatus::Succeeded {
-        gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string())
-            .set(wall_clock_end);
+        last_success(job, ended);
     }
     for each in RunStatus::ALL {
         if !matches!(each, RunStatus::Running | RunStatus::Missed) {

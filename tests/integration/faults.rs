@@ -219,6 +219,7 @@ fn database_outage(kind: Kind) {
     for replica in &replicas {
         replica.signal(Signal::SIGTERM);
     }
+    let mut logs = String::new();
     for mut replica in replicas {
         assert!(
             replica
@@ -227,7 +228,16 @@ fn database_outage(kind: Kind) {
             "{}",
             replica.log_text()
         );
+        logs.push_str(&replica.log_text());
     }
+    // The instants skipped during the outage are said, in one line per
+    // job once the database answers again.
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("while the database was unreachable")
+                && l.contains("\"job\":\"tick\"")),
+        "no replica said which instants it skipped:\n{logs}"
+    );
 
     // No instant twice.
     let mut seen = BTreeMap::new();

@@ -819,4 +819,32 @@ fn metrics_are_described_present_from_the_start_and_true() {
         eprintln!("skipped promtool check metrics: promtool is not installed");
     }
     replica.signal(Signal::SIGTERM);
+    let mut replica = replica;
+    replica.wait_exit(Duration::from_secs(20)).expect("exits");
+
+    // A replica started later, on which "often" will not run for a year,
+    // still knows from the history when it last succeeded.
+    let port = free_port();
+    let later = db.config_named(
+        "later.toml",
+        &db.url,
+        &format!(
+            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+             [[job]]\nname = \"often\"\nschedule = \"@yearly\"\ncommand = 'true'\n"
+        ),
+    );
+    let replica = Replica::start(&later, "later", None, &[]);
+    replica.wait_for_log("replicron started", Duration::from_secs(20));
+    let (_, body) = http_get(port, "/metrics");
+    let last = sample(
+        &body,
+        "replicron_last_success_timestamp_seconds{job=\"often\"}",
+    )
+    .unwrap_or_default();
+    let now = chrono::Utc::now().timestamp() as f64;
+    assert!(
+        last > now - 60.0 && last <= now + 1.0,
+        "last success {last}, now {now}:\n{body}"
+    );
+    replica.signal(Signal::SIGTERM);
 }
