@@ -24,7 +24,8 @@ fn main() {
             println!("cargo::rustc-cfg={cfg}");
         }
     }
-    // Private MariaDB servers and Galera clusters, and skewed clocks.
+    // Private MariaDB servers and Galera clusters, promtool, and skewed
+    // clocks.
     for (files, cfg) in [
         (
             &[
@@ -35,9 +36,15 @@ fn main() {
             "replicron_no_private_mariadb",
         ),
         (
-            &["/usr/lib/galera/libgalera_smm.so"][..],
+            &[
+                "/usr/sbin/mariadbd",
+                "/usr/bin/mariadb-install-db",
+                "/usr/bin/rsync",
+                "/usr/lib/galera/libgalera_smm.so",
+            ][..],
             "replicron_no_galera",
         ),
+        (&["/usr/bin/promtool"][..], "replicron_no_promtool"),
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         if !ci && files.iter().any(|f| !Path::new(f).exists()) {
