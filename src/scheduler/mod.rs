@@ -453,7 +453,10 @@ impl Scheduler {
             telemetry::notify_systemd("stopping");
         }
         loops.join().await;
-        if tokio::time::timeout(MISSED_ROUND_TIMEOUT, &mut missed).await.is_err() {
+        if tokio::time::timeout(MISSED_ROUND_TIMEOUT, &mut missed)
+            .await
+            .is_err()
+        {
             missed.abort();
         }
         engine.notifier.flush(NOTIFY_FLUSH_TIMEOUT).await;
