@@ -45,6 +45,13 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         println!("job {:?}{state}", job.name);
         println!("  schedule  {}", job.schedule.expression());
         println!("  zone      {}", job.schedule.zone());
+        let jitter = job.schedule.jitter();
+        if !jitter.is_zero() {
+            println!(
+                "  jitter    {} (each run starts at its instant plus a delay in [0, jitter))",
+                humantime::format_duration(jitter.to_std().unwrap_or_default())
+            );
+        }
         println!(
             "  next {} after {}:",
             args.count,
@@ -52,11 +59,20 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         );
         for instant in job.schedule.upcoming(from, args.count) {
             let local = instant.with_timezone(&job.schedule.zone());
-            println!(
+            let mut line = format!(
                 "    {}  {}",
                 instant.to_rfc3339_opts(SecondsFormat::Secs, false),
                 local.to_rfc3339_opts(SecondsFormat::Secs, false)
             );
+            if !jitter.is_zero() {
+                line.push_str(&format!(
+                    "  starts {}",
+                    job.schedule
+                        .start_of(instant)
+                        .to_rfc3339_opts(SecondsFormat::Millis, true)
+                ));
+            }
+            println!("{line}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -9,6 +9,7 @@ mod history;
 mod import;
 mod man;
 mod migrate;
+mod pause;
 mod run;
 mod status;
 mod table;
@@ -67,6 +68,10 @@ pub(crate) enum Command {
     Trigger(trigger::JobArgs),
     /// End JOB's lease (the operator's tool for a stuck lease).
     Unlock(unlock::UnlockArgs),
+    /// Pause JOB on every replica, until resumed or --until.
+    Pause(pause::PauseArgs),
+    /// Resume a paused JOB on every replica.
+    Resume(pause::ResumeArgs),
     /// Run a command while holding a lease: a distributed flock(1).
     Exec(exec::ExecArgs),
     /// Print crontabs (files or folders) as one replicron TOML.
@@ -247,6 +252,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status::status(&args),
         Command::Trigger(args) => trigger::trigger(&args),
         Command::Unlock(args) => unlock::unlock(&args),
+        Command::Pause(args) => pause::pause(&args),
+        Command::Resume(args) => pause::resume(&args),
         Command::Exec(args) => exec::exec(&args),
         Command::ImportCrontab(args) => import::import_crontab(&args),
         Command::Completions(args) => {

@@ -32,6 +32,19 @@ struct ClockStatus {
     database_now: String,
 }
 
+/// A job's fleet-wide pause, in `status`.
+#[derive(Debug, serde::Serialize)]
+struct PauseStatus {
+    by: Option<String>,
+    since: Option<String>,
+    /// `None`: until resumed.
+    until: Option<String>,
+    reason: Option<String>,
+    /// As the table shows it.
+    #[serde(skip)]
+    text: String,
+}
+
 /// One row of `status`.
 #[derive(Debug, serde::Serialize)]
 struct JobStatus {
@@ -42,6 +55,7 @@ struct JobStatus {
     locked_by: Option<String>,
     lock_until: Option<String>,
     fence: i64,
+    paused: Option<PauseStatus>,
     last_run: Option<RunRecord>,
     problem: Option<String>,
 }
@@ -86,6 +100,16 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             locked_by: lock.and_then(|l| l.locked_by.clone()),
             lock_until: lock.map(|l| history::rfc3339(l.lock_until)),
             fence: lock.map_or(0, |l| l.fence),
+            paused: lock.and_then(|l| {
+                let until = l.paused_at_time(now.naive_utc())?;
+                Some(PauseStatus {
+                    by: l.paused_by.clone(),
+                    since: l.paused_at.map(history::rfc3339),
+                    until: until.map(|u| history::rfc3339(u.naive_utc())),
+                    reason: l.paused_reason.clone(),
+                    text: super::trigger::describe_pause(l, until),
+                })
+            }),
             last_run: last.map(RunRecord::from),
             problem,
         });
@@ -123,6 +147,9 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                         format!("{} at {} on {}", run.status, run.started_at, run.instance)
                     });
                     let next = match (r.enabled, &r.next) {
+                        (_, _) if r.paused.is_some() => {
+                            format!("PAUSED: {}", r.paused.as_ref().map_or("", |p| &p.text))
+                        }
                         (None, _) => "not in config".to_string(),
                         (Some(false), _) => "disabled".to_string(),
                         (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),

@@ -20,6 +20,9 @@ pub(crate) struct JobArgs {
     pub(crate) config: ConfigArg,
     /// The job.
     pub(crate) job: String,
+    /// Run it even though it is paused (`replicron pause`).
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// The last lines of a run's output, indented, for `trigger`.
@@ -41,6 +44,30 @@ fn output_tail(output: &str, lines: usize) -> String {
     text
 }
 
+/// "paused by … since … until …: reason", for messages.
+pub(super) fn describe_pause(
+    row: &crate::lease::LockRow,
+    until: Option<chrono::DateTime<chrono::Utc>>,
+) -> String {
+    let mut text = format!(
+        "paused by {} since {}",
+        row.paused_by.as_deref().unwrap_or("?"),
+        row.paused_at
+            .map_or_else(|| "?".to_string(), crate::history::rfc3339)
+    );
+    match until {
+        Some(until) => text.push_str(&format!(
+            " until {}",
+            crate::history::rfc3339(until.naive_utc())
+        )),
+        None => text.push_str(" until resumed"),
+    }
+    if let Some(reason) = row.paused_reason.as_deref().filter(|r| !r.is_empty()) {
+        text.push_str(&format!(" ({reason})"));
+    }
+    text
+}
+
 pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let job = find_job(&config, &args.job)?.clone();
@@ -54,6 +81,14 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
             .store
             .ensure_rows(vec![job.name().to_string()])
             .await?;
+        if !args.force
+            && let Some(row) = engine.store.find_lock(job.name()).await?
+        {
+            let now = engine.store.database_now().await?.naive_utc();
+            if let Some(until) = row.paused_at_time(now) {
+                return Ok(Err(describe_pause(&row, until)));
+            }
+        }
         // The instant is the database's now: a run beside no other.
         let claimed = engine
             .store
@@ -77,8 +112,18 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
         for write in &unwritten {
             tracing::error!("history write not recorded before exit: {write}");
         }
-        Ok::<_, crate::Error>(ran)
+        Ok::<_, crate::Error>(Ok(ran))
     })?;
+    let ran = match ran {
+        Ok(ran) => ran,
+        Err(paused) => {
+            eprintln!(
+                "replicron: {} is {paused}; add --force to run it anyway",
+                args.job
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
     match ran {
         Some(outcome) => {
             println!("{}: {}", args.job, describe(outcome.as_ref()));

@@ -34,7 +34,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 11] = [
+const SETTINGS: [(&str, Option<&str>, &str); 12] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -64,6 +64,11 @@ const SETTINGS: [(&str, Option<&str>, &str); 11] = [
         "catch_up",
         Some("\"0s\""),
         "At start and when the database is back, the latest instant nobody claimed is run once if it is at most this old and came after the job was added; 0s turns catch-up off.",
+    ),
+    (
+        "jitter",
+        Some("\"0s\""),
+        "A run of instant T starts at T plus a delay in [0, jitter), the same on every replica (a hash of the job and T), to spread jobs that share an instant; the instant stays the run's identity. Must be shorter than the job's shortest interval.",
     ),
     (
         "output_limit",

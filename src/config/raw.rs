@@ -40,6 +40,7 @@ pub(super) struct RawSettings {
     pub retries: Option<S<i64>>,
     pub retry_backoff: Option<S<String>>,
     pub missed_after: Option<S<String>>,
+    pub jitter: Option<S<String>>,
 }
 
 /// `[notify]`, and a job's own `notify` table.
@@ -86,6 +87,7 @@ pub(super) struct RawJob {
     pub retries: Option<S<i64>>,
     pub retry_backoff: Option<S<String>>,
     pub missed_after: Option<S<String>>,
+    pub jitter: Option<S<String>>,
     pub notify: Option<S<RawNotify>>,
 }
 
@@ -104,6 +106,7 @@ impl RawJob {
             retries: self.retries.take(),
             retry_backoff: self.retry_backoff.take(),
             missed_after: self.missed_after.take(),
+            jitter: self.jitter.take(),
         }
     }
 }

@@ -508,3 +508,33 @@ fn env_var_names() {
         "A=B",
     );
 }
+
+#[test]
+fn jitter_must_be_shorter_than_the_shortest_interval() {
+    let config = parse(&job(
+        "schedule = \"0 * * * *\"\ncommand = \"true\"\njitter = \"5m\"",
+    ))
+    .expect("valid");
+    let schedule = &config.jobs[0].schedule;
+    assert_eq!(schedule.jitter(), chrono::TimeDelta::minutes(5));
+    let error = one_error(
+        &job("schedule = \"*/5 * * * *\"\ncommand = \"true\"\njitter = \"5m\""),
+        8,
+        Some("\"j\""),
+        "jitter",
+        "shorter than the job's shortest interval (5m",
+    );
+    assert!(error.contains("jitter (5m)"), "{error}");
+    // From [defaults]: reported at the default, for the job that breaks it.
+    let error = one_error(
+        &format!(
+            "{DB}\n[defaults]\njitter = \"2m\"\n\n[[job]]\nname = \"hourly\"\nschedule = \"@hourly\"\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"minutely\"\nschedule = \"* * * * *\"\ncommand = \"true\"\n"
+        ),
+        5,
+        Some("\"minutely\""),
+        "jitter",
+        "shortest interval (1m",
+    );
+    assert!(error.contains("jitter (2m)"), "{error}");
+}

@@ -56,6 +56,14 @@ impl At {
     }
 }
 
+/// The latest time every backend stores (`DATETIME(3)` ends in the year
+/// 9999): the end of a pause that has none.
+pub(crate) fn far_future() -> NaiveDateTime {
+    chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+        .and_then(|d| d.and_hms_milli_opt(23, 59, 59, 0))
+        .unwrap_or(NaiveDateTime::MAX)
+}
+
 /// The database's current time plus a duration.
 #[derive(Clone, Debug, QueryId)]
 pub(crate) struct DbNowPlus(Interval);

@@ -55,6 +55,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-21-000001_index_running_runs",
     "2026-11-22-000000_day_one",
     "2026-11-23-000000_missed_instants",
+    "2026-11-24-000000_pause",
 );
 
 #[cfg(feature = "sqlite")]
@@ -63,6 +64,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-21-000001_index_running_runs",
     "2026-11-22-000000_day_one",
     "2026-11-23-000000_missed_instants",
+    "2026-11-24-000000_pause",
 );
 
 /// The row of the migration lock.

@@ -25,6 +25,15 @@ diesel::table! {
         /// Every instant up to this database time has been checked for a
         /// miss (NULL: not yet).
         missed_checked_until -> Nullable<Timestamp>,
+        /// Database time the job was last paused.
+        paused_at -> Nullable<Timestamp>,
+        /// No instant earlier than this is claimed by the scheduler (the
+        /// end of a pause; far in the future while paused without end).
+        paused_until -> Nullable<Timestamp>,
+        /// Who paused it (user and host of the `pause` command).
+        paused_by -> Nullable<Text>,
+        /// Why, as given to `pause --reason`.
+        paused_reason -> Nullable<Text>,
     }
 }
 

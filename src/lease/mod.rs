@@ -39,6 +39,15 @@ macro_rules! claimable {
             )
             .and($scheduled.le(DbNow))
     };
+    // A scheduled claim also needs the job not paused for `$scheduled`:
+    // no instant earlier than `paused_until` is claimed.
+    ($names:expr, $scheduled:expr, unless_paused) => {
+        claimable!($names, $scheduled).and(
+            locks::paused_until
+                .is_null()
+                .or(locks::paused_until.le($scheduled.nullable())),
+        )
+    };
 }
 
 /// What a claim writes: the lease until the database's now plus `$length`,
@@ -57,13 +66,24 @@ macro_rules! claim_changes {
 
 /// The single claim's conditional UPDATE of one row, kept prepared.
 macro_rules! claim_statement {
-    ($name:expr, $instance:expr, $scheduled:expr, $length:expr) => {
+    ($name:expr, $instance:expr, $scheduled:expr, $length:expr $(, $pause:ident)?) => {
         cached::update(
             locks::replicron_locks,
             claim_changes!($instance, $scheduled, $length),
-            claimable!(locks::name.eq($name), $scheduled),
+            claimable!(locks::name.eq($name), $scheduled $(, $pause)?),
         )
     };
+}
+
+/// Whether a claim heeds the job's pause: the scheduler's claims of
+/// instants do; an operator's `trigger --force`, `exec` and the daemon's own
+/// rows do not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pauses {
+    /// A paused job's instants are not claimed: [`Claim::Paused`].
+    Heeded,
+    /// The claim is made as if the job were not paused.
+    Ignored,
 }
 
 /// A won claim: instant `instant` of `job` belongs to `instance` under
@@ -101,6 +121,23 @@ pub(crate) struct LockRow {
     pub(crate) created_at: Option<NaiveDateTime>,
     /// Every instant up to this database time has been checked for a miss.
     pub(crate) missed_checked_until: Option<NaiveDateTime>,
+    /// When the job was last paused.
+    pub(crate) paused_at: Option<NaiveDateTime>,
+    /// No instant earlier than this is claimed by the scheduler.
+    pub(crate) paused_until: Option<NaiveDateTime>,
+    /// Who paused it.
+    pub(crate) paused_by: Option<String>,
+    /// Why.
+    pub(crate) paused_reason: Option<String>,
+}
+
+impl LockRow {
+    /// Whether the job is paused at database time `now`, and until when
+    /// (`None`: until resumed).
+    pub(crate) fn paused_at_time(&self, now: NaiveDateTime) -> Option<Option<DateTime<Utc>>> {
+        let until = self.paused_until.filter(|until| *until > now)?;
+        Some((until < crate::db::clock::far_future()).then(|| until.and_utc()))
+    }
 }
 
 /// Creates the lease row of each job that has none. Safe when every replica
@@ -161,6 +198,14 @@ pub(crate) enum Claim {
     /// conflicting write won certification on another node, or the
     /// statement failed with a deadlock or serialization error. Claim again.
     Contended,
+    /// The job is paused (`replicron pause`) for this instant: it is not
+    /// run, and not missed.
+    Paused {
+        /// Who paused it.
+        by: Option<String>,
+        /// Why.
+        reason: Option<String>,
+    },
 }
 
 /// Who holds a lease, as its row says.
@@ -203,7 +248,15 @@ pub(crate) fn claim(
     instant: DateTime<Utc>,
     lock_at_most_for: Duration,
 ) -> QueryResult<Claim> {
-    claim_one(conn, job, instance, instant, lock_at_most_for, true)
+    claim_one(
+        conn,
+        job,
+        instance,
+        instant,
+        lock_at_most_for,
+        Pauses::Heeded,
+        true,
+    )
 }
 
 fn claim_one(
@@ -212,16 +265,19 @@ fn claim_one(
     instance: &str,
     instant: DateTime<Utc>,
     lock_at_most_for: Duration,
+    pauses: Pauses,
     create_missing: bool,
 ) -> QueryResult<Claim> {
     let scheduled = to_db_time(instant);
-    let Some(fence) = claim_returning(conn, job, instance, scheduled, lock_at_most_for)? else {
+    let Some(fence) = claim_returning(conn, job, instance, scheduled, lock_at_most_for, pauses)?
+    else {
         // No RETURNING (MariaDB/MySQL): the UPDATE, then a read of the fence.
         let mut claims = claim_rows(
             conn,
             &[(job, lock_at_most_for)],
             instance,
             instant,
+            pauses,
             create_missing,
         )?;
         return Ok(claims.pop().unwrap_or(Claim::Taken));
@@ -242,19 +298,28 @@ fn claim_one(
         .get_result(conn)
         .optional()?;
     Ok(match row {
-        Some(state) => not_won(&state, scheduled),
+        Some(state) => not_won(&state, scheduled, pauses),
         // No cached "the row exists": a missing row is created and the
         // claim tried once more.
         None if create_missing => {
             insert_row(conn, job)?;
-            claim_one(conn, job, instance, instant, lock_at_most_for, false)?
+            claim_one(
+                conn,
+                job,
+                instance,
+                instant,
+                lock_at_most_for,
+                pauses,
+                false,
+            )?
         }
         None => Claim::Taken,
     })
 }
 
 /// What a claim reads back of a lease row: its name, holder, last claimed
-/// instant, fence, claim time and end, and the database's clock.
+/// instant, fence, claim time and end, the database's clock, and its pause
+/// (until, by, why).
 type RowState = (
     String,
     Option<String>,
@@ -263,7 +328,11 @@ type RowState = (
     Option<NaiveDateTime>,
     NaiveDateTime,
     NaiveDateTime,
+    (Option<NaiveDateTime>, Option<String>, Option<String>),
 );
+
+/// The pause columns a claim reads back.
+type PauseColumns = (locks::paused_until, locks::paused_by, locks::paused_reason);
 
 const ROW_STATE: (
     locks::name,
@@ -273,6 +342,7 @@ const ROW_STATE: (
     locks::locked_at,
     locks::lock_until,
     DbNow,
+    PauseColumns,
 ) = (
     locks::name,
     locks::locked_by,
@@ -281,16 +351,24 @@ const ROW_STATE: (
     locks::locked_at,
     locks::lock_until,
     DbNow,
+    (locks::paused_until, locks::paused_by, locks::paused_reason),
 );
 
 /// What a claim of `scheduled` that was not won came to, given the row as
 /// read with the database's clock: taken if that instant or a later one
 /// was claimed, not yet if the database's clock is short of the instant,
-/// held if the lease has not ended, else contended.
-fn not_won(row: &RowState, scheduled: At) -> Claim {
-    let (_, _, last_claimed, fence, locked_at, lock_until, now) = row;
+/// held if the lease has not ended, else contended. A claim that heeds
+/// pauses is paused if the row's pause covers `scheduled`.
+fn not_won(row: &RowState, scheduled: At, pauses: Pauses) -> Claim {
+    let (_, _, last_claimed, fence, locked_at, lock_until, now, (paused_until, by, reason)) = row;
     match last_claimed {
         Some(last) if *last >= scheduled.0 => Claim::Taken,
+        _ if pauses == Pauses::Heeded && paused_until.is_some_and(|until| until > scheduled.0) => {
+            Claim::Paused {
+                by: by.clone(),
+                reason: reason.clone(),
+            }
+        }
         _ if *now < scheduled.0 => Claim::NotYet {
             wait: (scheduled.0 - *now).to_std().unwrap_or_default(),
         },
@@ -315,13 +393,20 @@ fn claim_returning(
     instance: &str,
     scheduled: At,
     length: Duration,
+    pauses: Pauses,
 ) -> QueryResult<Option<Option<i64>>> {
     macro_rules! update_returning_fence {
         ($conn:expr) => {
-            claim_statement!(job, instance, scheduled, length)
-                .returning(locks::fence)
-                .get_result::<i64>($conn)
-                .optional()
+            match pauses {
+                Pauses::Heeded => claim_statement!(job, instance, scheduled, length, unless_paused)
+                    .returning(locks::fence)
+                    .get_result::<i64>($conn)
+                    .optional(),
+                Pauses::Ignored => claim_statement!(job, instance, scheduled, length)
+                    .returning(locks::fence)
+                    .get_result::<i64>($conn)
+                    .optional(),
+            }
         };
     }
     let result = match conn {
@@ -347,13 +432,15 @@ fn claim_returning(
     _instance: &str,
     _scheduled: At,
     _length: Duration,
+    _pauses: Pauses,
 ) -> QueryResult<Option<Option<i64>>> {
     Ok(None)
 }
 
 /// Claims `job` at the database's current time: for runs that have no
 /// scheduled instant (`trigger`, `exec`, retention). Later callers get later
-/// instants, so a released lease can be claimed again.
+/// instants, so a released lease can be claimed again. A pause is not
+/// heeded: `trigger` asks for `--force` first.
 pub(crate) fn claim_at_database_now(
     conn: &mut DbConnection,
     job: &str,
@@ -365,7 +452,15 @@ pub(crate) fn claim_at_database_now(
     let mut claimed = Claim::Contended;
     for _ in 0..5 {
         let now = database_now(conn)?;
-        claimed = claim(conn, job, instance, now, lock_at_most_for)?;
+        claimed = claim_one(
+            conn,
+            job,
+            instance,
+            now,
+            lock_at_most_for,
+            Pauses::Ignored,
+            true,
+        )?;
         if claimed != Claim::Contended {
             break;
         }
@@ -390,7 +485,7 @@ pub(crate) fn claim_many(
     instance: &str,
     instant: DateTime<Utc>,
 ) -> QueryResult<Vec<Claim>> {
-    claim_rows(conn, jobs, instance, instant, true)
+    claim_rows(conn, jobs, instance, instant, Pauses::Heeded, true)
 }
 
 fn claim_rows(
@@ -398,6 +493,7 @@ fn claim_rows(
     jobs: &[(&str, Duration)],
     instance: &str,
     instant: DateTime<Utc>,
+    pauses: Pauses,
     create_missing: bool,
 ) -> QueryResult<Vec<Claim>> {
     let scheduled = to_db_time(instant);
@@ -413,9 +509,22 @@ fn claim_rows(
             .collect();
         // One name: the single claim's statement, kept prepared. A batch's
         // SQL has as many shapes as there are batch sizes: prepared each time.
-        let result = match names[..] {
-            [name] => claim_statement!(name, instance, scheduled, length).execute(conn),
-            _ => diesel::update(locks::replicron_locks)
+        let result = match (&names[..], pauses) {
+            ([name], Pauses::Heeded) => {
+                claim_statement!(*name, instance, scheduled, length, unless_paused).execute(conn)
+            }
+            ([name], Pauses::Ignored) => {
+                claim_statement!(*name, instance, scheduled, length).execute(conn)
+            }
+            (_, Pauses::Heeded) => diesel::update(locks::replicron_locks)
+                .filter(claimable!(
+                    locks::name.eq_any(&names),
+                    scheduled,
+                    unless_paused
+                ))
+                .set(claim_changes!(instance, scheduled, length))
+                .execute(conn),
+            (_, Pauses::Ignored) => diesel::update(locks::replicron_locks)
                 .filter(claimable!(locks::name.eq_any(&names), scheduled))
                 .set(claim_changes!(instance, scheduled, length))
                 .execute(conn),
@@ -455,12 +564,13 @@ fn claim_rows(
                     fence: *fence,
                 })
             }
-            Some(state) => not_won(state, scheduled),
+            Some(state) => not_won(state, scheduled, pauses),
             // No cached "the row exists": a missing row is created and the
             // claim tried once more.
             None if create_missing => {
                 insert_row(conn, job)?;
-                let retried = claim_rows(conn, &[(job, *length)], instance, instant, false)?;
+                let retried =
+                    claim_rows(conn, &[(job, *length)], instance, instant, pauses, false)?;
                 retried.into_iter().next().unwrap_or(Claim::Taken)
             }
             None => Claim::Taken,
@@ -517,6 +627,51 @@ pub(crate) fn force_unlock(conn: &mut DbConnection, job: &str) -> QueryResult<bo
         .set(locks::lock_until.eq(DbNow))
         .execute(conn)?;
     Ok(changed == 1)
+}
+
+/// Pauses `job` from the database's now until `until` (`None`: until
+/// resumed): the scheduler claims no instant of it earlier than that.
+/// Returns `false` if the job has no lease row.
+pub(crate) fn pause(
+    conn: &mut DbConnection,
+    job: &str,
+    until: Option<DateTime<Utc>>,
+    by: &str,
+    reason: Option<&str>,
+) -> QueryResult<bool> {
+    let until = until.map_or(At(crate::db::clock::far_future()), to_db_time);
+    let changed = diesel::update(locks::replicron_locks.filter(locks::name.eq(job)))
+        .set((
+            locks::paused_at.eq(DbNow.nullable()),
+            locks::paused_until.eq(until.nullable()),
+            locks::paused_by.eq(by),
+            locks::paused_reason.eq(reason),
+        ))
+        .execute(conn)?;
+    Ok(changed == 1)
+}
+
+/// Ends `job`'s pause now: its instants from the database's now on are
+/// claimed again; those of the pause never are. Returns `false` if it was
+/// not paused.
+pub(crate) fn resume(conn: &mut DbConnection, job: &str) -> QueryResult<bool> {
+    let changed = diesel::update(
+        locks::replicron_locks
+            .filter(locks::name.eq(job))
+            .filter(locks::paused_until.gt(DbNow.nullable())),
+    )
+    .set(locks::paused_until.eq(DbNow.nullable()))
+    .execute(conn)?;
+    Ok(changed == 1)
+}
+
+/// The jobs among `jobs` paused at the database's now.
+pub(crate) fn paused_jobs(conn: &mut DbConnection, jobs: &[&str]) -> QueryResult<Vec<String>> {
+    locks::replicron_locks
+        .select(locks::name)
+        .filter(locks::name.eq_any(jobs))
+        .filter(locks::paused_until.gt(DbNow.nullable()))
+        .load(conn)
 }
 
 /// The lease row of `job`, if it has one.

@@ -78,6 +78,15 @@ impl Store {
             .await
     }
 
+    /// [`super::paused_jobs`].
+    pub(crate) async fn paused_jobs(&self, jobs: Vec<String>) -> Result<Vec<String>, DbError> {
+        self.call("reading which jobs are paused", move |conn| {
+            let names: Vec<&str> = jobs.iter().map(String::as_str).collect();
+            super::paused_jobs(conn, &names)
+        })
+        .await
+    }
+
     /// [`super::database_now`].
     pub(crate) async fn database_now(&self) -> Result<DateTime<Utc>, DbError> {
         self.call("reading the database clock", crate::db::clock::database_now)

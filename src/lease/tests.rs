@@ -463,3 +463,63 @@ backend_test! {
         eprintln!("wins per thread: {per_thread:?}");
     }
 }
+
+backend_test! {
+    fn a_paused_job_is_not_claimed_and_its_instants_stay_unrun_after_resume(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["job", "other"]).expect("rows");
+        let before = crate::db::clock::database_now(&mut conn).expect("now") - TimeDelta::seconds(2);
+        assert!(lease::pause(&mut conn, "job", None, "ops@host", Some("migration")).expect("pause"));
+        let paused = Claim::Paused {
+            by: Some("ops@host".to_string()),
+            reason: Some("migration".to_string()),
+        };
+        assert_eq!(claim(&mut conn, "job", "a", before, LONG).expect("claim"), paused);
+        // A batch heeds it too; the other job is not paused.
+        let claims = lease::claim_many(&mut conn, &[("job", LONG), ("other", LONG)], "a", before)
+            .expect("batch");
+        assert_eq!(claims[0], paused);
+        assert!(matches!(&claims[1], Claim::Won(l) if l.job == "other"), "{claims:?}");
+        let row = find_lock(&mut conn, "job").expect("read").expect("row");
+        let now = crate::db::clock::database_now(&mut conn).expect("now").naive_utc();
+        assert_eq!(row.paused_at_time(now), Some(None), "{row:?}");
+        assert_eq!(row.paused_by.as_deref(), Some("ops@host"));
+
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(lease::resume(&mut conn, "job").expect("resume"));
+        assert!(!lease::resume(&mut conn, "job").expect("resume"), "resumed twice");
+        let row = find_lock(&mut conn, "job").expect("read").expect("row");
+        let now = crate::db::clock::database_now(&mut conn).expect("now");
+        assert_eq!(row.paused_at_time(now.naive_utc()), None, "{row:?}");
+        // An instant of the pause is never claimed; one after it is.
+        assert_eq!(claim(&mut conn, "job", "a", before, LONG).expect("claim"), paused);
+        let lease = claim(&mut conn, "job", "a", now, LONG)
+            .expect("claim")
+            .won()
+            .expect("an instant after the resume is claimed");
+        assert!(release(&mut conn, &lease, Duration::ZERO).expect("release"));
+
+        // A pause with an end: instants from its end on are claimed again.
+        let until = now + TimeDelta::milliseconds(300);
+        assert!(lease::pause(&mut conn, "job", Some(until), "ops@host", None).expect("pause"));
+        let row = find_lock(&mut conn, "job").expect("read").expect("row");
+        assert_eq!(
+            row.paused_at_time(now.naive_utc()),
+            Some(Some(crate::db::clock::to_db_time(until).0.and_utc()))
+        );
+        assert!(matches!(
+            claim(&mut conn, "job", "a", now + TimeDelta::milliseconds(100), LONG).expect("claim"),
+            Claim::Paused { .. } | Claim::NotYet { .. }
+        ));
+        // An operator's claim (trigger --force, exec) ignores the pause.
+        let forced = lease::claim_at_database_now(&mut conn, "job", "b", LONG)
+            .expect("claim")
+            .won()
+            .expect("a claim at the database's now is not paused");
+        assert!(release(&mut conn, &forced, Duration::ZERO).expect("release"));
+        std::thread::sleep(Duration::from_millis(400));
+        let later = crate::db::clock::database_now(&mut conn).expect("now");
+        assert!(claim(&mut conn, "job", "a", later, LONG).expect("claim").won().is_some());
+    }
+}

@@ -25,19 +25,52 @@ use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 
-/// A parsed cron expression in a time zone.
+/// A parsed cron expression in a time zone, and the job's jitter: how a
+/// run's start follows its instant.
 #[derive(Clone, Debug)]
 pub(crate) struct Schedule {
     expression: String,
     zone: Tz,
     cron: Cron,
+    jitter: Option<Jitter>,
 }
 
-/// Two schedules are the same when written the same in the same zone.
+/// A start delay in `[0, span)` derived from a hash of (job, instant), so
+/// every replica computes the same start for an instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Jitter {
+    /// The hash of the job's name.
+    job: u64,
+    /// The delay's bound, in milliseconds (at least 1).
+    span_ms: u64,
+}
+
+/// Two schedules are the same when written the same in the same zone, with
+/// the same jitter.
 impl PartialEq for Schedule {
     fn eq(&self, other: &Self) -> bool {
-        self.expression == other.expression && self.zone == other.zone
+        self.expression == other.expression
+            && self.zone == other.zone
+            && self.jitter == other.jitter
     }
+}
+
+/// FNV-1a, 64 bits: a hash whose value every build and platform agrees on
+/// (std's hashers promise no such thing).
+fn fnv1a(bytes: &[u8], seed: u64) -> u64 {
+    bytes.iter().fold(seed, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// splitmix64's finaliser: spreads FNV's low bits over the whole word, so
+/// that instants a second apart get unrelated delays.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 impl Eq for Schedule {}
@@ -78,6 +111,7 @@ impl Schedule {
             expression: expression.trim().to_string(),
             zone,
             cron,
+            jitter: None,
         };
         // A valid pattern that never matches (`0 0 30 2 *`) is a mistake,
         // not a job that silently never runs.
@@ -86,6 +120,48 @@ impl Schedule {
             return Err(format!("schedule {expression:?} never fires"));
         }
         Ok(schedule)
+    }
+
+    /// This schedule with `job`'s runs starting up to `jitter` after their
+    /// instants (none for a zero jitter). The config checks that `jitter`
+    /// is shorter than [`Schedule::shortest_interval`], so starts keep the
+    /// instants' order.
+    pub(crate) fn with_jitter(mut self, job: &str, jitter: std::time::Duration) -> Self {
+        let span_ms = u64::try_from(jitter.as_millis()).unwrap_or(u64::MAX);
+        self.jitter = (span_ms > 0).then(|| Jitter {
+            job: fnv1a(job.as_bytes(), FNV_OFFSET),
+            span_ms,
+        });
+        self
+    }
+
+    /// The jitter's bound (zero without one).
+    pub(crate) fn jitter(&self) -> TimeDelta {
+        self.jitter.map_or(TimeDelta::zero(), |j| {
+            TimeDelta::milliseconds(j.span_ms as i64)
+        })
+    }
+
+    /// When the run of `instant` starts: the instant plus its job's delay
+    /// for it, the same on every replica.
+    pub(crate) fn start_of(&self, instant: DateTime<Utc>) -> DateTime<Utc> {
+        let Some(jitter) = self.jitter else {
+            return instant;
+        };
+        let hash = mix(fnv1a(&instant.timestamp_millis().to_le_bytes(), jitter.job));
+        instant + TimeDelta::milliseconds((hash % jitter.span_ms) as i64)
+    }
+
+    /// The shortest time between two instants, over the next `SAMPLE`
+    /// instants from `after` (a year of a daily schedule covers its months
+    /// and daylight-saving changes; a per-second one's gaps repeat sooner).
+    pub(crate) fn shortest_interval(&self, after: DateTime<Utc>) -> Option<std::time::Duration> {
+        const SAMPLE: usize = 4000;
+        let instants = self.upcoming(after, SAMPLE);
+        instants
+            .windows(2)
+            .filter_map(|pair| (pair[1] - pair[0]).to_std().ok())
+            .min()
     }
 
     /// The expression as written in the config.
@@ -531,5 +607,67 @@ mod tests {
             daily.latest_at_or_before(utc("2027-06-02T02:00:00Z")),
             Some(utc("2027-06-02T02:00:00Z"))
         );
+    }
+    #[test]
+    fn a_jittered_start_is_the_same_everywhere_within_the_window_and_spread() {
+        let jitter = std::time::Duration::from_secs(300);
+        let a = Schedule::parse("0 * * * *", Tz::UTC)
+            .expect("valid")
+            .with_jitter("report", jitter);
+        let b = Schedule::parse("0 * * * *", Tz::UTC)
+            .expect("valid")
+            .with_jitter("report", jitter);
+        let other = Schedule::parse("0 * * * *", Tz::UTC)
+            .expect("valid")
+            .with_jitter("backup", jitter);
+        assert_ne!(a, Schedule::parse("0 * * * *", Tz::UTC).expect("valid"));
+        let instants = a.upcoming(utc("2027-01-01T00:00:00Z"), 2000);
+        let mut quarters = [0usize; 4];
+        let mut differ = 0;
+        for t in &instants {
+            let start = a.start_of(*t);
+            // Every replica (another parse of the same job) agrees.
+            assert_eq!(start, b.start_of(*t));
+            let delay = start - *t;
+            assert!(
+                delay >= TimeDelta::zero() && delay < TimeDelta::seconds(300),
+                "{t}: {delay}"
+            );
+            quarters[(delay.num_milliseconds() * 4 / 300_000) as usize] += 1;
+            if other.start_of(*t) != start {
+                differ += 1;
+            }
+        }
+        // Spread over the window: each quarter holds about a quarter.
+        for count in quarters {
+            assert!((400..=600).contains(&count), "{quarters:?}");
+        }
+        // Another job's runs of the same instants start elsewhere.
+        assert!(differ > 1990, "{differ}");
+        // Without a jitter a run starts at its instant.
+        let plain = Schedule::parse("0 * * * *", Tz::UTC).expect("valid");
+        assert_eq!(plain.start_of(instants[0]), instants[0]);
+        assert_eq!(
+            plain
+                .with_jitter("report", std::time::Duration::ZERO)
+                .jitter(),
+            TimeDelta::zero()
+        );
+    }
+
+    #[test]
+    fn the_shortest_interval_is_found_over_irregular_schedules() {
+        let shortest = |expression: &str| {
+            Schedule::parse(expression, "Europe/Berlin".parse().expect("zone"))
+                .expect("valid")
+                .shortest_interval(utc("2027-01-01T00:00:00Z"))
+        };
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(shortest("*/15 * * * *"), Some(secs(900)));
+        assert_eq!(shortest("0 9,10 * * mon"), Some(secs(3600)));
+        // A daily 02:30 falls in the spring-forward gap once a year and
+        // fires at 03:00 instead: 23.5 hours after the day before's.
+        assert_eq!(shortest("30 2 * * *"), Some(secs(23 * 3600 + 1800)));
+        assert_eq!(shortest("* * * * * *"), Some(secs(1)));
     }
 }

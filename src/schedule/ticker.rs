@@ -69,31 +69,41 @@ impl Ticker {
         }
     }
 
-    /// Sleeps until the next instant and returns it. Never returns the same
+    /// Sleeps until the next instant's start (the instant itself, unless
+    /// the job has a jitter) and returns the instant. Never returns the same
     /// instant twice, even if the wall clock steps backwards. An instant the
     /// caller was too busy to take when it came is still returned, late,
-    /// unless it is older than [`LATE_LIMIT`]: those are skipped, and
-    /// [`Ticker::take_skipped`] tells which. Returns `None` only for a
-    /// schedule that has no further instant.
+    /// unless it is older than [`LATE_LIMIT`] (plus the jitter): those are
+    /// skipped, and [`Ticker::take_skipped`] tells which. Returns `None`
+    /// only for a schedule that has no further instant.
     pub(crate) async fn tick(&mut self) -> Option<DateTime<Utc>> {
         let now = self.clock.now();
-        let from = match self.last {
-            Some(last) if last < now - LATE_LIMIT => {
-                let from = now - LATE_LIMIT;
+        let late_limit = LATE_LIMIT + self.schedule.jitter();
+        let target = match self.last {
+            Some(last) if last < now - late_limit => {
+                let from = now - late_limit;
                 self.note_skipped(last, from);
-                from
+                self.schedule.next_after(from)?
             }
-            Some(last) => last,
-            None => now,
+            Some(last) => self.schedule.next_after(last)?,
+            // The first instant whose start is still to come: with a
+            // jitter, that may be an instant already past.
+            None => {
+                let mut target = self.schedule.next_after(now - self.schedule.jitter())?;
+                while self.schedule.start_of(target) <= now {
+                    target = self.schedule.next_after(target)?;
+                }
+                target
+            }
         };
-        let target = self.schedule.next_after(from)?;
+        let start = self.schedule.start_of(target);
         loop {
             let now = self.clock.now();
-            if now >= target {
+            if now >= start {
                 self.last = Some(target);
                 return Some(target);
             }
-            let wait = (target - now).to_std().unwrap_or_default().min(MAX_SLEEP);
+            let wait = (start - now).to_std().unwrap_or_default().min(MAX_SLEEP);
             tokio::time::sleep(wait).await;
         }
     }
@@ -256,5 +266,30 @@ mod tests {
         assert_eq!(skipped.last + TimeDelta::seconds(1), next);
         assert_eq!(skipped.count as i64, (next - skipped.first).num_seconds());
         assert_eq!(ticker.take_skipped(), None);
+    }
+    /// A jittered ticker wakes at each instant's start and returns the
+    /// instant; a new one started between an instant and its start still
+    /// returns that instant.
+    #[tokio::test(start_paused = true)]
+    async fn a_jittered_ticker_wakes_at_each_start() {
+        let clock = Arc::new(TokioClock::starting_at(utc("2027-01-01T00:00:30Z")));
+        let jittered = schedule("* * * * *", "UTC").with_jitter("job", Duration::from_secs(50));
+        let mut ticker = Ticker::new(jittered.clone(), clock.clone());
+        for _ in 0..5 {
+            let instant = ticker.tick().await.expect("an instant");
+            let now = clock.now();
+            assert!(
+                now >= jittered.start_of(instant),
+                "woke at {now} for {instant}"
+            );
+            assert!(now - jittered.start_of(instant) < TimeDelta::milliseconds(5));
+        }
+        let first = utc("2027-01-01T00:10:00Z");
+        let start = jittered.start_of(first);
+        assert!(start > first, "the test needs a delay");
+        let clock = Arc::new(TokioClock::starting_at(first + (start - first) / 2));
+        let mut ticker = Ticker::new(jittered.clone(), clock.clone());
+        assert_eq!(ticker.tick().await, Some(first));
+        assert!(clock.now() >= start);
     }
 }

@@ -48,6 +48,9 @@ pub(crate) struct Recording {
     pub(crate) instant: Option<DateTime<Utc>>,
     /// The `exec --once` KEY.
     pub(crate) once_key: Option<String>,
+    /// When the run was due, if not at the lease's instant (a job's
+    /// jitter): its start's lateness is measured from here.
+    pub(crate) due: Option<DateTime<Utc>>,
 }
 
 /// What runs: a name (its history rows carry it: a job's, or `exec`'s
@@ -241,7 +244,7 @@ async fn run_attempt(
     let ended_at_once = tokio::select! {
         biased;
         Ok(pid) = started_rx => {
-            let late = engine.clock.now() - lease.instant;
+            let late = engine.clock.now() - recording.due.unwrap_or(lease.instant);
             telemetry::start_lateness(&job.name, late.to_std().unwrap_or_default());
             info!(
                 job = %job.name,

@@ -2,7 +2,7 @@
 //! instants, so one of them (whichever wins the `replicron.missed` lease
 //! each round) can tell which ones nobody ran. An instant older than the
 //! job's `missed_after` with no history row, that came while no run of the
-//! job was going (an overrun is not a miss), is recorded `missed` (attempt
+//! job was going (an overrun is not a miss) nor while it was paused, is recorded `missed` (attempt
 //! 0), counted and notified, once: the history's unique key and the job's
 //! `missed_checked_until` mark make a second check a no-op. `catch_up`
 //! still decides what runs; this only records and tells.
@@ -107,7 +107,8 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     let Some(row) = engine.store.find_lock(&name).await? else {
         return Ok(0);
     };
-    let to = now - TimeDelta::from_std(after).unwrap_or(TimeDelta::MAX);
+    // An instant's run may start up to the job's jitter after it.
+    let to = now - TimeDelta::from_std(after).unwrap_or(TimeDelta::MAX) - job.schedule.jitter();
     let Some(checked) = row.missed_checked_until.map(|t| t.and_utc()) else {
         // First sight of the job: what came before is not this check's.
         set_checked(engine, &name, to).await?;
@@ -159,9 +160,15 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
             .values()
             .any(|(start, end)| *start <= t && end.is_none_or(|end| t <= end + at_least))
     };
+    // The instants of the job's last pause were not to run.
+    let paused = |t: DateTime<Utc>| {
+        row.paused_at
+            .zip(row.paused_until)
+            .is_some_and(|(from, until)| from.and_utc() <= t && t < until.and_utc())
+    };
     let missed: Vec<DateTime<Utc>> = instants
         .into_iter()
-        .filter(|t| !ran.contains(t) && !overrun(*t))
+        .filter(|t| !ran.contains(t) && !overrun(*t) && !paused(*t))
         .collect();
     let mut recorded = 0;
     let skip = missed.len().saturating_sub(MAX_RECORDED);

@@ -431,6 +431,7 @@ impl Scheduler {
             loops.start(&engine, job);
         }
         loops.publish(&engine);
+        let pauses = tokio::spawn(watch_pauses(engine.clone(), watched.clone()));
         let mut missed = tokio::spawn(missed::check_forever(engine.clone(), watched, stop()));
         if notify_systemd {
             telemetry::notify_systemd("ready");
@@ -453,6 +454,7 @@ impl Scheduler {
             telemetry::notify_systemd("stopping");
         }
         loops.join().await;
+        pauses.abort();
         if tokio::time::timeout(MISSED_ROUND_TIMEOUT, &mut missed)
             .await
             .is_err()
@@ -492,6 +494,30 @@ async fn seed_last_successes(engine: &Engine, jobs: &[Arc<Job>]) {
             }
         }
         Err(e) => debug!("the jobs' last successes were not read for the metrics: {e}"),
+    }
+}
+
+/// How often the jobs' pause gauges are read from their lease rows (the
+/// claims themselves heed a pause at once).
+const PAUSES_READ_EVERY: Duration = Duration::from_secs(10);
+
+/// Keeps each job's `replicron_job_paused` gauge true to its lease row.
+async fn watch_pauses(engine: Arc<Engine>, jobs: watch::Receiver<Vec<Arc<Job>>>) {
+    let mut every = tokio::time::interval(PAUSES_READ_EVERY);
+    loop {
+        every.tick().await;
+        let names: Vec<String> = jobs.borrow().iter().map(|job| job.name.clone()).collect();
+        if names.is_empty() {
+            continue;
+        }
+        match engine.store.paused_jobs(names.clone()).await {
+            Ok(paused) => {
+                for name in &names {
+                    telemetry::paused(name, paused.contains(name));
+                }
+            }
+            Err(e) => debug!("which jobs are paused was not read for the metrics: {e}"),
+        }
     }
 }
 

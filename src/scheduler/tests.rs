@@ -391,3 +391,49 @@ async fn a_claim_refused_as_not_yet_runs_at_the_instant() {
         "a run started {earliest:.1} ms before its instant"
     );
 }
+
+/// A job paused at 00:03:30 and resumed at 00:08:30 by an operator (the
+/// lease row's columns, as `replicron pause`/`resume` write them): it runs
+/// no instant of the pause, during it or after, and none of them is
+/// recorded missed; it runs every instant before and after. On a paused
+/// clock, with the check for missed instants running throughout.
+#[tokio::test(start_paused = true)]
+async fn a_paused_job_runs_and_misses_nothing_until_resumed() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let record = ran.clone();
+    let scheduler = replica_of(
+        &db,
+        &clock,
+        "solo",
+        Job::new("minutely", "* * * * *")
+            .expect("job")
+            .run(move |ctx| {
+                record.lock().expect("ran").push(ctx.instant());
+                async { Ok::<(), String>(()) }
+            }),
+    )
+    .build()
+    .await
+    .expect("build");
+    let virtual_clock: Arc<dyn Clock> = clock.clone();
+    let mut conn = crate::db::establish_with(&db.database_url(), &virtual_clock).expect("connect");
+    let operator = async move {
+        tokio::time::sleep(Duration::from_secs(3 * 60)).await;
+        assert!(crate::lease::pause(&mut conn, "minutely", None, "ops@host", None).expect("pause"));
+        tokio::time::sleep(Duration::from_secs(5 * 60)).await;
+        assert!(crate::lease::resume(&mut conn, "minutely").expect("resume"));
+        tokio::time::sleep(Duration::from_secs(4 * 60)).await;
+    };
+    scheduler.run_until(operator).await.expect("runs");
+    let minute = |m: i64| utc("2027-03-01T00:00:00Z") + TimeDelta::minutes(m);
+    let expected: Vec<DateTime<Utc>> = [1, 2, 3, 9, 10, 11, 12].into_iter().map(minute).collect();
+    assert_eq!(*ran.lock().expect("ran"), expected);
+    let rows = runs_of(&db, "minutely");
+    assert!(
+        rows.iter().all(|r| r.status == RunStatus::Succeeded),
+        "a paused instant was recorded: {rows:?}"
+    );
+    assert_eq!(rows.len(), expected.len(), "{rows:?}");
+}

@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -60,6 +60,7 @@ pub(crate) async fn job_loop(
 ) {
     let mut current: Option<Current> = None;
     let mut overrun_reported = false;
+    let mut paused_reported = false;
     // Instants skipped while the database was unreachable: first, last,
     // how many; said in one line when it answers again.
     let mut skipped_down: Option<(DateTime<Utc>, DateTime<Utc>, usize)> = None;
@@ -137,7 +138,7 @@ pub(crate) async fn job_loop(
             continue;
         }
         if let Some(run) = current.as_mut().filter(|run| run.is_running()) {
-            if run.was_going_at(instant) {
+            if run.was_going_at(job.schedule.start_of(instant)) {
                 telemetry::overrun(&job.name);
                 if !overrun_reported {
                     warn!(
@@ -153,7 +154,7 @@ pub(crate) async fn job_loop(
             // The run started after this instant came due (this replica was
             // blocked: a stall, a slow claim), or it had ended and is being
             // recorded and released. The instant waits for it.
-            let deadline = deadline_for(&engine, instant);
+            let deadline = deadline_for(&engine, &job, instant);
             tokio::select! {
                 biased;
                 () = stop(&mut retired) => break,
@@ -166,10 +167,24 @@ pub(crate) async fn job_loop(
             // Its task is over (and awaited): nothing left to wait for.
             current = None;
         }
-        match attempt(&engine, &job, instant).await {
+        let attempt = attempt(&engine, &job, instant).await;
+        let paused = matches!(attempt, Attempt::Paused { .. });
+        if paused_reported && !paused {
+            info!(job = %job.name, instant = %fmt_instant(instant), "claimed again: the job is no longer paused");
+        }
+        match attempt {
             Attempt::Won(run) => {
                 current = Some(run);
                 overrun_reported = false;
+            }
+            Attempt::Paused { by, reason } if !paused_reported => {
+                info!(
+                    job = %job.name,
+                    instant = %fmt_instant(instant),
+                    by = by.as_deref().unwrap_or("?"),
+                    reason = reason.as_deref().unwrap_or(""),
+                    "paused: its instants are not run (nor missed) until it is resumed"
+                );
             }
             Attempt::Overrun { since } if !overrun_reported => {
                 warn!(
@@ -181,8 +196,9 @@ pub(crate) async fn job_loop(
                 overrun_reported = true;
             }
             Attempt::Lost => overrun_reported = false,
-            Attempt::Overrun { .. } | Attempt::Skipped => {}
+            Attempt::Overrun { .. } | Attempt::Paused { .. } | Attempt::Skipped => {}
         }
+        paused_reported = paused;
     }
     if let Some(run) = current {
         let _ = run.task.await;
@@ -190,9 +206,9 @@ pub(crate) async fn job_loop(
 }
 
 /// The latest moment an instant may still be claimed: [`LATE_LIMIT`] after
-/// it, by the database's clock, as a point on the monotonic clock.
-fn deadline_for(engine: &Engine, instant: DateTime<Utc>) -> Instant {
-    let left = (instant + LATE_LIMIT - engine.clock.now())
+/// its start, by the database's clock, as a point on the monotonic clock.
+fn deadline_for(engine: &Engine, job: &Job, instant: DateTime<Utc>) -> Instant {
+    let left = (job.schedule.start_of(instant) + LATE_LIMIT - engine.clock.now())
         .to_std()
         .unwrap_or_default();
     Instant::now() + left
@@ -250,8 +266,15 @@ fn catch_up_instant(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     if job.settings.catch_up.is_zero() {
         return None;
     }
-    let instant = job.schedule.latest_at_or_before(now)?;
-    let age = (now - instant).to_std().ok()?;
+    let mut instant = job.schedule.latest_at_or_before(now)?;
+    // With a jitter, an instant whose start is still to come is the
+    // ticker's, not catch-up's.
+    if job.schedule.start_of(instant) > now {
+        instant = job
+            .schedule
+            .latest_at_or_before(instant - TimeDelta::milliseconds(1))?;
+    }
+    let age = (now - job.schedule.start_of(instant)).to_std().ok()?;
     (age <= job.settings.catch_up).then_some(instant)
 }
 
@@ -267,6 +290,13 @@ enum Attempt {
         /// When that run was claimed.
         since: DateTime<Utc>,
     },
+    /// The job is paused (`replicron pause`): not run, not missed.
+    Paused {
+        /// Who paused it.
+        by: Option<String>,
+        /// Why.
+        reason: Option<String>,
+    },
     /// Not claimed for another reason, logged where it was found.
     Skipped,
 }
@@ -281,7 +311,7 @@ enum Attempt {
 /// lease held by a run that was going at the instant, or on purpose by
 /// `lock_at_least_for`, makes the instant an overrun.
 async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
-    let deadline = deadline_for(engine, instant);
+    let deadline = deadline_for(engine, job, instant);
     let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(250));
     let mut wait = |reason: &str| {
         if *engine.phase.borrow() != Phase::Running {
@@ -311,8 +341,11 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                     engine.clone(),
                     Plan {
                         work,
+                        recording: Recording {
+                            due: Some(job.schedule.start_of(lease.instant)),
+                            ..Recording::default()
+                        },
                         lease,
-                        recording: Recording::default(),
                         claimed: Instant::now(),
                         first_run: run_id,
                         ended: Some(ended.clone()),
@@ -331,6 +364,11 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 debug!(job = %job.name, instant = %fmt_instant(instant), "claim lost");
                 return Attempt::Lost;
             }
+            Ok(Claimed::NotWon(Claim::Paused { by, reason })) => {
+                telemetry::skipped(&job.name, "paused", 1);
+                debug!(job = %job.name, instant = %fmt_instant(instant), "paused: not claimed");
+                return Attempt::Paused { by, reason };
+            }
             Ok(Claimed::NotWon(Claim::NotYet { wait })) => {
                 debug!(job = %job.name, instant = %fmt_instant(instant), wait_ms = wait.as_millis() as u64, "not yet due by the database's clock");
                 wait.min(MAX_NOT_YET_WAIT) + Duration::from_millis(1)
@@ -343,7 +381,10 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 }
             }
             Ok(Claimed::NotWon(Claim::Held(holder))) => {
-                match holder.claimed_at.filter(|since| *since < instant) {
+                // An overrun is a run going when this instant's run was to
+                // start.
+                let start = job.schedule.start_of(instant);
+                match holder.claimed_at.filter(|since| *since < start) {
                     // Claimed after the instant came: a run that started
                     // late; the instant waits for it.
                     None => {
@@ -357,7 +398,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                             telemetry::overrun(&job.name);
                             return Attempt::Overrun { since };
                         }
-                        match was_going_at(engine, job, &holder, instant).await {
+                        match was_going_at(engine, job, &holder, start).await {
                             Ok(true) => {
                                 telemetry::overrun(&job.name);
                                 return Attempt::Overrun { since };
@@ -421,19 +462,19 @@ fn held_on_purpose(job: &Job, holder: &lease::Holder, since: DateTime<Utc>) -> b
 const END_RECORD_PATIENCE: Duration = Duration::from_millis(250);
 const END_RECORD_PATIENCE_AFTER_STALL: Duration = Duration::from_secs(3);
 
-/// Whether the run holding `holder`'s lease was going at `instant`, by its
-/// history: it ended (its last attempt, with no retry to come) before the
-/// instant, or it did not.
+/// Whether the run holding `holder`'s lease was going at `at` (an
+/// instant's start), by its history: it ended (its last attempt, with no
+/// retry to come) before then, or it did not.
 async fn was_going_at(
     engine: &Engine,
     job: &Job,
     holder: &lease::Holder,
-    instant: DateTime<Utc>,
+    at: DateTime<Utc>,
 ) -> Result<bool, DbError> {
     let Some(held_instant) = holder.instant else {
         return Ok(true);
     };
-    let late = (engine.clock.now() - instant).to_std().unwrap_or_default();
+    let late = (engine.clock.now() - at).to_std().unwrap_or_default();
     let patience = if late > Duration::from_secs(1) {
         END_RECORD_PATIENCE_AFTER_STALL
     } else {
@@ -453,7 +494,7 @@ async fn was_going_at(
             (status != RunStatus::Running && !retry_to_come).then(|| finished.and_utc())
         });
         match ended {
-            Some(end) => return Ok(end > instant),
+            Some(end) => return Ok(end > at),
             None if Instant::now() >= give_up => return Ok(true),
             None => tokio::time::sleep(Duration::from_millis(50)).await,
         }

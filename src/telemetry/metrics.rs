@@ -49,7 +49,7 @@ fn describe() {
     );
     describe_counter!(
         "replicron_instants_skipped_total",
-        "Instants this replica did not claim, by reason: database_down, too_late (more than 60 s late), unanswered (the claim's answer was lost), error"
+        "Instants this replica did not claim, by reason: database_down, too_late (more than 60 s late), unanswered (the claim's answer was lost), paused, error"
     );
     describe_histogram!(
         "replicron_start_lateness_seconds",
@@ -114,6 +114,10 @@ fn describe() {
         "1 for the status of the last run that ended on this replica, 0 for the others"
     );
     describe_gauge!(
+        "replicron_job_paused",
+        "1 while the job is paused fleet-wide (replicron pause), else 0; read every 10 s"
+    );
+    describe_gauge!(
         "replicron_job_interval_seconds",
         Unit::Seconds,
         "The time between two instants of the job's schedule (the next two, for an irregular one)"
@@ -131,7 +135,7 @@ pub(crate) fn register_job(job: &str) {
             .increment(0);
     }
     counter!("replicron_overruns_total", "job" => job.to_string()).increment(0);
-    for reason in ["database_down", "too_late", "unanswered", "error"] {
+    for reason in ["database_down", "too_late", "unanswered", "paused", "error"] {
         counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
             .increment(0);
     }
@@ -144,6 +148,7 @@ pub(crate) fn register_job(job: &str) {
     counter!("replicron_lease_extensions_failed_total", "job" => job.to_string()).increment(0);
     gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string()).increment(0.0);
     counter!("replicron_missed_instants_total", "job" => job.to_string()).increment(0);
+    gauge!("replicron_job_paused", "job" => job.to_string()).increment(0.0);
     for event in crate::notify::Event::ALL {
         for result in ["sent", "failed", "dropped"] {
             counter!("replicron_notifications_total", "job" => job.to_string(), "event" => event.as_str(), "result" => result)
@@ -190,7 +195,12 @@ pub(crate) fn overrun(job: &str) {
     counter!("replicron_overruns_total", "job" => job.to_string()).increment(1);
 }
 
-/// Instants skipped for `reason` (`database_down`, `too_late`, `unanswered`, `error`);
+/// Whether the job is paused fleet-wide.
+pub(crate) fn paused(job: &str, paused: bool) {
+    gauge!("replicron_job_paused", "job" => job.to_string()).set(if paused { 1.0 } else { 0.0 });
+}
+
+/// Instants skipped for `reason` (`database_down`, `too_late`, `unanswered`, `paused`, `error`);
 /// overruns are counted by [`overrun`].
 pub(crate) fn skipped(job: &str, reason: &'static str, count: usize) {
     counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)

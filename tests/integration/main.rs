@@ -11,6 +11,7 @@ mod cluster;
 mod daemon;
 mod database_time;
 mod faults;
+mod fleet;
 mod galera;
 mod history;
 mod hooks;

@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -15,17 +14,9 @@ use nix::sys::signal::Signal;
 
 use crate::proxy::Proxy;
 use crate::support::{
-    Kind, Replica, TestDb, backend_test, binary, history_json, replicron, sql_time, text,
+    Kind, Replica, TestDb, backend_test, binary, history_json, replicron, run, sql_time, text,
     wait_until,
 };
-
-fn run(config: &Path, args: &[&str]) -> (i32, String, String) {
-    let mut all = vec![args[0], "--config", config.to_str().expect("utf-8")];
-    all.extend_from_slice(&args[1..]);
-    let output = replicron(&all);
-    let (out, err) = text(&output);
-    (output.status.code().unwrap_or(-1), out, err)
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -22,6 +22,16 @@ pub(crate) fn replicron(args: &[&str]) -> Output {
         .expect("the replicron binary runs")
 }
 
+/// `replicron ARGS[0] --config CONFIG ARGS[1..]`: its exit code, stdout
+/// and stderr.
+pub(crate) fn run(config: &Path, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec![args[0], "--config", config.to_str().expect("utf-8")];
+    all.extend_from_slice(&args[1..]);
+    let output = replicron(&all);
+    let (out, err) = text(&output);
+    (output.status.code().unwrap_or(-1), out, err)
+}
+
 /// stdout and stderr as text.
 pub(crate) fn text(output: &Output) -> (String, String) {
     (

@@ -17,6 +17,9 @@ pub(super) struct Settings {
     pub(super) retries: u32,
     pub(super) retry_backoff: Duration,
     pub(super) missed_after: Option<Duration>,
+    pub(super) jitter: Duration,
+    /// Where `jitter` was set (in `[defaults]` or the job), for errors.
+    pub(super) jitter_at: Option<Range<usize>>,
 }
 
 impl Default for Settings {
@@ -33,6 +36,8 @@ impl Default for Settings {
             retries: DEFAULT_RETRIES,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
             missed_after: None,
+            jitter: Duration::ZERO,
+            jitter_at: None,
         }
     }
 }
@@ -112,6 +117,10 @@ impl Checker<'_> {
         ) {
             settings.missed_after = Some(after);
         }
+        if let Some(jitter) = self.duration(raw.jitter.as_ref(), scope, "jitter", Zero::Allowed) {
+            settings.jitter = jitter;
+            settings.jitter_at = raw.jitter.as_ref().map(Spanned::span);
+        }
         if let Some(limit) = &raw.output_limit {
             match parse_size(limit.get_ref()) {
                 Ok(bytes) => settings.output_limit = bytes,
@@ -176,6 +185,39 @@ impl Checker<'_> {
             );
         }
         settings
+    }
+
+    /// `schedule` with the job's jitter, which must be shorter than its
+    /// shortest interval (so that runs keep their instants' order and never
+    /// start at or after the next instant).
+    fn jittered(
+        &mut self,
+        schedule: Schedule,
+        name: Option<&str>,
+        settings: &Settings,
+        expression: &Spanned<String>,
+        scope: Scope<'_>,
+    ) -> Option<Schedule> {
+        if settings.jitter.is_zero() {
+            return Some(schedule);
+        }
+        let shortest = schedule.shortest_interval(chrono::Utc::now());
+        if let Some(shortest) = shortest.filter(|shortest| settings.jitter >= *shortest) {
+            self.report(
+                Some(settings.jitter_at.clone().unwrap_or_else(|| expression.span())),
+                Some(scope),
+                Some("jitter"),
+                format!(
+                    "jitter ({}) must be shorter than the job's shortest interval ({}, schedule {:?}): \
+                     a run would start at or after its next instant",
+                    humantime::format_duration(settings.jitter),
+                    humantime::format_duration(shortest),
+                    schedule.expression()
+                ),
+            );
+            return None;
+        }
+        Some(schedule.with_jitter(name.unwrap_or_default(), settings.jitter))
     }
 
     pub(super) fn job(
@@ -249,7 +291,9 @@ impl Checker<'_> {
                 None
             }
             Some(expression) => match Schedule::parse(expression.get_ref(), settings.timezone) {
-                Ok(schedule) => Some(schedule),
+                Ok(schedule) => {
+                    self.jittered(schedule, name.as_deref(), &settings, expression, scope)
+                }
                 Err(message) => {
                     self.report(
                         Some(expression.span()),

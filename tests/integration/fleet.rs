@@ -1,0 +1,201 @@
+//! Running the fleet, on every backend: pause and resume across replicas.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use nix::sys::signal::Signal;
+
+use crate::support::{Replica, TestDb, backend_test, history_json, run, wait_until};
+
+fn time(value: &serde_json::Value) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(value.as_str().expect("a time"))
+        .expect("rfc3339")
+        .with_timezone(&Utc)
+}
+
+fn stop_all(replicas: Vec<Replica>) {
+    for replica in &replicas {
+        replica.signal(Signal::SIGTERM);
+    }
+    for mut replica in replicas {
+        let status = replica.wait_exit(Duration::from_secs(40)).expect("exits");
+        assert!(status.success(), "{status:?}\n{}", replica.log_text());
+    }
+}
+
+/// The instants the replicas ran (not `trigger`'s runs, nor missed rows).
+fn scheduled_runs(rows: &[serde_json::Value]) -> Vec<DateTime<Utc>> {
+    rows.iter()
+        .filter(|r| r["instance"].as_str().is_some_and(|i| i.starts_with('r')))
+        .filter(|r| r["status"] != "missed")
+        .map(|r| time(&r["scheduled_at"]))
+        .collect()
+}
+
+backend_test! {
+    /// Three replicas run a per-second job. `replicron pause` stops it on
+    /// all of them from the next instant on, without a reload: no instant
+    /// after the command returned runs, and none of the pause is recorded
+    /// missed. `status` shows who paused it and why; `trigger` asks for
+    /// `--force`. `replicron resume` starts it again at its next instant.
+    fn pause_and_resume_reach_every_replica_at_the_next_instant(db: &TestDb) {
+        let config = db.config(
+            "[defaults]\nmissed_after = \"2s\"\n\n\
+             [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n",
+        );
+        let replicas: Vec<Replica> =
+            ["r1", "r2", "r3"].iter().map(|id| Replica::start(&config, id, None, &[])).collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(20));
+        }
+        wait_until("three runs", Duration::from_secs(20), || {
+            scheduled_runs(&history_json(&config, "tick")).len() >= 3
+        });
+
+        let (code, out, err) = run(&config, &["pause", "tick", "--reason", "db migration"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("tick: paused on every replica"), "{out}");
+        let paused = Utc::now();
+        std::thread::sleep(Duration::from_secs(4));
+
+        let (code, out, err) = run(&config, &["status"]);
+        let row = out.lines().find(|l| l.starts_with("tick")).expect("tick's row");
+        assert!(
+            row.contains("PAUSED: paused by ") && row.contains("until resumed (db migration)"),
+            "{code} {out}{err}"
+        );
+        let (_, out, _) = run(&config, &["status", "--format", "json"]);
+        let status: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let tick = &status["jobs"].as_array().expect("jobs")[0];
+        assert_eq!(tick["paused"]["reason"], "db migration", "{out}");
+        assert!(tick["paused"]["until"].is_null(), "{out}");
+
+        let (code, _, err) = run(&config, &["trigger", "tick"]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("tick is paused by ") && err.contains("--force"), "{err}");
+        let (code, out, err) = run(&config, &["trigger", "tick", "--force"]);
+        assert_eq!(code, 0, "{out}{err}");
+
+        let (code, out, err) = run(&config, &["resume", "tick"]);
+        assert_eq!(code, 0, "{out}{err}");
+        let resumed = Utc::now();
+        wait_until("a run after the resume", Duration::from_secs(5), || {
+            scheduled_runs(&history_json(&config, "tick"))
+                .iter()
+                .any(|t| *t > resumed)
+        });
+        // Long enough for the check for missed instants to pass the pause.
+        std::thread::sleep(Duration::from_secs(4));
+        stop_all(replicas);
+
+        let rows = history_json(&config, "tick");
+        let during: Vec<DateTime<Utc>> = scheduled_runs(&rows)
+            .into_iter()
+            .filter(|t| *t > paused && *t < resumed)
+            .collect();
+        assert!(during.is_empty(), "instants of the pause ran: {during:?}");
+        let missed: Vec<&serde_json::Value> = rows.iter().filter(|r| r["status"] == "missed").collect();
+        assert!(missed.is_empty(), "{missed:?}");
+        let mut instants = scheduled_runs(&rows);
+        let count = instants.len();
+        instants.sort();
+        instants.dedup();
+        assert_eq!(instants.len(), count, "an instant ran twice");
+        // The forced run is the one run of the pause, by the command.
+        let forced: Vec<&serde_json::Value> = rows
+            .iter()
+            .filter(|r| time(&r["started_at"]) > paused && time(&r["started_at"]) < resumed)
+            .collect();
+        assert_eq!(forced.len(), 1, "{forced:?}");
+    }
+}
+
+backend_test! {
+    /// Three replicas run a per-second job with `jitter = "800ms"`: each
+    /// instant runs once, at the start `replicron check` prints for it (the
+    /// same on every replica: a hash of the job and the instant), never
+    /// before it, and the starts spread over the window.
+    fn a_jittered_job_starts_once_at_the_same_moment_on_every_replica(db: &TestDb) {
+        let out = db.dir().join("starts.txt");
+        let config = db.config(&format!(
+            "[[job]]\nname = \"spread\"\nschedule = \"* * * * * *\"\njitter = \"800ms\"\n\
+             command = 'echo \"$REPLICRON_SCHEDULED_AT $(date +%s.%N)\" >> {}'\n",
+            out.display()
+        ));
+        let replicas: Vec<Replica> =
+            ["r1", "r2", "r3"].iter().map(|id| Replica::start(&config, id, None, &[])).collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(20));
+        }
+        let began = Utc::now();
+        std::thread::sleep(Duration::from_secs(14));
+        stop_all(replicas);
+
+        let text = std::fs::read_to_string(&out).expect("runs");
+        let runs: Vec<(DateTime<Utc>, DateTime<Utc>)> = text
+            .lines()
+            .map(|line| {
+                let (instant, at) = line.split_once(' ').expect("two fields");
+                let instant = DateTime::parse_from_rfc3339(instant).expect("rfc3339").with_timezone(&Utc);
+                let at: f64 = at.parse().expect("seconds");
+                let at = DateTime::from_timestamp_micros((at * 1e6) as i64).expect("time");
+                (instant, at)
+            })
+            .filter(|(instant, _)| *instant > began)
+            .collect();
+        assert!(runs.len() >= 10, "{text}");
+        let mut instants: Vec<DateTime<Utc>> = runs.iter().map(|(t, _)| *t).collect();
+        instants.sort();
+        instants.dedup();
+        assert_eq!(instants.len(), runs.len(), "an instant ran twice:\n{text}");
+
+        // The starts `check` prints for these instants.
+        let from = (instants[0] - chrono::TimeDelta::milliseconds(500))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let count = (instants.len() + 2).to_string();
+        let (code, printed, err) = run(&config, &["check", "--from", &from, "--count", &count]);
+        assert_eq!(code, 0, "{err}");
+        assert!(printed.contains("jitter    800ms"), "{printed}");
+        let starts: Vec<(DateTime<Utc>, DateTime<Utc>)> = printed
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let at = fields.iter().position(|f| *f == "starts")?;
+                let parse = |s: &str| DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc));
+                Some((parse(fields[0])?, parse(fields[at + 1])?))
+            })
+            .collect();
+        let mut quarters = [0usize; 4];
+        let mut lateness = Vec::new();
+        for (instant, at) in &runs {
+            let (_, start) = starts
+                .iter()
+                .find(|(t, _)| t == instant)
+                .unwrap_or_else(|| panic!("check printed no start for {instant}:\n{printed}"));
+            let delay = *start - *instant;
+            assert!(
+                delay >= chrono::TimeDelta::zero() && delay < chrono::TimeDelta::milliseconds(800),
+                "{instant}: {start}"
+            );
+            quarters[(delay.num_milliseconds() / 200) as usize] += 1;
+            // Not before its start (5 ms: this host's estimate of the
+            // database's clock), and soon after it.
+            let late = *at - *start;
+            lateness.push(late.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0);
+            assert!(
+                late >= chrono::TimeDelta::milliseconds(-5) && late < chrono::TimeDelta::milliseconds(400),
+                "{instant} was due at {start} and started at {at}"
+            );
+        }
+        lateness.sort_by(f64::total_cmp);
+        eprintln!(
+            "{:?}: {} runs, delays by 200 ms quarter of the 800 ms window: {quarters:?}; \
+             process start after the jittered start: median {:.1} ms, max {:.1} ms",
+            db.kind,
+            runs.len(),
+            lateness[lateness.len() / 2],
+            lateness[lateness.len() - 1]
+        );
+        assert!(quarters.iter().filter(|q| **q > 0).count() >= 2, "{quarters:?}");
+    }
+}
