@@ -23,6 +23,7 @@ pub(crate) struct CheckArgs {
 
 pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
+    config.check_host()?;
     let (from, clock_note) = match args.from {
         Some(from) => (from, None),
         None if args.count == 0 => (Utc::now(), None),

@@ -142,6 +142,7 @@ fn work(name: &str, command: &[String], defaults: &Defaults) -> Work {
             output_limit: 0,
             inherit_stdio: true,
             hidden_env: Vec::new(),
+            run_as: None,
         }),
     }
 }

@@ -29,6 +29,7 @@ pub(crate) struct RunArgs {
 
 pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
+    config.check_host()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("replicron")
@@ -119,7 +120,9 @@ async fn watch_reloads(
     while hangups.recv().await.is_some() {
         telemetry::notify_systemd("reloading");
         info!(config = %path.display(), "SIGHUP: reloading the config");
-        match Config::load(&path, &crate::config::Environment::from_process()) {
+        let loaded = Config::load(&path, &crate::config::Environment::from_process())
+            .and_then(|new| new.check_host().map(|()| new));
+        match loaded {
             Ok(new) => {
                 if current.database.url != new.database.url
                     || current.database.pool_size != new.database.pool_size

@@ -70,6 +70,7 @@ pub(super) fn describe_pause(
 
 pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
+    config.check_host()?;
     let job = find_job(&config, &args.job)?.clone();
     let pool = open_for_command(&config)?;
     let runtime = command_runtime()?;

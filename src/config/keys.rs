@@ -216,7 +216,19 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "working_dir",
             None,
-            "The run's working directory; the daemon's if unset.",
+            "The run's working directory; the user's home if user is set and it exists, else the daemon's.",
+        ),
+        key(
+            "job",
+            "user",
+            None,
+            "Run as this user (name or id), with its supplementary groups, USER, LOGNAME and HOME, as /etc/crontab does. The daemon needs CAP_SETUID and CAP_SETGID (root, or the unit's users.conf drop-in); without them, or if the user does not exist, check and run refuse the file.",
+        ),
+        key(
+            "job",
+            "group",
+            None,
+            "With user: run under this group (name or id) instead of the user's primary group.",
         ),
         key(
             "job",

@@ -140,6 +140,21 @@ pub(crate) struct Job {
     /// Variables of replicron's environment its runs do not see (the ones
     /// notifications read secrets from).
     pub(crate) hidden_env: Vec<String>,
+    /// The user (and group) its runs run as, if not replicron's own.
+    pub(crate) run_as: Option<RunAs>,
+}
+
+/// A job's `user` and `group`: its runs drop to this user, with its
+/// supplementary groups, home, `USER`, `LOGNAME` and `HOME`, before they
+/// exec (as `/etc/crontab` and `cron.d` lines do).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RunAs {
+    /// A user name or numeric id.
+    pub(crate) user: String,
+    /// A group name or numeric id; the user's primary group if unset.
+    pub(crate) group: Option<String>,
+    /// The line of `user` in the job file, for errors.
+    pub(crate) line: Option<usize>,
 }
 
 /// The environment variable that names the job file, for every command's
@@ -310,6 +325,44 @@ impl Config {
     /// The job called `name`.
     pub(crate) fn job(&self, name: &str) -> Option<&Job> {
         self.jobs.iter().find(|job| job.name == name)
+    }
+
+    /// What only this host can tell, for a process that runs the jobs
+    /// (`run`, `check`, `trigger`): each `user` and `group` exists here, and
+    /// this process may switch to them (`CAP_SETUID` and `CAP_SETGID`).
+    pub(crate) fn check_host(&self) -> Result<(), ConfigError> {
+        let cannot_switch = crate::runner::users::cannot_switch();
+        let mut diagnostics = Vec::new();
+        for job in &self.jobs {
+            let Some(run_as) = &job.run_as else {
+                continue;
+            };
+            let problem = match crate::runner::users::resolve(run_as) {
+                Err(e) => Some(e),
+                Ok(_) => cannot_switch.as_ref().map(|why| {
+                    format!(
+                        "its runs are to switch to user {:?}, but {why}",
+                        run_as.user
+                    )
+                }),
+            };
+            if let Some(message) = problem {
+                diagnostics.push(Diagnostic {
+                    line: run_as.line,
+                    job: Some(format!("{:?}", job.name)),
+                    key: Some("user".to_string()),
+                    message,
+                });
+            }
+        }
+        if diagnostics.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError {
+                path: self.path.clone(),
+                diagnostics,
+            })
+        }
     }
 }
 

@@ -88,6 +88,8 @@ pub(super) struct RawJob {
     pub retry_backoff: Option<S<String>>,
     pub missed_after: Option<S<String>>,
     pub jitter: Option<S<String>>,
+    pub user: Option<S<String>>,
+    pub group: Option<S<String>>,
     pub notify: Option<S<RawNotify>>,
 }
 

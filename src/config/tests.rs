@@ -538,3 +538,33 @@ fn jitter_must_be_shorter_than_the_shortest_interval() {
     );
     assert!(error.contains("jitter (2m)"), "{error}");
 }
+
+#[test]
+fn user_and_group_are_names_or_ids_and_a_group_needs_a_user() {
+    let config = parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\nuser = \"www-data\"\ngroup = \"adm\"",
+    ))
+    .expect("valid");
+    assert_eq!(
+        config.jobs[0].run_as,
+        Some(crate::config::RunAs {
+            user: "www-data".to_string(),
+            group: Some("adm".to_string()),
+            line: Some(8),
+        })
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\ngroup = \"adm\""),
+        8,
+        Some("\"j\""),
+        "group",
+        "group needs user",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nuser = \"\""),
+        8,
+        Some("\"j\""),
+        "user",
+        "invalid user",
+    );
+}

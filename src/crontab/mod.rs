@@ -416,23 +416,31 @@ impl FileImport<'_> {
         };
         let name = self.names.unique(&name::from_command(&command));
         let _ = writeln!(self.jobs, "# {}:{}: {}", self.source.name, number, line.raw);
-        if let Some(user) = user {
-            let _ = writeln!(
-                self.jobs,
-                "# ran as user {user:?}; replicron runs jobs as its own user"
-            );
-            if self.host.me.as_deref() != Some(user) {
-                self.note(
-                    number,
-                    format!("ran as {user}: under replicron it runs as replicron's user"),
-                );
-            }
+        if let Some(user) = user
+            && self.host.me.as_deref() != Some(user)
+        {
+            let note = if self.host.users.contains(user) {
+                format!(
+                    "runs as user {user}: replicron needs CAP_SETUID and CAP_SETGID for that \
+                     (root, or the unit's users.conf drop-in)"
+                )
+            } else {
+                format!(
+                    "runs as user {user}, which this host does not have: `check` refuses the job until it exists"
+                )
+            };
+            self.note(number, note);
         }
         let jobs = &mut *self.jobs;
         let _ = writeln!(jobs, "[[job]]");
         let _ = writeln!(jobs, "name = {}", toml_string(&name));
         let _ = writeln!(jobs, "schedule = {}", toml_string(schedule));
         let _ = writeln!(jobs, "command = {}", toml_string(&command));
+        if let Some(user) = user {
+            // As cron ran it: replicron switches to the user (root, or the
+            // unit's users.conf drop-in, gives it the capabilities).
+            let _ = writeln!(jobs, "user = {}", toml_string(user));
+        }
         if self.zone.is_some() {
             let _ = writeln!(jobs, "timezone = {}", toml_string(zone.name()));
         } else {

@@ -124,7 +124,7 @@ fn a_system_crontab_read_from_anywhere_has_its_user_column_found_by_content() {
             "{}",
             import.toml
         );
-        assert!(import.toml.contains("ran as user \"root\""));
+        assert!(import.toml.contains("user = \"root\""));
         assert!(import.toml.contains("shell = \"/bin/sh\""));
         // Sure of it: the only notes are the host's zone and the two jobs'
         // user, by line.
@@ -137,7 +137,7 @@ fn a_system_crontab_read_from_anywhere_has_its_user_column_found_by_content() {
         assert!(
             file_notes(&import)
                 .iter()
-                .all(|n| n.message.contains("ran as root")),
+                .all(|n| n.message.contains("runs as user root")),
             "{}",
             messages(&import)
         );
@@ -199,7 +199,7 @@ fn a_user_crontab_whose_sixth_field_is_a_command_has_no_user_column() {
             .toml
             .contains("command = \"php /srv/artisan schedule:run\"")
     );
-    assert!(!import.toml.contains("ran as user"));
+    assert!(!import.toml.contains("user = "));
     assert!(file_notes(&import).is_empty(), "{}", messages(&import));
     // Two lines with the same program: `php` is a program here, not a user.
     let text = "0 3 * * * php /srv/artisan schedule:run\n0 4 * * * php /srv/artisan cache:prune\n";

@@ -14,6 +14,7 @@
 mod action;
 mod guard;
 mod output;
+pub(crate) mod users;
 
 pub use self::action::RunContext;
 pub(crate) use self::action::{Action, Ended, Ending, FnAction, StopReason};
@@ -58,6 +59,8 @@ pub(crate) struct Process {
     /// Variables of this process's environment the run must not see (the
     /// ones the job file's notification settings read secrets from).
     pub(crate) hidden_env: Vec<String>,
+    /// The user (and group) to run as, if not replicron's own.
+    pub(crate) run_as: Option<crate::config::RunAs>,
 }
 
 impl Action for Process {
@@ -96,6 +99,7 @@ impl Process {
             output_limit: self.output_limit,
             inherit_stdio: self.inherit_stdio,
             hidden_env: self.hidden_env.clone(),
+            run_as: self.run_as.clone(),
         };
         let mut lease = ctx.lease.clone();
         let deadlines = |state: LeaseState| match state {
@@ -199,6 +203,8 @@ struct RunSpec {
     inherit_stdio: bool,
     /// Variables of this process's environment the run must not see.
     hidden_env: Vec<String>,
+    /// The user to run as.
+    run_as: Option<crate::config::RunAs>,
 }
 
 /// A started run.
@@ -255,6 +261,12 @@ async fn spawn(spec: &RunSpec, guard: Option<&Guard>, deadlines: Deadlines) -> i
         .or_else(|| std::env::var("PATH").ok())
         .unwrap_or_default();
     let program = find_program(program, &path, spec.working_dir.as_deref())?;
+    // Resolved at each run, as cron does: a user added or changed since the
+    // job file was loaded is taken as it is now.
+    let switch = match &spec.run_as {
+        Some(run_as) => Some(users::resolve(run_as).map_err(io::Error::other)?),
+        None => None,
+    };
     // The parent-death signal must be set in the child before it runs the
     // job. util-linux's setpriv does that and then execs the job, which lets
     // std start the child with posix_spawn (vfork) instead of fork: forking
@@ -264,18 +276,30 @@ async fn spawn(spec: &RunSpec, guard: Option<&Guard>, deadlines: Deadlines) -> i
     let mut command = match setpriv() {
         Some(setpriv) => {
             let mut c = tokio::process::Command::new(setpriv);
-            c.args(["--pdeathsig", "KILL", "--"])
-                .arg(program)
-                .args(&args);
+            c.args(["--pdeathsig", "KILL"]);
+            if let Some(switch) = &switch {
+                c.args(users::setpriv_args(switch));
+            }
+            c.arg("--").arg(program).args(&args);
             c
         }
         None => {
             let mut c = tokio::process::Command::new(program);
             c.args(&args);
-            set_parent_death_signal(&mut c);
+            prepare_child(&mut c, switch.clone());
             c
         }
     };
+    if let Some(switch) = &switch {
+        // Before the job's own env, which may set them otherwise.
+        command
+            .env("USER", &switch.name)
+            .env("LOGNAME", &switch.name)
+            .env("HOME", &switch.home);
+        if spec.working_dir.is_none() && switch.home.is_dir() {
+            command.current_dir(&switch.home);
+        }
+    }
     let (stdin, stdout, stderr) = if spec.inherit_stdio {
         (Stdio::inherit(), Stdio::inherit(), Stdio::inherit())
     } else {
@@ -390,11 +414,17 @@ fn setpriv() -> Option<&'static Path> {
     unsafe_code,
     reason = "prctl in the child between fork and exec is the only way to set a parent-death signal"
 )]
-fn set_parent_death_signal(command: &mut tokio::process::Command) {
-    // SAFETY: the closure only makes the async-signal-safe prctl syscall.
+fn prepare_child(command: &mut tokio::process::Command, switch: Option<users::Switch>) {
+    // SAFETY: the closure only makes async-signal-safe syscalls (prctl,
+    // setgroups, setgid, setuid) on values resolved before the fork.
     unsafe {
-        command
-            .pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from));
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+            match &switch {
+                Some(switch) => users::switch_in_child(switch),
+                None => Ok(()),
+            }
+        });
     }
 }
 

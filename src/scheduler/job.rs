@@ -230,6 +230,7 @@ impl Job {
                 output_limit: job.output_limit,
                 inherit_stdio: false,
                 hidden_env: job.hidden_env.clone(),
+                run_as: job.run_as.clone(),
             },
         )
     }

@@ -199,3 +199,84 @@ backend_test! {
         assert!(quarters.iter().filter(|q| **q > 0).count() >= 2, "{quarters:?}");
     }
 }
+
+/// Whether this test process is root (the daemon it starts then is).
+fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+backend_test! {
+    /// A job with `user = "nobody"` runs as nobody, with nobody's groups,
+    /// `USER`, `LOGNAME` and `HOME`, when the daemon is root; its output is
+    /// in the history like any run's. A daemon without CAP_SETUID and
+    /// CAP_SETGID refuses such a config at `check` and at start, naming the
+    /// file, line, job and what is missing, and starts nothing.
+    fn a_job_runs_as_its_user_and_a_daemon_that_cannot_switch_refuses_it(db: &TestDb) {
+        if !is_root() {
+            assert!(std::env::var("CI").is_err(), "CI runs the suite as root");
+            eprintln!("skipped: switching users needs a root test process");
+            return;
+        }
+        let config = db.config(
+            "[[job]]\nname = \"as-nobody\"\nschedule = \"* * * * * *\"\nuser = \"nobody\"\n\
+             command = 'echo \"$(id -u) $(id -g) $(id -G) $USER $LOGNAME $HOME\"'\n\n\
+             [[job]]\nname = \"as-me\"\nschedule = \"* * * * * *\"\ncommand = 'echo \"$(id -u)\"'\n",
+        );
+        let replicas: Vec<Replica> =
+            ["r1", "r2"].iter().map(|id| Replica::start(&config, id, None, &[])).collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(20));
+        }
+        wait_until("two runs as nobody", Duration::from_secs(20), || {
+            history_json(&config, "as-nobody")
+                .iter()
+                .filter(|r| r["status"] == "succeeded")
+                .count()
+                >= 2
+        });
+        stop_all(replicas);
+        for row in history_json(&config, "as-nobody") {
+            assert_eq!(row["status"], "succeeded", "{row}");
+            assert_eq!(
+                row["output"].as_str().map(str::trim),
+                Some("65534 65534 65534 nobody nobody /nonexistent"),
+                "{row}"
+            );
+        }
+        let mine = history_json(&config, "as-me");
+        assert!(mine.iter().all(|r| r["output"].as_str().map(str::trim) == Some("0")), "{mine:?}");
+
+        // Without the capabilities (root with them taken from its bounding
+        // set, as a hardened unit would): refused, before anything runs.
+        let without = |args: &[&str]| {
+            let output = std::process::Command::new("setpriv")
+                .args(["--bounding-set=-setuid,-setgid", "--"])
+                .arg(crate::support::binary())
+                .args(args)
+                .args(["--config", config.to_str().expect("utf-8")])
+                .env_remove("REPLICRON_DATABASE_URL")
+                .output()
+                .expect("setpriv runs");
+            let (_, err) = crate::support::text(&output);
+            (output.status.code(), err)
+        };
+        for command in ["check", "run"] {
+            let (code, err) = without(&[command]);
+            assert_eq!(code, Some(2), "{command}: {err}");
+            assert!(
+                err.contains("jobs.toml:7: job \"as-nobody\", key \"user\"")
+                    && err.contains("took CAP_SETUID and CAP_SETGID"),
+                "{command}: {err}"
+            );
+        }
+        // And a user this host does not have, whoever asks.
+        let missing = db.config_named(
+            "missing.toml",
+            &db.url,
+            "[[job]]\nname = \"ghost\"\nschedule = \"@daily\"\nuser = \"no-such-user\"\ncommand = 'true'\n",
+        );
+        let (code, _, err) = run(&missing, &["check"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("missing.toml:7: job \"ghost\", key \"user\": no user \"no-such-user\" on this host"), "{err}");
+    }
+}

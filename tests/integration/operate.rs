@@ -482,7 +482,7 @@ fn import_crontab_output_passes_check_with_the_same_instants() {
             assert!(toml.contains("timezone = \"America/New_York\""), "{toml}");
         } else {
             assert!(toml.contains("shell = \"/bin/sh\""), "{toml}");
-            assert!(notes.contains("ran as root"), "{notes}");
+            assert!(notes.contains("runs as user root"), "{notes}");
         }
     }
 }

@@ -220,6 +220,50 @@ impl Checker<'_> {
         Some(schedule.with_jitter(name.unwrap_or_default(), settings.jitter))
     }
 
+    /// `user` and `group`: names or ids, not empty; a group needs a user.
+    /// Whether they exist, and whether replicron may switch to them, is the
+    /// host's to say ([`crate::config::host`]).
+    fn run_as(
+        &mut self,
+        user: Option<Spanned<String>>,
+        group: Option<Spanned<String>>,
+        scope: Scope<'_>,
+    ) -> Option<RunAs> {
+        for (value, key) in [(&user, "user"), (&group, "group")] {
+            if let Some(value) = value
+                && (value.get_ref().trim().is_empty() || value.get_ref().contains(['\0', ':', ',']))
+            {
+                self.report(
+                    Some(value.span()),
+                    Some(scope),
+                    Some(key),
+                    format!(
+                        "invalid {key} {:?}: expected a name or a numeric id",
+                        value.get_ref()
+                    ),
+                );
+                return None;
+            }
+        }
+        match (user, group) {
+            (Some(user), group) => Some(RunAs {
+                line: Some(self.line(&user.span())),
+                user: user.into_inner(),
+                group: group.map(Spanned::into_inner),
+            }),
+            (None, Some(group)) => {
+                self.report(
+                    Some(group.span()),
+                    Some(scope),
+                    Some("group"),
+                    "group needs user: the run switches to a user, then to this group",
+                );
+                None
+            }
+            (None, None) => None,
+        }
+    }
+
     pub(super) fn job(
         &mut self,
         index: usize,
@@ -367,6 +411,7 @@ impl Checker<'_> {
             None => notify.clone(),
         };
         let working_dir = raw.working_dir.map(|dir| PathBuf::from(dir.into_inner()));
+        let run_as = self.run_as(raw.user, raw.group, scope);
         Some(Job {
             name: name?,
             schedule: schedule?,
@@ -385,6 +430,7 @@ impl Checker<'_> {
             missed_after: settings.missed_after,
             notify: notify.is_set().then(|| std::sync::Arc::new(notify)),
             hidden_env: Vec::new(),
+            run_as,
         })
     }
 }

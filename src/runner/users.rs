@@ -1,0 +1,196 @@
+//! Runs as a job's `user` and `group`: the names resolved on this host, the
+//! switch made in the child before it execs, and the capabilities the
+//! switch needs, checked before a daemon that lacks them starts.
+
+use std::io;
+
+use nix::unistd::{Gid, Group, Uid, User};
+
+use crate::config::RunAs;
+
+/// A job's user, resolved on this host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Switch {
+    /// The user's name (for `USER`, `LOGNAME` and its groups).
+    pub(crate) name: String,
+    /// Its id.
+    pub(crate) uid: Uid,
+    /// The group to run as: `group`, else the user's primary group.
+    pub(crate) gid: Gid,
+    /// The user's supplementary groups (as `initgroups` would set them).
+    pub(crate) groups: Vec<Gid>,
+    /// Its home, for `HOME` and the working directory.
+    pub(crate) home: std::path::PathBuf,
+}
+
+/// The capability bits of `CAP_SETGID` and `CAP_SETUID`.
+const CAP_SETGID: u32 = 6;
+const CAP_SETUID: u32 = 7;
+
+/// A user (name or id) of this host.
+fn find_user(user: &str) -> Result<User, String> {
+    let found = match user.parse::<u32>() {
+        Ok(id) => User::from_uid(Uid::from_raw(id)),
+        Err(_) => User::from_name(user),
+    };
+    match found {
+        Ok(Some(found)) => Ok(found),
+        Ok(None) => Err(format!("no user {user:?} on this host")),
+        Err(e) => Err(format!("cannot look up user {user:?}: {e}")),
+    }
+}
+
+/// A group (name or id) of this host.
+fn find_group(group: &str) -> Result<Group, String> {
+    let found = match group.parse::<u32>() {
+        Ok(id) => Group::from_gid(Gid::from_raw(id)),
+        Err(_) => Group::from_name(group),
+    };
+    match found {
+        Ok(Some(found)) => Ok(found),
+        Ok(None) => Err(format!("no group {group:?} on this host")),
+        Err(e) => Err(format!("cannot look up group {group:?}: {e}")),
+    }
+}
+
+/// Resolves `run_as` on this host.
+pub(crate) fn resolve(run_as: &RunAs) -> Result<Switch, String> {
+    let user = find_user(&run_as.user)?;
+    let gid = match &run_as.group {
+        Some(group) => find_group(group)?.gid,
+        None => user.gid,
+    };
+    let name = std::ffi::CString::new(user.name.as_bytes())
+        .map_err(|_| format!("user name {:?} holds a NUL", user.name))?;
+    let groups = nix::unistd::getgrouplist(&name, user.gid)
+        .map_err(|e| format!("cannot list the groups of {:?}: {e}", user.name))?;
+    Ok(Switch {
+        name: user.name,
+        uid: user.uid,
+        gid,
+        groups,
+        home: user.dir,
+    })
+}
+
+/// Why this process cannot switch users, if it cannot: it needs both
+/// `CAP_SETUID` and `CAP_SETGID` in its effective set (root has them unless
+/// a unit or container took them away).
+pub(crate) fn cannot_switch() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
+    let has = |cap: u32| effective.is_some_and(|bits| bits & (1 << cap) != 0);
+    let missing: Vec<&str> = [(CAP_SETUID, "CAP_SETUID"), (CAP_SETGID, "CAP_SETGID")]
+        .into_iter()
+        .filter(|(cap, _)| !has(*cap))
+        .map(|(_, name)| name)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        let who = if Uid::effective().is_root() {
+            "replicron runs as root, but its unit or container took".to_string()
+        } else {
+            format!("replicron runs as uid {}, which lacks", Uid::effective())
+        };
+        format!(
+            "{who} {}: install systemd/replicron.service.d/users.conf, the unit drop-in that keeps them",
+            missing.join(" and ")
+        )
+    })
+}
+
+/// setpriv's arguments that make the switch (before `--`).
+pub(crate) fn setpriv_args(switch: &Switch) -> Vec<String> {
+    let groups = if switch.groups.is_empty() {
+        "--clear-groups".to_string()
+    } else {
+        let list: Vec<String> = switch
+            .groups
+            .iter()
+            .map(|g| g.as_raw().to_string())
+            .collect();
+        format!("--groups={}", list.join(","))
+    };
+    vec![
+        format!("--reuid={}", switch.uid.as_raw()),
+        format!("--regid={}", switch.gid.as_raw()),
+        groups,
+    ]
+}
+
+/// The switch, in a child between fork and exec: groups, group, user, in
+/// that order (after the user, the others are no longer allowed).
+pub(crate) fn switch_in_child(switch: &Switch) -> io::Result<()> {
+    nix::unistd::setgroups(&switch.groups)?;
+    nix::unistd::setgid(switch.gid)?;
+    nix::unistd::setuid(switch.uid)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_as(user: &str, group: Option<&str>) -> RunAs {
+        RunAs {
+            user: user.to_string(),
+            group: group.map(str::to_string),
+            line: None,
+        }
+    }
+
+    #[test]
+    fn users_and_groups_resolve_by_name_or_id() {
+        let root = resolve(&run_as("root", None)).expect("root");
+        assert_eq!((root.uid.as_raw(), root.gid.as_raw()), (0, 0));
+        assert_eq!(root.home, std::path::PathBuf::from("/root"));
+        let by_id = resolve(&run_as("0", Some("0"))).expect("uid 0");
+        assert_eq!(by_id.name, "root");
+        let nobody = resolve(&run_as("nobody", Some("root"))).expect("nobody");
+        assert_eq!(nobody.gid.as_raw(), 0);
+        assert!(nobody.groups.iter().all(|g| g.as_raw() != 0), "{nobody:?}");
+        assert_eq!(
+            resolve(&run_as("no-such-user", None)),
+            Err("no user \"no-such-user\" on this host".to_string())
+        );
+        assert_eq!(
+            resolve(&run_as("root", Some("no-such-group"))),
+            Err("no group \"no-such-group\" on this host".to_string())
+        );
+    }
+
+    #[test]
+    fn setpriv_is_told_the_user_its_group_and_its_groups() {
+        let switch = Switch {
+            name: "www-data".to_string(),
+            uid: Uid::from_raw(33),
+            gid: Gid::from_raw(33),
+            groups: vec![Gid::from_raw(33), Gid::from_raw(4)],
+            home: "/var/www".into(),
+        };
+        assert_eq!(
+            setpriv_args(&switch),
+            ["--reuid=33", "--regid=33", "--groups=33,4"]
+        );
+        let alone = Switch {
+            groups: Vec::new(),
+            ..switch
+        };
+        assert_eq!(setpriv_args(&alone)[2], "--clear-groups");
+    }
+
+    #[test]
+    fn root_may_switch_users() {
+        if Uid::effective().is_root() {
+            assert_eq!(cannot_switch(), None);
+        } else {
+            let why = cannot_switch().expect("a user without capabilities cannot switch");
+            assert!(
+                why.contains("CAP_SETUID") && why.contains("CAP_SETGID"),
+                "{why}"
+            );
+        }
+    }
+}
