@@ -226,7 +226,7 @@ async fn once(engine: &Arc<Engine>, work: Work, key: &str) -> Result<Executed, D
             recording: Recording {
                 instant: Some(started),
                 once_key: Some(key.to_string()),
-                due: None,
+                ..Recording::default()
             },
             claimed: Instant::now(),
             first_run: None,

@@ -16,6 +16,21 @@ pub(crate) struct ImportArgs {
     /// by default each file's own lines tell, and guesses are reported.
     #[arg(long, value_name = "BOOL")]
     pub(crate) user_column: Option<bool>,
+    /// Where system crontabs' jobs (`/etc/crontab`, `/etc/cron.d`: files with
+    /// a user column) run: `one` replica per instant, or `every` replica
+    /// (each host's own work, `@reboot` lines included). User crontabs'
+    /// jobs always run on one.
+    #[arg(long, value_enum, default_value_t = RunOnArg::One)]
+    pub(crate) run_on: RunOnArg,
+}
+
+/// `--run-on`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RunOnArg {
+    /// Once across the fleet.
+    One,
+    /// On every replica.
+    Every,
 }
 
 pub(super) fn import_crontab(args: &ImportArgs) -> anyhow::Result<ExitCode> {
@@ -30,7 +45,13 @@ pub(super) fn import_crontab(args: &ImportArgs) -> anyhow::Result<ExitCode> {
     };
     let collected = crontab::files::collect(&args.files).map_err(refused)?;
     let host = crontab::Host::from_system();
-    let import = crontab::import(&collected.sources, args.user_column, &host).map_err(refused)?;
+    let import = crontab::import(
+        &collected.sources,
+        args.user_column,
+        args.run_on == RunOnArg::Every,
+        &host,
+    )
+    .map_err(refused)?;
     print!("{}", import.toml);
     let notes: Vec<&crontab::Note> = collected.notes.iter().chain(&import.notes).collect();
     for note in &notes {

@@ -220,6 +220,12 @@ pub(crate) fn all() -> Vec<Key> {
         ),
         key(
             "job",
+            "run_on",
+            Some("\"one\""),
+            "\"one\": each instant runs on one replica, through the job's lease. \"every\": each instant runs on every replica (per-host work such as log rotation), never beside itself on a host, recorded once per replica; @reboot is allowed and runs once per replica start. Pause applies; catch-up and the check for missed instants do not.",
+        ),
+        key(
+            "job",
             "user",
             None,
             "Run as this user (name or id), with its supplementary groups, USER, LOGNAME and HOME, as /etc/crontab does. The daemon needs CAP_SETUID and CAP_SETGID (root, or the unit's users.conf drop-in); without them, or if the user does not exist, check and run refuse the file.",

@@ -142,6 +142,19 @@ pub(crate) struct Job {
     pub(crate) hidden_env: Vec<String>,
     /// The user (and group) its runs run as, if not replicron's own.
     pub(crate) run_as: Option<RunAs>,
+    /// Once across the fleet, or on every replica.
+    pub(crate) run_on: RunOn,
+}
+
+/// Where a job's instants run (`run_on`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum RunOn {
+    /// On one replica per instant, through the job's lease.
+    #[default]
+    One,
+    /// On each replica at each instant, with no fleet lease (per-host
+    /// work: log rotation, a local cache); never beside itself on a host.
+    Every,
 }
 
 /// A job's `user` and `group`: its runs drop to this user, with its

@@ -90,6 +90,7 @@ pub(super) struct RawJob {
     pub jitter: Option<S<String>>,
     pub user: Option<S<String>>,
     pub group: Option<S<String>>,
+    pub run_on: Option<S<String>>,
     pub notify: Option<S<RawNotify>>,
 }
 

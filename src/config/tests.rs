@@ -568,3 +568,29 @@ fn user_and_group_are_names_or_ids_and_a_group_needs_a_user() {
         "invalid user",
     );
 }
+
+#[test]
+fn run_on_is_one_or_every_and_only_every_jobs_may_run_at_reboot() {
+    let config = parse(&job(
+        "schedule = \"@reboot\"\ncommand = \"true\"\nrun_on = \"every\"",
+    ))
+    .expect("valid");
+    assert_eq!(config.jobs[0].run_on, crate::config::RunOn::Every);
+    assert!(config.jobs[0].schedule.is_at_start());
+    let error = one_error(
+        &job("schedule = \"@reboot\"\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "@reboot runs once per replica start",
+    );
+    assert!(error.contains("run_on = \"every\""), "{error}");
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nrun_on = \"all\""),
+        8,
+        Some("\"j\""),
+        "run_on",
+        "expected \"one\"",
+    );
+    assert!(crate::Job::new("warm", "@reboot").is_err());
+}

@@ -127,10 +127,14 @@ pub(crate) enum ImportError {
 
 /// Converts `sources` into one config. `user_column` forces (or rules out)
 /// the user column in every file; `None` decides per file from its content
-/// and path. `host` says what cron's host looked like: its zone and users.
+/// and path. With `system_on_every`, the jobs of system crontabs (the files
+/// with a user column: `/etc/crontab`, `/etc/cron.d`) run on every replica,
+/// their `@reboot` lines included. `host` says what cron's host looked like:
+/// its zone and users.
 pub(crate) fn import(
     sources: &[Source],
     user_column: Option<bool>,
+    system_on_every: bool,
     host: &Host,
 ) -> Result<Import, ImportError> {
     let parsed: Vec<Vec<Line<'_>>> = sources.iter().map(|s| parse(&s.text)).collect();
@@ -154,6 +158,7 @@ pub(crate) fn import(
             source,
             host,
             user_column: column.on,
+            every: system_on_every && column.on,
             skip: &column.skip,
             env: BTreeMap::new(),
             shell: None,
@@ -167,7 +172,16 @@ pub(crate) fn import(
         for line in lines {
             file.line(line);
         }
-        let (written, host_zoned) = (file.written, file.in_host_zone);
+        let (written, host_zoned, every) = (file.written, file.in_host_zone, file.every);
+        if every && written > 0 {
+            notes.push(Note::file(
+                &source.name,
+                format!(
+                    "{written} job(s) run on every replica (run_on = \"every\", from --run-on every): \
+                     a system crontab's jobs are each host's own"
+                ),
+            ));
+        }
         if written == 0 && !lines.iter().any(|l| matches!(l.kind, Kind::Job { .. })) {
             notes.push(Note::file(&source.name, "no jobs in it"));
         }
@@ -292,6 +306,8 @@ struct FileImport<'a> {
     source: &'a Source,
     host: &'a Host,
     user_column: bool,
+    /// Its jobs run on every replica (`--run-on every`, a system crontab).
+    every: bool,
     /// Lines the user-column check already reported and left out.
     skip: &'a std::collections::BTreeSet<usize>,
     env: BTreeMap<String, String>,
@@ -354,10 +370,12 @@ impl FileImport<'_> {
                     self.env.insert(key.clone(), value.clone());
                 }
             },
+            Kind::Reboot { rest } if self.every => self.job(line, "@reboot", rest),
             Kind::Reboot { rest } => self.note(
                 number,
                 format!(
-                    "@reboot is not carried over: run it from the host's start-up, not once per fleet: {rest}"
+                    "@reboot is not carried over: it runs once per host start, which only a \
+                     run_on = \"every\" job has (import system crontabs with --run-on every): {rest}"
                 ),
             ),
             Kind::Malformed => self.note(
@@ -436,6 +454,9 @@ impl FileImport<'_> {
         let _ = writeln!(jobs, "name = {}", toml_string(&name));
         let _ = writeln!(jobs, "schedule = {}", toml_string(schedule));
         let _ = writeln!(jobs, "command = {}", toml_string(&command));
+        if self.every {
+            let _ = writeln!(jobs, "run_on = \"every\"");
+        }
         if let Some(user) = user {
             // As cron ran it: replicron switches to the user (root, or the
             // unit's users.conf drop-in, gives it the capabilities).

@@ -32,7 +32,7 @@ fn one(name: &str, text: &str) -> Vec<Source> {
 }
 
 fn run(name: &str, text: &str, user_column: Option<bool>) -> Import {
-    import(&one(name, text), user_column, &host()).expect("a crontab")
+    import(&one(name, text), user_column, false, &host()).expect("a crontab")
 }
 
 /// The output as `replicron check` loads it, once given a database.
@@ -311,7 +311,7 @@ fn an_anacrontab_is_refused_saying_what_it_is() {
         "START_HOURS_RANGE=3-22\n@monthly 15 cron.monthly run-parts /etc/cron.monthly\n"
             .to_string(),
     ] {
-        let error = import(&one("stdin", &text), None, &host()).expect_err("refused");
+        let error = import(&one("stdin", &text), None, false, &host()).expect_err("refused");
         let message = error.to_string();
         assert!(
             message.starts_with("stdin: this is an anacrontab"),
@@ -326,7 +326,7 @@ fn an_anacrontab_is_refused_saying_what_it_is() {
     // One anacrontab among crontabs stops the whole import.
     let mut sources = one("etc/crontab", DEBIAN_LIKE);
     sources.extend(one("etc/anacrontab", ANACRONTAB));
-    let error = import(&sources, None, &host()).expect_err("refused");
+    let error = import(&sources, None, false, &host()).expect_err("refused");
     assert!(error.to_string().starts_with("etc/anacrontab: "), "{error}");
 }
 
@@ -335,6 +335,7 @@ fn a_script_is_no_crontab() {
     let error = import(
         &one("cron.d/helper", "#!/bin/sh\nset -e\ncd /srv\nexec ./run\n"),
         None,
+        false,
         &host(),
     )
     .expect_err("refused");
@@ -378,7 +379,7 @@ fn several_files_make_one_config_with_one_defaults_table() {
             text: "CRON_TZ=Asia/Tokyo\n0 9 * * * /home/alice/bin/cron-daily\n".to_string(),
         },
     ];
-    let import = import(&sources, None, &host_in("Europe/Berlin")).expect("crontabs");
+    let import = import(&sources, None, false, &host_in("Europe/Berlin")).expect("crontabs");
     assert_eq!(import.jobs, 4);
     assert_eq!(
         import.toml.matches("[defaults]").count(),
@@ -457,7 +458,7 @@ fn the_host_zone_comes_from_tz_then_etc_timezone_then_the_localtime_link() {
 #[test]
 fn jobs_without_cron_tz_keep_the_host_zone() {
     let host = Host::new(host_zone(None, Some("America/Chicago"), None));
-    let import = import(&one("etc/crontab", DEBIAN_LIKE), None, &host).expect("a crontab");
+    let import = import(&one("etc/crontab", DEBIAN_LIKE), None, false, &host).expect("a crontab");
     assert!(
         import
             .toml
@@ -483,7 +484,8 @@ fn jobs_without_cron_tz_keep_the_host_zone() {
     // root imports: no note about the user.
     let mut host = host;
     host.me = Some("root".to_string());
-    let import = super::import(&one("etc/crontab", DEBIAN_LIKE), None, &host).expect("a crontab");
+    let import =
+        super::import(&one("etc/crontab", DEBIAN_LIKE), None, false, &host).expect("a crontab");
     assert_eq!(import.notes.len(), 1, "{}", messages(&import));
 }
 
@@ -511,4 +513,54 @@ fn passwd_names_its_users() {
     )
     .collect();
     assert_eq!(users, ["root", "alice"]);
+}
+
+#[test]
+fn with_run_on_every_a_system_crontab_runs_on_every_replica_and_keeps_reboot() {
+    let text = format!("{DEBIAN_LIKE}@reboot\troot\t/usr/local/bin/warm-cache\n");
+    let import = super::import(&one("etc/crontab", &text), None, true, &host()).expect("a crontab");
+    assert_eq!(import.jobs, 3, "{}", import.toml);
+    assert_eq!(
+        import.toml.matches("run_on = \"every\"").count(),
+        3,
+        "{}",
+        import.toml
+    );
+    assert!(
+        import.toml.contains("schedule = \"@reboot\""),
+        "{}",
+        import.toml
+    );
+    assert!(
+        messages(&import)
+            .contains("3 job(s) run on every replica (run_on = \"every\", from --run-on every)"),
+        "{}",
+        messages(&import)
+    );
+    let config = load(&import.toml);
+    assert!(
+        config
+            .jobs
+            .iter()
+            .all(|j| j.run_on == crate::config::RunOn::Every)
+    );
+    // Without it, @reboot is left out and says how to keep it.
+    let import =
+        super::import(&one("etc/crontab", &text), None, false, &host()).expect("a crontab");
+    assert_eq!(import.jobs, 2);
+    assert!(!import.toml.contains("run_on"), "{}", import.toml);
+    assert!(
+        messages(&import).contains("--run-on every"),
+        "{}",
+        messages(&import)
+    );
+    // A user's crontab is the fleet's work: it stays run_on = "one".
+    let user = super::import(
+        &one("alice.crontab", "0 4 * * * backup.sh\n"),
+        None,
+        true,
+        &host(),
+    )
+    .expect("a crontab");
+    assert!(!user.toml.contains("run_on"), "{}", user.toml);
 }

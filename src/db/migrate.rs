@@ -56,6 +56,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-22-000000_day_one",
     "2026-11-23-000000_missed_instants",
     "2026-11-24-000000_pause",
+    "2026-11-24-000001_run_on_every",
 );
 
 #[cfg(feature = "sqlite")]
@@ -65,6 +66,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-22-000000_day_one",
     "2026-11-23-000000_missed_instants",
     "2026-11-24-000000_pause",
+    "2026-11-24-000001_run_on_every",
 );
 
 /// The row of the migration lock.

@@ -66,6 +66,9 @@ diesel::table! {
         confirmed_at -> Nullable<Timestamp>,
         /// The KEY of an `exec --once` run.
         once_key -> Nullable<Text>,
+        /// Whose row this is for the instant: empty for a job run once
+        /// across the fleet, the instance id for a `run_on = "every"` job.
+        scope -> Text,
     }
 }
 

@@ -144,6 +144,7 @@ mod zones {
                 instance: "z".into(),
                 fence: held.fence,
                 once_key: None,
+                scope: String::new(),
             },
         )
         .expect("start");

@@ -137,6 +137,9 @@ pub(crate) struct NewRun {
     pub(crate) fence: i64,
     /// The KEY of an `exec --once` run.
     pub(crate) once_key: Option<String>,
+    /// Empty for a run of the fleet's; the instance id for a run of a
+    /// `run_on = "every"` job, which every replica records.
+    pub(crate) scope: String,
 }
 
 /// A row of `replicron_runs`.
@@ -261,6 +264,7 @@ pub(crate) fn record_run_started(conn: &mut DbConnection, run: &NewRun) -> Query
             runs::exit_code.eq(None::<i32>),
             runs::output.eq(""),
             runs::once_key.eq(&run.once_key),
+            runs::scope.eq(&run.scope),
         ))
         .execute(conn)?;
     // RETURNING is not portable to MariaDB/MySQL; the unique key is.
@@ -269,6 +273,7 @@ pub(crate) fn record_run_started(conn: &mut DbConnection, run: &NewRun) -> Query
         .filter(runs::job.eq(&run.job))
         .filter(runs::scheduled_at.eq(scheduled))
         .filter(runs::attempt.eq(run.attempt))
+        .filter(runs::scope.eq(&run.scope))
         .first(conn)
 }
 

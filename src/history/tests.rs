@@ -32,6 +32,7 @@ fn new_run(job: &str, at: i64, attempt: i32, fence: i64) -> NewRun {
         instance: "host:1:abc".to_string(),
         fence,
         once_key: None,
+        scope: String::new(),
     }
 }
 

@@ -70,6 +70,9 @@ pub(crate) struct Keeper {
     state: watch::Receiver<LeaseState>,
     task: JoinHandle<()>,
     times: LeaseTimes,
+    /// A run of this host's alone (`run_on = "every"`): no lease row, so
+    /// nothing to lose; it is confirmed by the clock.
+    local: bool,
 }
 
 impl Keeper {
@@ -83,7 +86,34 @@ impl Keeper {
     ) -> Keeper {
         let (sender, state) = watch::channel(LeaseState::Held(claimed));
         let task = tokio::spawn(keep(store, health, lease, times, claimed, sender));
-        Keeper { state, task, times }
+        Keeper {
+            state,
+            task,
+            times,
+            local: false,
+        }
+    }
+
+    /// A keeper for a run that holds no lease row (a `run_on = "every"`
+    /// job's, which each replica runs for itself): confirmed every
+    /// `times.every`, never lost, so that only the run's own timeout stops
+    /// it, whatever the database does.
+    pub(crate) fn local(times: LeaseTimes, claimed: Instant) -> Keeper {
+        let (sender, state) = watch::channel(LeaseState::Held(claimed));
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(times.every).await;
+                if sender.send(LeaseState::Held(Instant::now())).is_err() {
+                    return;
+                }
+            }
+        });
+        Keeper {
+            state,
+            task,
+            times,
+            local: true,
+        }
     }
 
     /// Follows the lease's state (a run's guard deadlines follow it).
@@ -124,6 +154,7 @@ impl Keeper {
     /// past its lease does not claim a success it had no right to.
     pub(crate) async fn verify(&self, store: &Store, health: &Health, lease: &Lease) -> bool {
         match self.state() {
+            _ if self.local => true,
             LeaseState::Lost => false,
             LeaseState::Held(confirmed) if confirmed.elapsed() < self.times.every => true,
             LeaseState::Held(confirmed) => {

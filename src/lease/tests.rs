@@ -184,6 +184,7 @@ backend_test! {
                 instance: "gone".into(),
                 fence: 0,
                 once_key: None,
+                scope: String::new(),
             },
         )
         .expect("old run");

@@ -31,7 +31,8 @@ use croner::parser::{CronParser, Seconds};
 pub(crate) struct Schedule {
     expression: String,
     zone: Tz,
-    cron: Cron,
+    /// `None` for `@reboot`: no instant but the replica's start.
+    cron: Option<Cron>,
     jitter: Option<Jitter>,
 }
 
@@ -79,6 +80,14 @@ impl Schedule {
     /// Parses `expression` (5 fields, 6 fields with leading seconds, or a
     /// macro) to be evaluated in `zone`.
     pub(crate) fn parse(expression: &str, zone: Tz) -> Result<Self, String> {
+        if expression.trim().eq_ignore_ascii_case("@reboot") {
+            return Ok(Schedule {
+                expression: "@reboot".to_string(),
+                zone,
+                cron: None,
+                jitter: None,
+            });
+        }
         let expanded = expand_macro(expression)?;
         let fields: Vec<&str> = expanded.split_whitespace().collect();
         let seconds = match fields.len() {
@@ -110,7 +119,7 @@ impl Schedule {
         let schedule = Schedule {
             expression: expression.trim().to_string(),
             zone,
-            cron,
+            cron: Some(cron),
             jitter: None,
         };
         // A valid pattern that never matches (`0 0 30 2 *`) is a mistake,
@@ -164,6 +173,12 @@ impl Schedule {
             .min()
     }
 
+    /// Whether this is `@reboot`: a run at each start of the replica, and
+    /// no instant after.
+    pub(crate) fn is_at_start(&self) -> bool {
+        self.cron.is_none()
+    }
+
     /// The expression as written in the config.
     pub(crate) fn expression(&self) -> &str {
         &self.expression
@@ -182,7 +197,11 @@ impl Schedule {
             .duration_trunc(TimeDelta::seconds(1))
             .ok()?
             .with_timezone(&self.zone);
-        let next = self.cron.find_next_occurrence(&start, false).ok()?;
+        let next = self
+            .cron
+            .as_ref()?
+            .find_next_occurrence(&start, false)
+            .ok()?;
         Some(next.with_timezone(&Utc))
     }
 
@@ -200,7 +219,11 @@ impl Schedule {
             .duration_trunc(TimeDelta::seconds(1))
             .ok()?
             .with_timezone(&self.zone);
-        let previous = self.cron.find_previous_occurrence(&start, true).ok()?;
+        let previous = self
+            .cron
+            .as_ref()?
+            .find_previous_occurrence(&start, true)
+            .ok()?;
         Some(previous.with_timezone(&Utc))
     }
 
@@ -274,16 +297,10 @@ fn expand_macro(expression: &str) -> Result<String, String> {
         "@weekly" => "0 0 * * 0",
         "@daily" | "@midnight" => "0 0 * * *",
         "@hourly" => "0 * * * *",
-        "@reboot" => {
-            return Err(
-                "@reboot is not a schedule replicron can run once across replicas: \
-                 run it from the host's own start-up instead"
-                    .to_string(),
-            );
-        }
+
         _ => {
             return Err(format!(
-                "unknown macro {trimmed:?}: expected @yearly, @annually, @monthly, @weekly, @daily, @midnight or @hourly"
+                "unknown macro {trimmed:?}: expected @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly or @reboot"
             ));
         }
     };
@@ -363,8 +380,16 @@ mod tests {
                 "{bad:?} was accepted"
             );
         }
-        let err = Schedule::parse("@reboot", Tz::UTC).unwrap_err();
-        assert!(err.contains("@reboot"), "{err}");
+        // @reboot is a schedule with no instant: a run at each start (the
+        // config allows it for run_on = "every" jobs only).
+        let at_start = Schedule::parse("@REBOOT", Tz::UTC).expect("@reboot");
+        assert!(at_start.is_at_start());
+        assert_eq!(at_start.next_after(utc("2027-01-01T00:00:00Z")), None);
+        assert!(
+            !Schedule::parse("@daily", Tz::UTC)
+                .expect("valid")
+                .is_at_start()
+        );
         let err = Schedule::parse("61 * * * *", Tz::UTC).unwrap_err();
         assert!(err.contains("61 * * * *"), "{err}");
         assert!(err.contains("minute 61 is out of range 0–59"), "{err}");

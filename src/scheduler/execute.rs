@@ -51,6 +51,10 @@ pub(crate) struct Recording {
     /// When the run was due, if not at the lease's instant (a job's
     /// jitter): its start's lateness is measured from here.
     pub(crate) due: Option<DateTime<Utc>>,
+    /// A run of this replica's own (`run_on = "every"`): its lease is no
+    /// row of the database's but a local one, never extended nor released,
+    /// and its history rows carry this instance as their scope.
+    pub(crate) per_host: bool,
 }
 
 /// What runs: a name (its history rows carry it: a job's, or `exec`'s
@@ -101,14 +105,18 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
     } = plan;
     let settings = &job.settings;
     let times = LeaseTimes::new(settings.lock_at_most_for, settings.kill_grace);
-    let mut keeper = Keeper::start(
-        engine.store.clone(),
-        engine.health.clone(),
-        lease.clone(),
-        times,
-        claimed,
-    );
-    if first_run.is_none() && lease.job == job.name {
+    let mut keeper = if recording.per_host {
+        Keeper::local(times, claimed)
+    } else {
+        Keeper::start(
+            engine.store.clone(),
+            engine.health.clone(),
+            lease.clone(),
+            times,
+            claimed,
+        )
+    };
+    if first_run.is_none() && lease.job == job.name && !recording.per_host {
         engine.journal.push(Write::Abandoned {
             job: job.name.clone(),
             fence: lease.fence,
@@ -151,7 +159,9 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
     if let Some(ended) = ended {
         let _ = ended.set(engine.clock.now());
     }
-    release(&engine, &job, &lease).await;
+    if !recording.per_host {
+        release(&engine, &job, &lease).await;
+    }
     let (outcome, attempted) = last?;
     notify_outcome(&engine, &job, &outcome, attempted).await;
     Some(outcome)
@@ -203,6 +213,11 @@ async fn run_attempt(
                     instance: engine.instance.clone(),
                     fence: lease.fence,
                     once_key: recording.once_key.clone(),
+                    scope: if recording.per_host {
+                        engine.instance.clone()
+                    } else {
+                        String::new()
+                    },
                 })
                 .await
         }

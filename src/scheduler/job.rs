@@ -38,6 +38,9 @@ pub struct Job {
     pub(crate) schedule: Schedule,
     pub(crate) settings: JobSettings,
     pub(crate) action: Option<Arc<dyn Action>>,
+    /// Once across the fleet (a job built in code always is), or on every
+    /// replica.
+    pub(crate) run_on: config::RunOn,
     /// What the job is, for telling a changed definition (at a reload, and
     /// across replicas): the whole definition for a job from a file, the
     /// name and schedule for one built in code.
@@ -118,7 +121,14 @@ impl Job {
         }
         let schedule = Schedule::parse(schedule, Tz::UTC)
             .map_err(|e| crate::Error::Config(format!("job {name:?}: {e}")))?;
+        if schedule.is_at_start() {
+            return Err(crate::Error::Config(format!(
+                "job {name:?}: @reboot runs once per replica start, and a job built in code runs \
+                 once across the fleet, which has no start of its own: run it where your service starts"
+            )));
+        }
         Ok(Job {
+            run_on: config::RunOn::One,
             fingerprint: format!("{name} {} {}", schedule.expression(), schedule.zone()),
             name: name.to_string(),
             schedule,
@@ -252,6 +262,7 @@ impl Job {
                 notify: job.notify.clone(),
             },
             action: Some(Arc::new(process)),
+            run_on: job.run_on,
             // The whole definition: any change to it is a change of the job.
             fingerprint: format!("{job:?}"),
         }

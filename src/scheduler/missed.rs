@@ -98,6 +98,11 @@ pub(crate) async fn check_once(engine: &Engine, jobs: &[Arc<Job>]) -> Result<usi
 }
 
 async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
+    // An `every` job's instants are each replica's: the fleet cannot tell
+    // which replica should have run one.
+    if job.run_on == crate::config::RunOn::Every {
+        return Ok(0);
+    }
     let name = job.name.clone();
     let now = engine.store.database_now().await?;
     let after = job.settings.missed_after(job.schedule.interval_after(now));

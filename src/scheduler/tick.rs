@@ -20,6 +20,7 @@ use super::execute::{self, Plan, Recording};
 use super::job::Job;
 use super::{Phase, fmt_instant};
 use crate::backoff::Backoff;
+use crate::config::RunOn;
 use crate::db::DbError;
 use crate::db::health::DbState;
 use crate::history::RunStatus;
@@ -76,7 +77,13 @@ pub(crate) async fn job_loop(
             }
         }
     };
-    if let Some((instant, run)) = catch_up(&engine, &job).await {
+    if job.schedule.is_at_start() {
+        // @reboot: one run at this replica's start, and no instant after.
+        let instant = crate::db::clock::to_db_time(engine.clock.now()).0.and_utc();
+        if let Attempt::Won(run) = run_here(&engine, &job, instant).await {
+            current = Some(run);
+        }
+    } else if let Some((instant, run)) = catch_up(&engine, &job).await {
         current = run;
         ticker = Ticker::resuming_after(job.schedule.clone(), engine.clock.clone(), instant);
     }
@@ -167,7 +174,10 @@ pub(crate) async fn job_loop(
             // Its task is over (and awaited): nothing left to wait for.
             current = None;
         }
-        let attempt = attempt(&engine, &job, instant).await;
+        let attempt = match job.run_on {
+            RunOn::One => attempt(&engine, &job, instant).await,
+            RunOn::Every => run_here(&engine, &job, instant).await,
+        };
         let paused = matches!(attempt, Attempt::Paused { .. });
         if paused_reported && !paused {
             info!(job = %job.name, instant = %fmt_instant(instant), "claimed again: the job is no longer paused");
@@ -231,6 +241,10 @@ async fn catch_up(
     engine: &Arc<Engine>,
     job: &Arc<Job>,
 ) -> Option<(DateTime<Utc>, Option<Current>)> {
+    // An `every` job's instants are each replica's own: none to catch up.
+    if job.run_on == RunOn::Every {
+        return None;
+    }
     let instant = catch_up_instant(job, engine.clock.now())?;
     // A job the fleet has just been given has missed nothing: only instants
     // after its lease row was created are caught up.
@@ -332,32 +346,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
         let pause = match claimed {
             Ok(Claimed::Won(lease, run_id)) => {
                 telemetry::claim(&job.name, true);
-                let claimed_at = engine.clock.now();
-                let ended = Arc::new(OnceLock::new());
-                let Some(work) = execute::Work::of(job) else {
-                    return Attempt::Skipped;
-                };
-                let run = execute::execute(
-                    engine.clone(),
-                    Plan {
-                        work,
-                        recording: Recording {
-                            due: Some(job.schedule.start_of(lease.instant)),
-                            ..Recording::default()
-                        },
-                        lease,
-                        claimed: Instant::now(),
-                        first_run: run_id,
-                        ended: Some(ended.clone()),
-                    },
-                );
-                return Attempt::Won(Current {
-                    task: tokio::spawn(async move {
-                        run.await;
-                    }),
-                    claimed_at,
-                    ended,
-                });
+                return start(engine, job, lease, run_id, false);
             }
             Ok(Claimed::NotWon(Claim::Won(_) | Claim::Taken)) => {
                 telemetry::claim(&job.name, false);
@@ -444,6 +433,77 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
         };
         tokio::time::sleep(pause).await;
     }
+}
+
+/// Starts the run of `lease`'s instant: under the fleet's lease, or (for
+/// `per_host`, a `run_on = "every"` job) under this replica's own.
+fn start(
+    engine: &Arc<Engine>,
+    job: &Arc<Job>,
+    lease: lease::Lease,
+    first_run: Option<i64>,
+    per_host: bool,
+) -> Attempt {
+    let Some(work) = execute::Work::of(job) else {
+        return Attempt::Skipped;
+    };
+    let claimed_at = engine.clock.now();
+    let ended = Arc::new(OnceLock::new());
+    let run = execute::execute(
+        engine.clone(),
+        Plan {
+            work,
+            recording: Recording {
+                due: Some(job.schedule.start_of(lease.instant)),
+                per_host,
+                ..Recording::default()
+            },
+            lease,
+            claimed: Instant::now(),
+            first_run,
+            ended: Some(ended.clone()),
+        },
+    );
+    Attempt::Won(Current {
+        task: tokio::spawn(async move {
+            run.await;
+        }),
+        claimed_at,
+        ended,
+    })
+}
+
+/// Runs `instant` of a `run_on = "every"` job on this replica: no claim,
+/// only the job's pause (its lease row says) is heeded. The tick loop
+/// already keeps it from running beside itself here.
+async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
+    match engine.store.find_lock(&job.name).await {
+        Ok(Some(row))
+            if row
+                .paused_until
+                .is_some_and(|until| until > crate::db::clock::to_db_time(instant).0) =>
+        {
+            telemetry::skipped(&job.name, "paused", 1);
+            return Attempt::Paused {
+                by: row.paused_by,
+                reason: row.paused_reason,
+            };
+        }
+        Ok(_) => engine.health.report_ok(),
+        Err(e) => {
+            engine.health.report_error(&e);
+            telemetry::skipped(&job.name, "error", 1);
+            warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
+            return Attempt::Skipped;
+        }
+    }
+    let lease = lease::Lease {
+        job: job.name.clone(),
+        instant,
+        instance: engine.instance.clone(),
+        fence: 0,
+    };
+    start(engine, job, lease, None, true)
 }
 
 /// Whether a lease claimed at `since` is held only because of

@@ -280,3 +280,69 @@ backend_test! {
         assert!(err.contains("missing.toml:7: job \"ghost\", key \"user\": no user \"no-such-user\" on this host"), "{err}");
     }
 }
+
+backend_test! {
+    /// Three replicas with a per-second `run_on = "every"` job, an
+    /// `@reboot` one and a fleet job: each instant of the `every` job runs
+    /// on each replica once (three rows, one per instance), the fleet job's
+    /// once in all, and `@reboot` once per start of each replica (a replica
+    /// started twice runs it twice).
+    fn an_every_job_runs_on_each_replica_and_reboot_once_per_start(db: &TestDb) {
+        let config = db.config(
+            "[[job]]\nname = \"rotate\"\nschedule = \"* * * * * *\"\nrun_on = \"every\"\ncommand = 'true'\n\n\
+             [[job]]\nname = \"warm\"\nschedule = \"@reboot\"\nrun_on = \"every\"\ncommand = 'echo warm'\n\n\
+             [[job]]\nname = \"fleet\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n",
+        );
+        let start = |ids: &[&str]| -> Vec<Replica> {
+            let replicas: Vec<Replica> =
+                ids.iter().map(|id| Replica::start(&config, id, None, &[])).collect();
+            for replica in &replicas {
+                replica.wait_for_log("replicron started", Duration::from_secs(20));
+            }
+            replicas
+        };
+        let replicas = start(&["r1", "r2", "r3"]);
+        let from = Utc::now() + chrono::TimeDelta::seconds(1);
+        std::thread::sleep(Duration::from_secs(6));
+        let to = Utc::now() - chrono::TimeDelta::seconds(1);
+        stop_all(replicas);
+        stop_all(start(&["r1"]));
+
+        let rotate = history_json(&config, "rotate");
+        let mut per_instant: std::collections::BTreeMap<DateTime<Utc>, Vec<String>> =
+            std::collections::BTreeMap::new();
+        for row in &rotate {
+            assert_eq!(row["status"], "succeeded", "{row}");
+            per_instant
+                .entry(time(&row["scheduled_at"]))
+                .or_default()
+                .push(row["instance"].as_str().expect("instance").to_string());
+        }
+        let middle: Vec<_> = per_instant.range(from..to).collect();
+        assert!(middle.len() >= 3, "{per_instant:?}");
+        for (instant, instances) in &middle {
+            let mut sorted = (*instances).clone();
+            sorted.sort();
+            assert_eq!(sorted, ["r1", "r2", "r3"], "{instant}");
+        }
+        for (instant, instances) in &per_instant {
+            let mut unique = instances.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), instances.len(), "{instant} ran twice on one replica: {instances:?}");
+        }
+
+        let fleet = history_json(&config, "fleet");
+        let mut instants: Vec<DateTime<Utc>> = fleet.iter().map(|r| time(&r["scheduled_at"])).collect();
+        let count = instants.len();
+        instants.sort();
+        instants.dedup();
+        assert_eq!(instants.len(), count, "a fleet instant ran twice");
+
+        let warm = history_json(&config, "warm");
+        let mut by: Vec<&str> = warm.iter().map(|r| r["instance"].as_str().expect("instance")).collect();
+        by.sort();
+        assert_eq!(by, ["r1", "r1", "r2", "r3"], "{warm:?}");
+        assert!(warm.iter().all(|r| r["status"] == "succeeded" && r["output"] == "warm\n"), "{warm:?}");
+    }
+}

@@ -324,6 +324,23 @@ impl Checker<'_> {
         let scope = Scope::Job(&label);
 
         let settings = self.settings(raw.take_settings(), defaults, scope);
+        let run_on = match raw
+            .run_on
+            .as_ref()
+            .map(|v| (v.get_ref().as_str(), v.span()))
+        {
+            None | Some(("one", _)) => RunOn::One,
+            Some(("every", _)) => RunOn::Every,
+            Some((other, span)) => {
+                self.report(
+                    Some(span),
+                    Some(scope),
+                    Some("run_on"),
+                    format!("run_on {other:?}: expected \"one\" (once across the fleet) or \"every\" (on each replica)"),
+                );
+                RunOn::One
+            }
+        };
         let schedule = match &raw.schedule {
             None => {
                 self.report(
@@ -335,6 +352,16 @@ impl Checker<'_> {
                 None
             }
             Some(expression) => match Schedule::parse(expression.get_ref(), settings.timezone) {
+                Ok(schedule) if schedule.is_at_start() && run_on == RunOn::One => {
+                    self.report(
+                        Some(expression.span()),
+                        Some(scope),
+                        Some("schedule"),
+                        "@reboot runs once per replica start, which only a run_on = \"every\" job has: \
+                         a job run once across the fleet has no start of its own",
+                    );
+                    None
+                }
                 Ok(schedule) => {
                     self.jittered(schedule, name.as_deref(), &settings, expression, scope)
                 }
@@ -431,6 +458,7 @@ impl Checker<'_> {
             notify: notify.is_set().then(|| std::sync::Arc::new(notify)),
             hidden_env: Vec::new(),
             run_as,
+            run_on,
         })
     }
 }
