@@ -37,6 +37,11 @@ pub(crate) struct InstanceRow {
     pub started_at: NaiveDateTime,
     /// Database time of its last heartbeat.
     pub last_seen: NaiveDateTime,
+    /// One `job=digest` line per job it loaded (none before its first
+    /// heartbeat).
+    pub job_digests: Option<String>,
+    /// How far its host's clock is ahead of the database's, in µs.
+    pub clock_offset_us: Option<i64>,
 }
 
 /// This process, as it registers.
@@ -175,18 +180,46 @@ fn process_exists(pid: i64) -> bool {
     )
 }
 
-/// Says `me` is alive. `false` means its row is no longer this process's
-/// (another process took the id over, or it was pruned).
-pub(crate) fn heartbeat(conn: &mut DbConnection, me: &Me) -> QueryResult<bool> {
+/// What a heartbeat says besides "alive".
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Beat {
+    /// One `job=digest` line per loaded job, by name.
+    pub(crate) job_digests: String,
+    /// How far this host's clock is ahead of the database's (µs), once
+    /// estimated.
+    pub(crate) clock_offset_us: Option<i64>,
+}
+
+/// Says `me` is alive, what it runs and how its clock stands. `false`
+/// means its row is no longer this process's (another process took the id
+/// over, or it was pruned).
+pub(crate) fn heartbeat(conn: &mut DbConnection, me: &Me, beat: &Beat) -> QueryResult<bool> {
     let changed = diesel::update(
         instances::replicron_instances
             .filter(instances::id.eq(&me.id))
             .filter(instances::host.eq(&me.host))
             .filter(instances::pid.eq(me.pid)),
     )
-    .set(instances::last_seen.eq(DbNow))
+    .set((
+        instances::last_seen.eq(DbNow),
+        instances::job_digests.eq(&beat.job_digests),
+        instances::clock_offset_us.eq(beat.clock_offset_us),
+    ))
     .execute(conn)?;
     Ok(changed == 1)
+}
+
+/// A replica not heard from for this long is forgotten: its row is
+/// deleted (a stale one stays listed until then).
+pub(crate) const PRUNE_AFTER: Duration = Duration::from_secs(3600);
+
+/// Deletes the rows of replicas not heard from for [`PRUNE_AFTER`].
+pub(crate) fn prune(conn: &mut DbConnection) -> QueryResult<usize> {
+    diesel::delete(
+        instances::replicron_instances
+            .filter(instances::last_seen.lt(DbNowPlus::minus(PRUNE_AFTER))),
+    )
+    .execute(conn)
 }
 
 /// Removes `me` at a clean exit.
@@ -232,10 +265,18 @@ impl Store {
             .map_err(RegisterError::Db)?
     }
 
-    /// [`heartbeat`].
-    pub(crate) async fn heartbeat(&self, me: Me) -> Result<bool, DbError> {
-        self.call("heartbeat", move |conn| heartbeat(conn, &me))
-            .await
+    /// [`heartbeat`], then [`prune`], then [`list_instances`].
+    pub(crate) async fn heartbeat(
+        &self,
+        me: Me,
+        beat: Beat,
+    ) -> Result<(bool, Vec<Instance>), DbError> {
+        self.call("heartbeat", move |conn| {
+            let mine = heartbeat(conn, &me, &beat)?;
+            prune(conn)?;
+            Ok((mine, list_instances(conn)?))
+        })
+        .await
     }
 
     /// [`deregister`].

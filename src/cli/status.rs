@@ -45,6 +45,21 @@ struct PauseStatus {
     text: String,
 }
 
+/// A registered replica, in `status`.
+#[derive(Debug, serde::Serialize)]
+struct ReplicaStatus {
+    id: String,
+    host: String,
+    pid: i64,
+    version: String,
+    started_at: String,
+    last_seen: String,
+    /// Heard from within the last 30 s.
+    alive: bool,
+    /// How far its host's clock is ahead of the database's.
+    clock_offset_seconds: Option<f64>,
+}
+
 /// One row of `status`.
 #[derive(Debug, serde::Serialize)]
 struct JobStatus {
@@ -72,6 +87,7 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let locks = lease::list_locks(&mut conn).map_err(|e| query("reading the leases", e))?;
     let instances =
         crate::registry::list_instances(&mut conn).map_err(|e| query("reading the replicas", e))?;
+    let drifted = crate::scheduler::drift::among(&instances);
     let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
     for lock in &locks {
         let own =
@@ -88,6 +104,14 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             history::latest_run(&mut conn, &name).map_err(|e| query("reading the history", e))?;
         let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
         let problem = stuck(job, lock, last.as_ref(), held, now, &instances)
+            .or_else(|| {
+                drifted.get(&name).map(|drift| {
+                    format!(
+                        "DRIFT: live replicas define it differently: {}",
+                        drift.describe()
+                    )
+                })
+            })
             .or_else(|| failed(last.as_ref()));
         rows.push(JobStatus {
             job: name.clone(),
@@ -115,6 +139,19 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let stuck_count = rows.iter().filter(|r| r.problem.is_some()).count();
+    let replicas: Vec<ReplicaStatus> = instances
+        .iter()
+        .map(|i| ReplicaStatus {
+            id: i.row.id.clone(),
+            host: i.row.host.clone(),
+            pid: i.row.pid,
+            version: i.row.version.clone(),
+            started_at: history::rfc3339(i.row.started_at),
+            last_seen: history::rfc3339(i.row.last_seen),
+            alive: i.alive,
+            clock_offset_seconds: i.row.clock_offset_us.map(|us| us as f64 / 1e6),
+        })
+        .collect();
     let clock = ClockStatus {
         host_ahead_seconds: -(offset.offset.num_microseconds().unwrap_or(0) as f64) / 1e6,
         error_seconds: offset.error.as_secs_f64(),
@@ -123,7 +160,9 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     match args.format {
         OutputFormat::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "clock": clock, "jobs": rows }))?
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "clock": clock, "jobs": rows, "replicas": replicas })
+            )?
         ),
         OutputFormat::Table => {
             println!(
@@ -162,7 +201,31 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                         r.problem.clone().unwrap_or_default(),
                     ]
                 }),
-            )
+            );
+            println!();
+            print_table(
+                &[
+                    "REPLICA",
+                    "HOST",
+                    "PID",
+                    "VERSION",
+                    "STATE",
+                    "LAST SEEN",
+                    "CLOCK",
+                ],
+                replicas.iter().map(|r| {
+                    vec![
+                        r.id.clone(),
+                        r.host.clone(),
+                        r.pid.to_string(),
+                        r.version.clone(),
+                        if r.alive { "alive" } else { "STALE" }.to_string(),
+                        r.last_seen.clone(),
+                        r.clock_offset_seconds
+                            .map_or("?".to_string(), |s| format!("{:+.3}s ahead", s)),
+                    ]
+                }),
+            );
         }
     }
     Ok(if stuck_count > 0 {

@@ -146,6 +146,41 @@ pub(crate) struct Job {
     pub(crate) run_on: RunOn,
 }
 
+impl Job {
+    /// The job's effective definition, as replicas compare it (config
+    /// drift): everything that decides when, where and how it runs, with
+    /// `[defaults]` applied. Not where it is in the file, and not where its
+    /// notifications go (their secrets may differ per host).
+    pub(crate) fn definition(&self) -> String {
+        format!(
+            "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
+             working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
+             timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
+             retry_backoff={:?} missed_after={:?}",
+            self.name,
+            self.schedule.expression(),
+            self.schedule.zone(),
+            self.schedule.jitter().num_milliseconds(),
+            self.enabled,
+            self.run_on,
+            self.command,
+            self.env,
+            self.working_dir,
+            self.run_as.as_ref().map(|r| &r.user),
+            self.run_as.as_ref().and_then(|r| r.group.as_ref()),
+            self.lock_at_most_for,
+            self.lock_at_least_for,
+            self.timeout,
+            self.kill_grace,
+            self.catch_up,
+            self.output_limit,
+            self.retries,
+            self.retry_backoff,
+            self.missed_after,
+        )
+    }
+}
+
 /// Where a job's instants run (`run_on`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum RunOn {

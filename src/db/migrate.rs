@@ -57,6 +57,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-23-000000_missed_instants",
     "2026-11-24-000000_pause",
     "2026-11-24-000001_run_on_every",
+    "2026-11-24-000002_registry_drift",
 );
 
 #[cfg(feature = "sqlite")]
@@ -67,6 +68,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-23-000000_missed_instants",
     "2026-11-24-000000_pause",
     "2026-11-24-000001_run_on_every",
+    "2026-11-24-000002_registry_drift",
 );
 
 /// The row of the migration lock.

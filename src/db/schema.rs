@@ -87,6 +87,10 @@ diesel::table! {
         started_at -> Timestamp,
         /// Database time of its last heartbeat.
         last_seen -> Timestamp,
+        /// One `job=digest` line per job it loaded.
+        job_digests -> Nullable<Text>,
+        /// How far its host's clock is ahead of the database's (µs).
+        clock_offset_us -> Nullable<BigInt>,
     }
 }
 

@@ -98,7 +98,6 @@ impl DatabaseClock {
     }
 
     /// The last estimate, if there was one.
-    #[cfg(test)]
     pub(crate) fn offset(&self) -> Option<Offset> {
         let error = self.error_us.load(Ordering::Relaxed);
         (error >= 0).then(|| Offset {

@@ -66,6 +66,12 @@ fn fnv1a(bytes: &[u8], seed: u64) -> u64 {
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
+/// A short digest of `text` that every build and platform computes alike
+/// (16 hex digits): replicas compare jobs' definitions by it.
+pub(crate) fn digest(text: &str) -> String {
+    format!("{:016x}", mix(fnv1a(text.as_bytes(), FNV_OFFSET)))
+}
+
 /// splitmix64's finaliser: spreads FNV's low bits over the whole word, so
 /// that instants a second apart get unrelated delays.
 fn mix(mut x: u64) -> u64 {

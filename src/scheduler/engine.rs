@@ -34,6 +34,8 @@ pub(crate) struct Engine {
     /// The database's clock, as this replica reads it.
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) phase: watch::Receiver<Phase>,
+    /// The jobs whose definitions differ between live replicas.
+    pub(crate) drift: super::drift::DriftState,
 }
 
 impl Engine {
@@ -60,6 +62,7 @@ impl Engine {
             instance,
             clock,
             phase,
+            drift: super::drift::DriftState::default(),
         })
     }
 }

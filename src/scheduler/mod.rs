@@ -14,6 +14,7 @@
 
 mod claimer;
 pub(crate) mod clock_sync;
+pub(crate) mod drift;
 pub(crate) mod engine;
 pub(crate) mod execute;
 mod job;
@@ -394,7 +395,7 @@ impl Scheduler {
         let engine = Engine::start(
             store.clone(),
             me.id.clone(),
-            database_clock,
+            database_clock.clone(),
             phase.clone(),
             liveness,
             guard,
@@ -419,7 +420,6 @@ impl Scheduler {
                 history_retention,
             )),
             tokio::spawn(clock_sync.run(engine.health.clone(), stop())),
-            tokio::spawn(heartbeat(store.clone(), me.clone(), engine.health.clone())),
         ];
         let (published, watched) = watch::channel(Vec::new());
         let mut loops = Loops {
@@ -427,11 +427,20 @@ impl Scheduler {
             ..Loops::default()
         };
         seed_last_successes(&engine, &jobs).await;
+        // Drift is known before the first claim: a replica that starts with
+        // a minority definition of a job never claims it.
+        let mut registration = Registration {
+            me: me.clone(),
+            clock: database_clock,
+            said: false,
+        };
+        registration.beat(&engine, &jobs).await;
         for job in jobs {
             loops.start(&engine, job);
         }
         loops.publish(&engine);
         let pauses = tokio::spawn(watch_pauses(engine.clone(), watched.clone()));
+        let heartbeats = tokio::spawn(registration.beat_forever(engine.clone(), watched.clone()));
         let mut missed = tokio::spawn(missed::check_forever(engine.clone(), watched, stop()));
         if notify_systemd {
             telemetry::notify_systemd("ready");
@@ -455,6 +464,7 @@ impl Scheduler {
         }
         loops.join().await;
         pauses.abort();
+        heartbeats.abort();
         if tokio::time::timeout(MISSED_ROUND_TIMEOUT, &mut missed)
             .await
             .is_err()
@@ -634,22 +644,53 @@ impl Loops {
 
 /// Says every [`registry::HEARTBEAT_EVERY`] that this replica is alive;
 /// warns loudly if its row was taken over by another process with its id.
-async fn heartbeat(store: Store, me: registry::Me, health: Arc<crate::db::health::Health>) {
-    let mut every = tokio::time::interval(registry::HEARTBEAT_EVERY);
-    let mut said = false;
-    loop {
+/// The registry's side of this replica: each heartbeat says it is alive,
+/// which jobs it runs (their digests) and how its clock stands, prunes
+/// replicas long gone, and compares the live replicas' job definitions.
+struct Registration {
+    me: registry::Me,
+    clock: Arc<DatabaseClock>,
+    /// Whether "another process took the id" was said already.
+    said: bool,
+}
+
+impl Registration {
+    /// One heartbeat, for `jobs` (this replica's running jobs).
+    async fn beat(&mut self, engine: &Engine, jobs: &[Arc<Job>]) {
+        let beat = registry::Beat {
+            job_digests: drift::digests_of(jobs.iter().map(|job| &**job)),
+            clock_offset_us: self
+                .clock
+                .offset()
+                .and_then(|o| o.offset.num_microseconds())
+                .map(|db_minus_host| -db_minus_host),
+        };
+        match engine.store.heartbeat(self.me.clone(), beat.clone()).await {
+            Ok((mine, instances)) => {
+                engine.health.report_ok();
+                if mine {
+                    self.said = false;
+                } else if !self.said {
+                    error!(instance = %self.me.id, "another process has taken over this replica's instance id: leases and history can no longer tell the two apart; stop one of them");
+                    self.said = true;
+                }
+                let names: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
+                let drifted = drift::assess(&self.me.id, &beat.job_digests, &instances);
+                engine.drift.update(&names, drifted);
+            }
+            Err(e) => engine.health.report_error(&e),
+        }
+    }
+
+    /// A heartbeat every [`registry::HEARTBEAT_EVERY`], for the jobs `jobs`
+    /// publishes.
+    async fn beat_forever(mut self, engine: Arc<Engine>, jobs: watch::Receiver<Vec<Arc<Job>>>) {
+        let mut every = tokio::time::interval(registry::HEARTBEAT_EVERY);
         every.tick().await;
-        match store.heartbeat(me.clone()).await {
-            Ok(true) => {
-                health.report_ok();
-                said = false;
-            }
-            Ok(false) if !said => {
-                error!(instance = %me.id, "another process has taken over this replica's instance id: leases and history can no longer tell the two apart; stop one of them");
-                said = true;
-            }
-            Ok(false) => {}
-            Err(e) => health.report_error(&e),
+        loop {
+            every.tick().await;
+            let current = jobs.borrow().clone();
+            self.beat(&engine, &current).await;
         }
     }
 }

@@ -325,6 +325,12 @@ enum Attempt {
 /// lease held by a run that was going at the instant, or on purpose by
 /// `lock_at_least_for`, makes the instant an overrun.
 async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
+    // Said once per change by the drift check.
+    if engine.drift.is_minority(&job.name) {
+        telemetry::skipped(&job.name, "minority", 1);
+        debug!(job = %job.name, instant = %fmt_instant(instant), "not claimed: this replica's definition of the job is in the minority");
+        return Attempt::Skipped;
+    }
     let deadline = deadline_for(engine, job, instant);
     let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(250));
     let mut wait = |reason: &str| {

@@ -49,7 +49,7 @@ fn describe() {
     );
     describe_counter!(
         "replicron_instants_skipped_total",
-        "Instants this replica did not claim, by reason: database_down, too_late (more than 60 s late), unanswered (the claim's answer was lost), paused, error"
+        "Instants this replica did not claim, by reason: database_down, too_late (more than 60 s late), unanswered (the claim's answer was lost), paused, minority (its definition of the job is in the minority among live replicas), error"
     );
     describe_histogram!(
         "replicron_start_lateness_seconds",
@@ -114,6 +114,10 @@ fn describe() {
         "1 for the status of the last run that ended on this replica, 0 for the others"
     );
     describe_gauge!(
+        "replicron_config_drift",
+        "1 while live replicas define the job differently (their job files differ), else 0; read every 10 s"
+    );
+    describe_gauge!(
         "replicron_job_paused",
         "1 while the job is paused fleet-wide (replicron pause), else 0; read every 10 s"
     );
@@ -135,7 +139,14 @@ pub(crate) fn register_job(job: &str) {
             .increment(0);
     }
     counter!("replicron_overruns_total", "job" => job.to_string()).increment(0);
-    for reason in ["database_down", "too_late", "unanswered", "paused", "error"] {
+    for reason in [
+        "database_down",
+        "too_late",
+        "unanswered",
+        "paused",
+        "minority",
+        "error",
+    ] {
         counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
             .increment(0);
     }
@@ -149,6 +160,7 @@ pub(crate) fn register_job(job: &str) {
     gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string()).increment(0.0);
     counter!("replicron_missed_instants_total", "job" => job.to_string()).increment(0);
     gauge!("replicron_job_paused", "job" => job.to_string()).increment(0.0);
+    gauge!("replicron_config_drift", "job" => job.to_string()).increment(0.0);
     for event in crate::notify::Event::ALL {
         for result in ["sent", "failed", "dropped"] {
             counter!("replicron_notifications_total", "job" => job.to_string(), "event" => event.as_str(), "result" => result)
@@ -195,12 +207,17 @@ pub(crate) fn overrun(job: &str) {
     counter!("replicron_overruns_total", "job" => job.to_string()).increment(1);
 }
 
+/// Whether live replicas define the job differently.
+pub(crate) fn config_drift(job: &str, drifted: bool) {
+    gauge!("replicron_config_drift", "job" => job.to_string()).set(if drifted { 1.0 } else { 0.0 });
+}
+
 /// Whether the job is paused fleet-wide.
 pub(crate) fn paused(job: &str, paused: bool) {
     gauge!("replicron_job_paused", "job" => job.to_string()).set(if paused { 1.0 } else { 0.0 });
 }
 
-/// Instants skipped for `reason` (`database_down`, `too_late`, `unanswered`, `paused`, `error`);
+/// Instants skipped for `reason` (`database_down`, `too_late`, `unanswered`, `paused`, `minority`, `error`);
 /// overruns are counted by [`overrun`].
 pub(crate) fn skipped(job: &str, reason: &'static str, count: usize) {
     counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)

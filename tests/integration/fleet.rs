@@ -346,3 +346,87 @@ backend_test! {
         assert!(warm.iter().all(|r| r["status"] == "succeeded" && r["output"] == "warm\n"), "{warm:?}");
     }
 }
+
+backend_test! {
+    /// Two replicas load one job file, a third a file where one job's
+    /// schedule differs: all three report the drift (the odd one as in the
+    /// minority), the odd one never claims that job while still running
+    /// the jobs it agrees on, and `status` names which replicas disagree.
+    /// `status` lists the replicas; one SIGSTOPped goes stale.
+    fn drift_is_reported_everywhere_and_the_odd_replica_does_not_claim(db: &TestDb) {
+        let jobs = |shared: &str| {
+            format!(
+                "[[job]]\nname = \"shared\"\nschedule = \"{shared}\"\ncommand = 'true'\n\n\
+                 [[job]]\nname = \"steady\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n"
+            )
+        };
+        let config = db.config(&jobs("* * * * * *"));
+        let odd = db.config_named("odd.toml", &db.url, &jobs("*/2 * * * * *"));
+        let mut replicas: Vec<Replica> =
+            ["r1", "r2"].iter().map(|id| Replica::start(&config, id, None, &[])).collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(20));
+        }
+        let r3 = Replica::start(&odd, "r3", None, &[]);
+        r3.wait_for_log("replicron started", Duration::from_secs(20));
+        let joined = Utc::now();
+        replicas.push(r3);
+        r3_is_minority(&replicas[2]);
+        // The others hear of it at their next heartbeat (every 10 s).
+        for replica in &replicas[..2] {
+            replica.wait_for_log("config drift: live replicas define this job differently", Duration::from_secs(25));
+            assert!(!replica.log_text().contains("definition is in the minority"), "{}", replica.log_text());
+        }
+        let (code, out, err) = run(&config, &["status"]);
+        assert_eq!(code, 1, "{out}{err}");
+        let shared = out.lines().find(|l| l.starts_with("shared")).expect("shared's row");
+        assert!(shared.contains("DRIFT: live replicas define it differently: r1, r2 have "), "{out}");
+        assert!(shared.contains("; r3 has "), "{out}");
+        assert!(!out.lines().any(|l| l.starts_with("steady") && l.contains("DRIFT")), "{out}");
+        for id in ["r1", "r2", "r3"] {
+            let row = out.lines().find(|l| l.starts_with(&format!("{id} "))).expect("replica row");
+            assert!(row.contains(" alive ") && row.contains("s ahead"), "{out}");
+        }
+
+        // A replica that stops answering goes stale after 30 s. (Then r1
+        // and r3 tie on `shared`, and r3 claims it again, as a tie does.)
+        let stopped = Utc::now();
+        replicas[1].signal(Signal::SIGSTOP);
+        std::thread::sleep(Duration::from_secs(32));
+        let (_, out, _) = run(&config, &["status", "--format", "json"]);
+        let status: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let alive: Vec<(String, bool)> = status["replicas"]
+            .as_array()
+            .expect("replicas")
+            .iter()
+            .map(|r| (r["id"].as_str().expect("id").to_string(), r["alive"] == true))
+            .collect();
+        assert_eq!(
+            alive,
+            [("r1".to_string(), true), ("r2".to_string(), false), ("r3".to_string(), true)],
+            "{out}"
+        );
+        replicas[1].signal(Signal::SIGCONT);
+        stop_all(replicas);
+
+        let ran_by_r3 = |job: &str| {
+            history_json(&config, job)
+                .iter()
+                .filter(|r| {
+                    let t = time(&r["scheduled_at"]);
+                    r["instance"] == "r3" && t > joined && t < stopped
+                })
+                .count()
+        };
+        assert_eq!(ran_by_r3("shared"), 0, "the odd replica claimed the job it defines differently");
+        assert!(ran_by_r3("steady") > 0, "the odd replica stopped claiming a job it agrees on");
+    }
+}
+
+/// The odd replica says at once that its definition is in the minority.
+fn r3_is_minority(r3: &Replica) {
+    r3.wait_for_log(
+        "this replica's definition is in the minority",
+        Duration::from_secs(5),
+    );
+}
