@@ -132,6 +132,7 @@ fn work(name: &str, command: &[String], defaults: &Defaults) -> Work {
             retry_backoff: Duration::from_secs(1),
             missed_after: None,
             notify: None,
+            locks: Vec::new(),
         },
         action: Arc::new(Process {
             command: Command::Exec {

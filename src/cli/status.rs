@@ -60,6 +60,18 @@ struct ReplicaStatus {
     clock_offset_seconds: Option<f64>,
 }
 
+/// A shared lock of the jobs, in `status`.
+#[derive(Debug, serde::Serialize)]
+struct LockStatus {
+    lock: String,
+    /// The jobs that take it.
+    jobs: Vec<String>,
+    /// Who holds it now, if anyone.
+    held_by: Option<String>,
+    /// Until when, unless extended or released.
+    held_until: Option<String>,
+}
+
 /// One row of `status`.
 #[derive(Debug, serde::Serialize)]
 struct JobStatus {
@@ -139,6 +151,28 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let stuck_count = rows.iter().filter(|r| r.problem.is_some()).count();
+    let mut shared: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for job in &config.jobs {
+        for lock in &job.locks {
+            shared.entry(lock).or_default().push(job.name.clone());
+        }
+    }
+    let lock_rows: Vec<LockStatus> = shared
+        .into_iter()
+        .map(|(lock, jobs)| {
+            let row_name = format!("{}{lock}", crate::config::LOCK_ROW_PREFIX);
+            let held = locks
+                .iter()
+                .find(|l| l.name == row_name)
+                .filter(|l| l.lock_until.and_utc() > now);
+            LockStatus {
+                lock: lock.to_string(),
+                jobs,
+                held_by: held.and_then(|l| l.locked_by.clone()),
+                held_until: held.map(|l| history::rfc3339(l.lock_until)),
+            }
+        })
+        .collect();
     let replicas: Vec<ReplicaStatus> = instances
         .iter()
         .map(|i| ReplicaStatus {
@@ -161,7 +195,7 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         OutputFormat::Json => println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({ "clock": clock, "jobs": rows, "replicas": replicas })
+                &serde_json::json!({ "clock": clock, "jobs": rows, "locks": lock_rows, "replicas": replicas })
             )?
         ),
         OutputFormat::Table => {
@@ -202,6 +236,22 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                     ]
                 }),
             );
+            if !lock_rows.is_empty() {
+                println!();
+                print_table(
+                    &["LOCK", "JOBS", "HELD BY"],
+                    lock_rows.iter().map(|l| {
+                        vec![
+                            l.lock.clone(),
+                            l.jobs.join(", "),
+                            match (&l.held_by, &l.held_until) {
+                                (Some(by), Some(until)) => format!("{by} until {until}"),
+                                _ => "free".to_string(),
+                            },
+                        ]
+                    }),
+                );
+            }
             println!();
             print_table(
                 &[

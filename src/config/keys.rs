@@ -102,8 +102,10 @@ const SETTINGS: [(&str, Option<&str>, &str); 12] = [
 const NOTIFY: [(&str, Option<&str>, &str); 7] = [
     (
         "on",
-        Some("[\"failed\", \"timed_out\", \"lost_lock\", \"error\", \"abandoned\", \"missed\"]"),
-        "Which events are sent: failed, timed_out, lost_lock, error (could not start), abandoned, missed, recovered (the first success after any of the others).",
+        Some(
+            "[\"failed\", \"timed_out\", \"lost_lock\", \"error\", \"abandoned\", \"missed\", \"skipped\"]",
+        ),
+        "Which events are sent: failed, timed_out, lost_lock, error (could not start), abandoned, missed, skipped (a shared lock stayed held), recovered (the first success after any of the others).",
     ),
     (
         "webhook",
@@ -223,6 +225,12 @@ pub(crate) fn all() -> Vec<Key> {
             "run_on",
             Some("\"one\""),
             "\"one\": each instant runs on one replica, through the job's lease. \"every\": each instant runs on every replica (per-host work such as log rotation), never beside itself on a host, recorded once per replica; @reboot is allowed and runs once per replica start. Pause applies; catch-up and the check for missed instants do not.",
+        ),
+        key(
+            "job",
+            "locks",
+            None,
+            "Shared locks a run holds beside its job's lease, as [\"db-maintenance\"]: jobs that share a lock never run at the same time anywhere in the fleet. Taken in sorted order (so two jobs cannot each hold one and wait for the other), on database time, kept alive with the job's lease; a lock held elsewhere is waited for up to 60s, then the instant is recorded skipped, naming the lock and its holder.",
         ),
         key(
             "job",

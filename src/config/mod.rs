@@ -144,6 +144,9 @@ pub(crate) struct Job {
     pub(crate) run_as: Option<RunAs>,
     /// Once across the fleet, or on every replica.
     pub(crate) run_on: RunOn,
+    /// Shared locks its runs hold beside the job's own lease, sorted and
+    /// without repeats: no two jobs sharing one run at once.
+    pub(crate) locks: Vec<String>,
 }
 
 impl Job {
@@ -156,7 +159,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?}",
+             retry_backoff={:?} missed_after={:?} locks={:?}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -177,6 +180,7 @@ impl Job {
             self.retries,
             self.retry_backoff,
             self.missed_after,
+            self.locks,
         )
     }
 }
@@ -413,6 +417,13 @@ impl Config {
         }
     }
 }
+
+/// The lease row of shared lock NAME is `replicron.lock.NAME`.
+pub(crate) const LOCK_ROW_PREFIX: &str = "replicron.lock.";
+
+/// The longest lock name: its row's name must fit the 64 characters of a
+/// lease row's.
+pub(crate) const MAX_LOCK_NAME_LEN: usize = 64 - LOCK_ROW_PREFIX.len();
 
 /// Lease names with this prefix are replicron's own (history retention).
 pub(crate) const RESERVED_PREFIX: &str = "replicron.";

@@ -91,6 +91,7 @@ pub(super) struct RawJob {
     pub user: Option<S<String>>,
     pub group: Option<S<String>>,
     pub run_on: Option<S<String>>,
+    pub locks: Option<S<Vec<String>>>,
     pub notify: Option<S<RawNotify>>,
 }
 

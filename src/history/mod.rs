@@ -47,11 +47,14 @@ pub(crate) enum RunStatus {
     /// No replica claimed the instant in time: recorded by the fleet-wide
     /// check, with attempt 0 (a catch-up run of the instant is attempt 1).
     Missed,
+    /// Not run: one of the job's shared `locks` stayed held by another run
+    /// past the wait an overrun gets.
+    Skipped,
 }
 
 impl RunStatus {
     /// Every status.
-    pub(crate) const ALL: [RunStatus; 9] = [
+    pub(crate) const ALL: [RunStatus; 10] = [
         RunStatus::Running,
         RunStatus::Succeeded,
         RunStatus::Failed,
@@ -61,6 +64,7 @@ impl RunStatus {
         RunStatus::Abandoned,
         RunStatus::Error,
         RunStatus::Missed,
+        RunStatus::Skipped,
     ];
 
     /// The name stored in the `status` column.
@@ -75,6 +79,7 @@ impl RunStatus {
             RunStatus::Abandoned => "abandoned",
             RunStatus::Error => "error",
             RunStatus::Missed => "missed",
+            RunStatus::Skipped => "skipped",
         }
     }
 }
@@ -275,6 +280,15 @@ pub(crate) fn record_run_started(conn: &mut DbConnection, run: &NewRun) -> Query
         .filter(runs::attempt.eq(run.attempt))
         .filter(runs::scope.eq(&run.scope))
         .first(conn)
+}
+
+/// Moves run `id`'s start to the database's now: a run recorded when its
+/// lease was claimed, that then waited for its shared locks, starts when it
+/// has them (its end is measured from its start).
+pub(crate) fn restart_run(conn: &mut DbConnection, id: i64) -> QueryResult<usize> {
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+        .set(runs::started_at.eq(DbNow))
+        .execute(conn)
 }
 
 /// Records how run `id` ended, `duration` after it started: `finished_at`

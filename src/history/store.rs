@@ -16,6 +16,14 @@ impl Store {
         .await
     }
 
+    /// [`super::restart_run`].
+    pub(crate) async fn restart_run(&self, id: i64) -> Result<usize, DbError> {
+        self.call("recording the run's start", move |conn| {
+            super::restart_run(conn, id)
+        })
+        .await
+    }
+
     /// [`super::latest_attempt`].
     pub(crate) async fn latest_attempt(
         &self,

@@ -67,6 +67,8 @@ impl LeaseTimes {
 
 /// A running keeper.
 pub(crate) struct Keeper {
+    /// The leases kept: the job's own, then the shared locks it took.
+    leases: Arc<std::sync::Mutex<Vec<Lease>>>,
     state: watch::Receiver<LeaseState>,
     task: JoinHandle<()>,
     times: LeaseTimes,
@@ -85,8 +87,10 @@ impl Keeper {
         claimed: Instant,
     ) -> Keeper {
         let (sender, state) = watch::channel(LeaseState::Held(claimed));
-        let task = tokio::spawn(keep(store, health, lease, times, claimed, sender));
+        let leases = Arc::new(std::sync::Mutex::new(vec![lease]));
+        let task = tokio::spawn(keep(store, health, leases.clone(), times, claimed, sender));
         Keeper {
+            leases,
             state,
             task,
             times,
@@ -109,10 +113,19 @@ impl Keeper {
             }
         });
         Keeper {
+            leases: Arc::default(),
             state,
             task,
             times,
             local: true,
+        }
+    }
+
+    /// Keeps `lease` too (a shared lock the run took), from its next
+    /// extension on: losing it is losing the run's lease.
+    pub(crate) fn add(&self, lease: Lease) {
+        if let Ok(mut leases) = self.leases.lock() {
+            leases.push(lease);
         }
     }
 
@@ -152,13 +165,13 @@ impl Keeper {
     /// recently enough, or confirmed again by asking the database. Checked
     /// before a run's success is recorded, so that a replica that was frozen
     /// past its lease does not claim a success it had no right to.
-    pub(crate) async fn verify(&self, store: &Store, health: &Health, lease: &Lease) -> bool {
+    pub(crate) async fn verify(&self, store: &Store, health: &Health) -> bool {
         match self.state() {
             _ if self.local => true,
             LeaseState::Lost => false,
             LeaseState::Held(confirmed) if confirmed.elapsed() < self.times.every => true,
             LeaseState::Held(confirmed) => {
-                match store.extend(lease.clone(), self.times.lease).await {
+                match extend_all(store, &self.leases, self.times).await {
                     Ok(held) => held,
                     Err(e) => {
                         health.report_error(&e);
@@ -175,14 +188,35 @@ impl Keeper {
     }
 }
 
+/// Extends every lease of `leases`: `Ok(false)` if one of them was lost.
+async fn extend_all(
+    store: &Store,
+    leases: &std::sync::Mutex<Vec<Lease>>,
+    times: LeaseTimes,
+) -> Result<bool, crate::db::DbError> {
+    let leases = leases.lock().map(|l| l.clone()).unwrap_or_default();
+    for lease in leases {
+        if !store.extend(lease, times.lease).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 async fn keep(
     store: Store,
     health: Arc<Health>,
-    lease: Lease,
+    leases: Arc<std::sync::Mutex<Vec<Lease>>>,
     times: LeaseTimes,
     claimed: Instant,
     state: watch::Sender<LeaseState>,
 ) {
+    // The job's own lease names it in logs and metrics.
+    let (job, fence) = leases
+        .lock()
+        .ok()
+        .and_then(|l| l.first().map(|lease| (lease.job.clone(), lease.fence)))
+        .unwrap_or_default();
     let mut confirmed = claimed;
     let mut next = confirmed + times.every;
     loop {
@@ -196,15 +230,15 @@ async fn keep(
             None
         } else {
             tokio::select! {
-                extended = store.extend(lease.clone(), times.lease) => Some(extended),
+                extended = extend_all(&store, &leases, times) => Some(extended),
                 () = tokio::time::sleep_until(give_up_at) => {
-                    crate::telemetry::extension_failed(&lease.job);
+                    crate::telemetry::extension_failed(&job);
                     None
                 }
             }
         };
         let Some(extended) = extended else {
-            warn!(job = %lease.job, fence = lease.fence, "lease not confirmed in time: giving it up before it can expire");
+            warn!(job = %job, fence, "lease not confirmed in time: giving it up before it can expire");
             let _ = state.send(LeaseState::Lost);
             return;
         };
@@ -218,15 +252,15 @@ async fn keep(
             }
             Ok(false) => {
                 health.report_ok();
-                crate::telemetry::extension_failed(&lease.job);
-                warn!(job = %lease.job, fence = lease.fence, "lease lost: it expired or another replica holds it");
+                crate::telemetry::extension_failed(&job);
+                warn!(job = %job, fence, "lease lost: it expired or another replica holds it");
                 let _ = state.send(LeaseState::Lost);
                 return;
             }
             Err(e) => {
-                crate::telemetry::extension_failed(&lease.job);
+                crate::telemetry::extension_failed(&job);
                 health.report_error(&e);
-                warn!(job = %lease.job, "could not extend the lease: {e}");
+                warn!(job = %job, "could not extend the lease: {e}");
             }
         }
         // After a failure, try again soon rather than a third later.

@@ -211,6 +211,8 @@ pub(crate) enum Claim {
 /// Who holds a lease, as its row says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Holder {
+    /// The holder's instance id.
+    pub(crate) by: Option<String>,
     /// The instant the holder claimed.
     pub(crate) instant: Option<DateTime<Utc>>,
     /// The holder's fence.
@@ -373,6 +375,7 @@ fn not_won(row: &RowState, scheduled: At, pauses: Pauses) -> Claim {
             wait: (scheduled.0 - *now).to_std().unwrap_or_default(),
         },
         _ if lock_until > now => Claim::Held(Holder {
+            by: row.1.clone(),
             instant: last_claimed.map(|t| t.and_utc()),
             fence: *fence,
             claimed_at: locked_at.map(|t| t.and_utc()),

@@ -43,6 +43,9 @@ pub(crate) enum Event {
     Abandoned,
     /// An instant that no replica claimed, recorded `missed`.
     Missed,
+    /// An instant not run because a shared lock of the job stayed held,
+    /// recorded `skipped`.
+    Skipped,
     /// The first success after a failed, timed-out, lost, abandoned or
     /// missed instant.
     Recovered,
@@ -50,13 +53,14 @@ pub(crate) enum Event {
 
 impl Event {
     /// Every event, in the order the documentation lists them.
-    pub(crate) const ALL: [Event; 7] = [
+    pub(crate) const ALL: [Event; 8] = [
         Event::Failed,
         Event::TimedOut,
         Event::LostLock,
         Event::Error,
         Event::Abandoned,
         Event::Missed,
+        Event::Skipped,
         Event::Recovered,
     ];
 
@@ -69,6 +73,7 @@ impl Event {
             Event::Error => "error",
             Event::Abandoned => "abandoned",
             Event::Missed => "missed",
+            Event::Skipped => "skipped",
             Event::Recovered => "recovered",
         }
     }
@@ -82,6 +87,7 @@ impl Event {
             RunStatus::Error => Some(Event::Error),
             RunStatus::Abandoned => Some(Event::Abandoned),
             RunStatus::Missed => Some(Event::Missed),
+            RunStatus::Skipped => Some(Event::Skipped),
             RunStatus::Running | RunStatus::Succeeded | RunStatus::Killed => None,
         }
     }

@@ -18,12 +18,15 @@ use tracing::{error, info, warn};
 use super::Phase;
 use super::engine::Engine;
 use super::job::{Job, JobSettings};
+use crate::backoff::Backoff;
+use crate::config::LOCK_ROW_PREFIX;
 use crate::history::journal::Write;
 use crate::history::{NewRun, RunFinish, RunStatus};
-use crate::lease::Lease;
 use crate::lease::keeper::{Keeper, LeaseState, LeaseTimes};
+use crate::lease::{Claim, Lease};
 use crate::notify::{Event, Notice, Ping};
 use crate::runner::{Action, Ended, Ending, RunContext, StopReason};
+use crate::schedule::LATE_LIMIT;
 use crate::telemetry;
 
 /// How the last attempt of an instant ended.
@@ -124,6 +127,25 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
     }
     let attempts = 1 + settings.retries;
     let mut last = None;
+    let locks = match take_locks(&engine, &job, &keeper).await {
+        Ok(locks) => {
+            // Recorded at the claim, it starts now: its end is measured
+            // from its start, and a run that waited must not look ended
+            // before it ran.
+            if let (false, Some(id)) = (locks.is_empty(), first_run)
+                && let Err(e) = engine.store.restart_run(id).await
+            {
+                engine.health.report_error(&e);
+                warn!(job = %job.name, run_id = id, "the run's start after its locks could not be recorded: {e}");
+            }
+            locks
+        }
+        Err(why) => {
+            last = record_skipped(&engine, &job, &lease, &recording, first_run, &why).await;
+            Vec::new()
+        }
+    };
+    let attempts = if last.is_some() { 0 } else { attempts };
     for attempt in 1..=attempts {
         if attempt > 1 && !pause_before_retry(&engine, settings, &mut keeper).await {
             break;
@@ -159,12 +181,175 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
     if let Some(ended) = ended {
         let _ = ended.set(engine.clock.now());
     }
+    for lock in locks.into_iter().rev() {
+        release_lock(&engine, &job, lock).await;
+    }
     if !recording.per_host {
         release(&engine, &job, &lease).await;
     }
     let (outcome, attempted) = last?;
     notify_outcome(&engine, &job, &outcome, attempted).await;
     Some(outcome)
+}
+
+/// The longest pause between two tries of a shared lock held elsewhere.
+const LOCK_POLL_MAX: Duration = Duration::from_millis(100);
+
+/// Takes the job's shared locks, in their (sorted) order, each as a lease
+/// claimed at the database's now and then kept alive with the job's own:
+/// two jobs that share locks never hold one each while waiting for the
+/// other's. A lock held elsewhere is waited for, as an instant waits for a
+/// lease held by a late run: up to [`LATE_LIMIT`]. `Err` says which lock
+/// and who holds it (the locks taken are given back).
+async fn take_locks(engine: &Engine, job: &Work, keeper: &Keeper) -> Result<Vec<Lease>, String> {
+    let give_up = Instant::now() + LATE_LIMIT.to_std().unwrap_or_default();
+    let mut taken: Vec<Lease> = Vec::new();
+    let mut failed = None;
+    'locks: for lock in &job.settings.locks {
+        let name = lock.strip_prefix(LOCK_ROW_PREFIX).unwrap_or(lock);
+        // Polled often enough that a waiter sees the lock free before a
+        // run claimed at the next instant asks for it (a waiter has no
+        // place in a queue).
+        let mut backoff = Backoff::new(Duration::from_millis(10), LOCK_POLL_MAX);
+        let mut holder = None;
+        loop {
+            if keeper.state() == LeaseState::Lost {
+                failed = Some(format!(
+                    "not run: its lease was lost while it waited for lock {name}"
+                ));
+                break 'locks;
+            }
+            if *engine.phase.borrow() != Phase::Running {
+                failed = Some(format!(
+                    "not run: replicron was stopping while it waited for lock {name}"
+                ));
+                break 'locks;
+            }
+            match engine
+                .store
+                .claim_now(lock, &engine.instance, job.settings.lock_at_most_for)
+                .await
+            {
+                Ok(Claim::Won(lease)) => {
+                    engine.health.report_ok();
+                    keeper.add(lease.clone());
+                    taken.push(lease);
+                    continue 'locks;
+                }
+                Ok(Claim::Held(held)) => holder = held.by,
+                Ok(_) => {}
+                Err(e) => engine.health.report_error(&e),
+            }
+            let pause = backoff.next_pause();
+            if Instant::now() + pause > give_up {
+                failed = Some(format!(
+                    "not run: lock {name} stayed held by {} for {}s",
+                    holder.as_deref().unwrap_or("another run"),
+                    LATE_LIMIT.num_seconds()
+                ));
+                break 'locks;
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+    match failed {
+        None => Ok(taken),
+        Some(why) => {
+            for lock in taken.into_iter().rev() {
+                release_lock(engine, job, lock).await;
+            }
+            Err(why)
+        }
+    }
+}
+
+/// Gives a shared lock back at once.
+async fn release_lock(engine: &Engine, job: &Work, lock: Lease) {
+    if let Err(e) = engine.store.release(lock.clone(), Duration::ZERO).await {
+        engine.health.report_error(&e);
+        warn!(job = %job.name, lock = %lock.job, "a shared lock could not be released; it ends by itself: {e}");
+    }
+}
+
+/// Records the instant `skipped` (a shared lock stayed held), as attempt 1.
+async fn record_skipped(
+    engine: &Engine,
+    job: &Work,
+    lease: &Lease,
+    recording: &Recording,
+    first_run: Option<i64>,
+    why: &str,
+) -> Option<(Outcome, Attempted)> {
+    let instant = recording.instant.unwrap_or(lease.instant);
+    let run_id = match first_run {
+        Some(id) => id,
+        None => match engine
+            .store
+            .record_run_started(new_run(engine, job, lease, recording, 1))
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                engine.health.report_error(&e);
+                error!(job = %job.name, instant = %super::fmt_instant(instant), "the skipped instant could not be recorded: {e}");
+                return None;
+            }
+        },
+    };
+    warn!(job = %job.name, instant = %super::fmt_instant(instant), run_id, "instant skipped: {why}");
+    let outcome = Outcome {
+        status: RunStatus::Skipped,
+        exit_code: None,
+        output: format!("replicron: {why}\n"),
+    };
+    engine.journal.push(Write::Finished {
+        job: job.name.clone(),
+        id: run_id,
+        finish: RunFinish {
+            status: outcome.status,
+            exit_code: None,
+            output: outcome.output.clone(),
+            duration: Duration::ZERO,
+        },
+    });
+    telemetry::run_finished(
+        &job.name,
+        outcome.status,
+        Duration::ZERO,
+        engine.clock.now(),
+    );
+    Some((
+        outcome,
+        Attempted {
+            run_id,
+            attempt: 1,
+            duration: Duration::ZERO,
+            instant,
+        },
+    ))
+}
+
+/// The history row of attempt `attempt` of `lease`'s instant, as it starts.
+fn new_run(
+    engine: &Engine,
+    job: &Work,
+    lease: &Lease,
+    recording: &Recording,
+    attempt: u32,
+) -> NewRun {
+    NewRun {
+        job: job.name.clone(),
+        scheduled_at: recording.instant.unwrap_or(lease.instant),
+        attempt: attempt as i32,
+        instance: engine.instance.clone(),
+        fence: lease.fence,
+        once_key: recording.once_key.clone(),
+        scope: if recording.per_host {
+            engine.instance.clone()
+        } else {
+            String::new()
+        },
+    }
 }
 
 /// Waits `retry_backoff` with the lease kept alive; false if the lease was
@@ -206,19 +391,7 @@ async fn run_attempt(
         None => {
             engine
                 .store
-                .record_run_started(NewRun {
-                    job: job.name.clone(),
-                    scheduled_at: instant,
-                    attempt: attempt as i32,
-                    instance: engine.instance.clone(),
-                    fence: lease.fence,
-                    once_key: recording.once_key.clone(),
-                    scope: if recording.per_host {
-                        engine.instance.clone()
-                    } else {
-                        String::new()
-                    },
-                })
+                .record_run_started(new_run(engine, job, lease, recording, attempt))
                 .await
         }
     };
@@ -299,7 +472,7 @@ async fn run_attempt(
     // A replica frozen past its lease must not record a success (or any
     // ending) it had no right to: check the lease first.
     if matches!(status, RunStatus::Succeeded | RunStatus::Failed)
-        && !keeper.verify(&engine.store, &engine.health, lease).await
+        && !keeper.verify(&engine.store, &engine.health).await
     {
         warn!(job = %job.name, run_id, "the run ended after its lease was lost");
         status = RunStatus::LostLock;

@@ -74,6 +74,9 @@ pub(crate) struct JobSettings {
     pub(crate) retry_backoff: Duration,
     /// See [`Job::missed_after`]; `None`: the default.
     pub(crate) missed_after: Option<Duration>,
+    /// The lease rows of the shared locks a run takes after the job's own
+    /// lease, in this (sorted) order.
+    pub(crate) locks: Vec<String>,
     /// Where the job's notifications go (a job of the job file).
     pub(crate) notify: Option<Arc<crate::notify::Notify>>,
 }
@@ -104,6 +107,7 @@ impl Default for JobSettings {
             retry_backoff: config::DEFAULT_RETRY_BACKOFF,
             missed_after: None,
             notify: None,
+            locks: Vec::new(),
         }
     }
 }
@@ -267,6 +271,11 @@ impl Job {
                 retry_backoff: job.retry_backoff,
                 missed_after: job.missed_after,
                 notify: job.notify.clone(),
+                locks: job
+                    .locks
+                    .iter()
+                    .map(|lock| format!("{}{lock}", config::LOCK_ROW_PREFIX))
+                    .collect(),
             },
             action: Some(Arc::new(process)),
             run_on: job.run_on,

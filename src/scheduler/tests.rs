@@ -296,7 +296,8 @@ async fn a_long_outage_records_at_most_the_latest_hundred_misses() {
     );
 }
 
-/// Each run's job, instant and start.
+/// Each run's job and two of its times (instant and start, or start and
+/// end).
 type Starts = Arc<Mutex<Vec<(String, DateTime<Utc>, DateTime<Utc>)>>>;
 
 /// A host clock that a test can move under a running scheduler.
@@ -436,4 +437,77 @@ async fn a_paused_job_runs_and_misses_nothing_until_resumed() {
         "a paused instant was recorded: {rows:?}"
     );
     assert_eq!(rows.len(), expected.len(), "{rows:?}");
+}
+
+/// Two jobs sharing the lock `db` on a paused clock: `hog` runs 150 s at
+/// each minute, `quick` wants the lock at each :30. `quick` waits for the
+/// lock as an overrun waits (60 s) and is then recorded `skipped`, naming
+/// the lock and its holder, and never runs while `hog` does.
+#[tokio::test(start_paused = true)]
+async fn a_job_whose_lock_stays_held_is_skipped_naming_the_lock_and_holder() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    // Each run's job, start and end.
+    let spans: Starts = Arc::default();
+    let job = |name: &'static str, schedule: &str, busy: Duration| {
+        let (spans, clock) = (spans.clone(), clock.clone());
+        let mut job = Job::new(name, schedule).expect("job").run(move |_| {
+            let (spans, clock) = (spans.clone(), clock.clone());
+            async move {
+                let start = clock.now();
+                tokio::time::sleep(busy).await;
+                spans
+                    .lock()
+                    .expect("spans")
+                    .push((name.to_string(), start, clock.now()));
+                Ok::<(), String>(())
+            }
+        });
+        job.settings.locks = vec![format!("{}db", crate::config::LOCK_ROW_PREFIX)];
+        job.settings.timeout = Duration::from_secs(600);
+        job
+    };
+    let scheduler = Scheduler::builder(db.url.as_str())
+        .clock(clock.clone())
+        .instance_id("solo")
+        .job(job("hog", "0 * * * * *", Duration::from_secs(150)))
+        .job(job("quick", "30 * * * * *", Duration::from_secs(1)))
+        .build()
+        .await
+        .expect("build");
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(4 * 60)))
+        .await
+        .expect("runs");
+    let spans = spans.lock().expect("spans").clone();
+    for (a, a_start, a_end) in &spans {
+        for (b, b_start, b_end) in &spans {
+            if (a, a_start) != (b, b_start) {
+                assert!(
+                    a_end <= b_start || b_end <= a_start,
+                    "{a} and {b} overlapped: {spans:?}"
+                );
+            }
+        }
+    }
+    let quick = runs_of(&db, "quick");
+    let skipped: Vec<&RunRow> = quick
+        .iter()
+        .filter(|r| r.status == RunStatus::Skipped)
+        .collect();
+    assert!(
+        skipped
+            .iter()
+            .any(|r| r.output == "replicron: not run: lock db stayed held by solo for 60s\n"),
+        "{quick:?}"
+    );
+    // The last one waits when the scheduler stops, and says so.
+    assert!(
+        skipped.iter().all(|r| r.output.contains("lock db")),
+        "{quick:?}"
+    );
+    assert!(
+        quick.iter().any(|r| r.status == RunStatus::Succeeded),
+        "{quick:?}"
+    );
 }

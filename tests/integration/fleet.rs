@@ -430,3 +430,60 @@ fn r3_is_minority(r3: &Replica) {
         Duration::from_secs(5),
     );
 }
+
+backend_test! {
+    /// Two jobs sharing the lock `db`, both every second and each running
+    /// 1.5 s, on three replicas: by the jobs' own timestamps no two runs
+    /// overlap anywhere, and neither starves (each runs at least a third of
+    /// the time). `status` names the lock's jobs and its holder.
+    fn jobs_sharing_a_lock_never_overlap_and_neither_starves(db: &TestDb) {
+        let out = db.dir().join("spans.txt");
+        let job = |name: &str| {
+            format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\nlocks = [\"db\"]\n\
+                 command = 'start=$(date +%s.%N); sleep 1.5; echo \"{name} $start $(date +%s.%N)\" >> {}'\n\n",
+                out.display()
+            )
+        };
+        let config = db.config(&format!("{}{}", job("backup"), job("vacuum")));
+        let replicas: Vec<Replica> =
+            ["r1", "r2", "r3"].iter().map(|id| Replica::start(&config, id, None, &[])).collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(20));
+        }
+        std::thread::sleep(Duration::from_secs(8));
+        let (_, status, _) = run(&config, &["status", "--format", "json"]);
+        let status: serde_json::Value = serde_json::from_str(&status).expect("json");
+        let lock = &status["locks"][0];
+        assert_eq!(lock["lock"], "db", "{status}");
+        assert_eq!(lock["jobs"], serde_json::json!(["backup", "vacuum"]), "{status}");
+        if let Some(by) = lock["held_by"].as_str() {
+            assert!(["r1", "r2", "r3"].contains(&by), "{status}");
+        }
+        std::thread::sleep(Duration::from_secs(10));
+        stop_all(replicas);
+
+        let text = std::fs::read_to_string(&out).expect("spans");
+        let mut spans: Vec<(String, f64, f64)> = text
+            .lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                (fields[0].to_string(), fields[1].parse().expect("start"), fields[2].parse().expect("end"))
+            })
+            .collect();
+        spans.sort_by(|a, b| a.1.total_cmp(&b.1));
+        for pair in spans.windows(2) {
+            assert!(pair[1].1 >= pair[0].2, "{} and {} overlapped:\n{text}", pair[0].0, pair[1].0);
+        }
+        let window = spans.last().expect("runs").2 - spans[0].1;
+        for name in ["backup", "vacuum"] {
+            let busy: f64 = spans.iter().filter(|s| s.0 == name).map(|s| s.2 - s.1).sum();
+            let rows: Vec<String> = history_json(&config, name)
+                .iter()
+                .map(|r| format!("{} {} {} {} {}", r["scheduled_at"], r["started_at"], r["finished_at"], r["instance"], r["status"]))
+                .collect();
+            assert!(busy >= window / 3.0, "{name} ran {busy:.1} s of {window:.1} s:\n{text}\n{}", rows.join("\n"));
+            eprintln!("{:?}: {name} ran {busy:.1} s of {window:.1} s", db.kind);
+        }
+    }
+}

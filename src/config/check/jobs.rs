@@ -220,6 +220,34 @@ impl Checker<'_> {
         Some(schedule.with_jitter(name.unwrap_or_default(), settings.jitter))
     }
 
+    /// `locks`: names as job names are written, short enough for their
+    /// lease rows; sorted (the order every run takes them in) and without
+    /// repeats.
+    fn locks(&mut self, raw: Option<Spanned<Vec<String>>>, scope: Scope<'_>) -> Vec<String> {
+        let Some(raw) = raw else {
+            return Vec::new();
+        };
+        let span = raw.span();
+        let mut locks = Vec::new();
+        for name in raw.into_inner() {
+            if is_valid_job_name(&name) && name.len() <= MAX_LOCK_NAME_LEN {
+                locks.push(name);
+            } else {
+                self.report(
+                    Some(span.clone()),
+                    Some(scope),
+                    Some("locks"),
+                    format!(
+                        "invalid lock name {name:?}: use 1 to {MAX_LOCK_NAME_LEN} characters from A-Z a-z 0-9 _ . : -"
+                    ),
+                );
+            }
+        }
+        locks.sort();
+        locks.dedup();
+        locks
+    }
+
     /// `user` and `group`: names or ids, not empty; a group needs a user.
     /// Whether they exist, and whether replicron may switch to them, is the
     /// host's to say ([`crate::config::host`]).
@@ -439,6 +467,7 @@ impl Checker<'_> {
         };
         let working_dir = raw.working_dir.map(|dir| PathBuf::from(dir.into_inner()));
         let run_as = self.run_as(raw.user, raw.group, scope);
+        let locks = self.locks(raw.locks, scope);
         Some(Job {
             name: name?,
             schedule: schedule?,
@@ -459,6 +488,7 @@ impl Checker<'_> {
             hidden_env: Vec::new(),
             run_as,
             run_on,
+            locks,
         })
     }
 }
