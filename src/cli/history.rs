@@ -16,7 +16,7 @@ pub(crate) struct HistoryArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) job: Option<String>,
     /// Only runs with this status (running, succeeded, failed, timed_out,
-    /// lost_lock, killed, abandoned, error, missed).
+    /// lost_lock, killed, abandoned, error, missed, skipped).
     #[arg(long, value_name = "STATUS", value_parser = parse_status)]
     pub(crate) status: Option<RunStatus>,
     /// Only the `exec --once` runs of this KEY.
