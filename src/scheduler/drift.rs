@@ -15,11 +15,12 @@ use tracing::{info, warn};
 use super::job::Job;
 use crate::registry::Instance;
 
-/// One line per job: `name=digest`, by name (job names hold no `=`).
+/// One line per job of the job file: `name=digest`, by name (job names
+/// hold no `=`). Jobs built in code have no digest and take no part.
 pub(crate) fn digests_of<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> String {
     let mut lines: Vec<String> = jobs
         .into_iter()
-        .map(|job| format!("{}={}", job.name, job.digest))
+        .filter_map(|job| Some(format!("{}={}", job.name, job.digest.as_deref()?)))
         .collect();
     lines.sort();
     lines.join("\n")
@@ -152,6 +153,14 @@ pub(crate) struct DriftState {
 }
 
 impl DriftState {
+    /// Whether this replica is in the minority for any job.
+    pub(crate) fn any_minority(&self) -> bool {
+        self.jobs
+            .lock()
+            .map(|jobs| jobs.values().any(|d| d.minority))
+            .unwrap_or(false)
+    }
+
     /// Whether this replica is in the minority for `job`.
     pub(crate) fn is_minority(&self, job: &str) -> bool {
         self.jobs

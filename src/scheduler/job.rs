@@ -41,10 +41,11 @@ pub struct Job {
     /// Once across the fleet (a job built in code always is), or on every
     /// replica.
     pub(crate) run_on: config::RunOn,
-    /// A digest of what the job is, compared across replicas (config
-    /// drift): of its effective definition for a job of the job file, of
-    /// its name, schedule and zone for one built in code.
-    pub(crate) digest: String,
+    /// A digest of the job's effective definition in the job file, compared
+    /// across replicas (config drift); `None` for a job built in code,
+    /// which has no job file to drift from (a service and a daemon may run
+    /// the same job, defined each its own way).
+    pub(crate) digest: Option<String>,
     /// What the job is, for telling a changed definition (at a reload, and
     /// across replicas): the whole definition for a job from a file, the
     /// name and schedule for one built in code.
@@ -135,11 +136,10 @@ impl Job {
                  once across the fleet, which has no start of its own: run it where your service starts"
             )));
         }
-        let fingerprint = format!("{name} {} {}", schedule.expression(), schedule.zone());
         Ok(Job {
             run_on: config::RunOn::One,
-            digest: crate::schedule::digest(&fingerprint),
-            fingerprint,
+            digest: None,
+            fingerprint: format!("{name} {} {}", schedule.expression(), schedule.zone()),
             name: name.to_string(),
             schedule,
             settings: JobSettings::default(),
@@ -164,7 +164,6 @@ impl Job {
             self.schedule.expression(),
             self.schedule.zone()
         );
-        self.digest = crate::schedule::digest(&self.fingerprint);
         Ok(self)
     }
 
@@ -279,7 +278,7 @@ impl Job {
             },
             action: Some(Arc::new(process)),
             run_on: job.run_on,
-            digest: crate::schedule::digest(&job.definition()),
+            digest: Some(crate::schedule::digest(&job.definition())),
             // The whole definition: any change to it is a change of the job.
             fingerprint: format!("{job:?}"),
         }

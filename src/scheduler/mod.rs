@@ -644,6 +644,9 @@ impl Loops {
 
 /// Says every [`registry::HEARTBEAT_EVERY`] that this replica is alive;
 /// warns loudly if its row was taken over by another process with its id.
+/// How often a replica in the minority for a job looks again.
+const MINORITY_RECHECK: Duration = Duration::from_secs(1);
+
 /// The registry's side of this replica: each heartbeat says it is alive,
 /// which jobs it runs (their digests) and how its clock stands, prunes
 /// replicas long gone, and compares the live replicas' job definitions.
@@ -683,12 +686,17 @@ impl Registration {
     }
 
     /// A heartbeat every [`registry::HEARTBEAT_EVERY`], for the jobs `jobs`
-    /// publishes.
+    /// publishes; every [`MINORITY_RECHECK`] while this replica is in the
+    /// minority for a job, so that it claims again soon after the majority
+    /// is gone (a rolling deploy's old replicas leaving).
     async fn beat_forever(mut self, engine: Arc<Engine>, jobs: watch::Receiver<Vec<Arc<Job>>>) {
-        let mut every = tokio::time::interval(registry::HEARTBEAT_EVERY);
-        every.tick().await;
         loop {
-            every.tick().await;
+            let pause = if engine.drift.any_minority() {
+                MINORITY_RECHECK
+            } else {
+                registry::HEARTBEAT_EVERY
+            };
+            tokio::time::sleep(pause).await;
             let current = jobs.borrow().clone();
             self.beat(&engine, &current).await;
         }
