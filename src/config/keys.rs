@@ -230,7 +230,7 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "locks",
             None,
-            "Shared locks a run holds beside its job's lease, as [\"db-maintenance\"]: jobs that share a lock never run at the same time anywhere in the fleet. Taken in sorted order (so two jobs cannot each hold one and wait for the other), on database time, kept alive with the job's lease; a lock held elsewhere is waited for up to 60s, then the instant is recorded skipped, naming the lock and its holder.",
+            "Shared locks a run holds beside its job's lease, as [\"db-maintenance\"]: jobs that share a lock never run at the same time anywhere in the fleet. Taken in sorted order (so two jobs cannot each hold one and wait for the other), on database time, kept alive with the job's lease; a lock held elsewhere is waited for up to 60s, then the instant is recorded skipped, naming the lock and its holder. Not for run_on = \"every\" jobs.",
         ),
         key(
             "job",

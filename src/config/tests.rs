@@ -594,3 +594,14 @@ fn run_on_is_one_or_every_and_only_every_jobs_may_run_at_reboot() {
     );
     assert!(crate::Job::new("warm", "@reboot").is_err());
 }
+
+#[test]
+fn an_every_job_takes_no_shared_locks() {
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nrun_on = \"every\"\nlocks = [\"db\"]"),
+        9,
+        Some("\"j\""),
+        "locks",
+        "locks are for jobs run once across the fleet",
+    );
+}

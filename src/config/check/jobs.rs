@@ -467,7 +467,18 @@ impl Checker<'_> {
         };
         let working_dir = raw.working_dir.map(|dir| PathBuf::from(dir.into_inner()));
         let run_as = self.run_as(raw.user, raw.group, scope);
-        let locks = self.locks(raw.locks, scope);
+        let locks_at = raw.locks.as_ref().map(Spanned::span);
+        let mut locks = self.locks(raw.locks, scope);
+        if run_on == RunOn::Every && !locks.is_empty() {
+            self.report(
+                locks_at,
+                Some(scope),
+                Some("locks"),
+                "locks are for jobs run once across the fleet: a run_on = \"every\" job's runs hold \
+                 no fleet lease to keep a shared lock alive with",
+            );
+            locks.clear();
+        }
         Some(Job {
             name: name?,
             schedule: schedule?,
