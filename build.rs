@@ -24,8 +24,8 @@ fn main() {
             println!("cargo::rustc-cfg={cfg}");
         }
     }
-    // Private MariaDB servers and Galera clusters, promtool, and skewed
-    // clocks.
+    // Private MariaDB servers and Galera clusters, promtool, Chromium and
+    // its driver, and skewed clocks.
     for (files, cfg) in [
         (
             &[
@@ -45,6 +45,10 @@ fn main() {
             "replicron_no_galera",
         ),
         (&["/usr/bin/promtool"][..], "replicron_no_promtool"),
+        (
+            &["/usr/bin/chromium", "/usr/bin/chromedriver"][..],
+            "replicron_no_chromium",
+        ),
     ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
         if !ci && files.iter().any(|f| !Path::new(f).exists()) {

@@ -56,7 +56,8 @@
 //! (child processes and their guard) or an async function, and `history`
 //! records every run. `db` is the connection, the pool, the typed async
 //! store, the database's health and the SQL that differs by backend;
-//! `registry` is the replicas; `telemetry` is metrics, HTTP and systemd;
+//! `registry` is the replicas; `telemetry` is metrics and systemd; `web` is
+//! the dashboard, the JSON API and `/metrics` over HTTP;
 //! `cli` is the command line on top. `docs/design.md` is the contract.
 //!
 //! Error policy: library modules return small `thiserror` enums or
@@ -88,6 +89,7 @@ mod scheduler;
 mod telemetry;
 #[cfg(test)]
 mod testing;
+mod web;
 
 pub use self::db::Pool;
 pub use self::error::Error;

@@ -279,6 +279,11 @@ impl Store {
         .await
     }
 
+    /// [`list_instances`].
+    pub(crate) async fn list_instances(&self) -> Result<Vec<Instance>, DbError> {
+        self.call("reading the replicas", list_instances).await
+    }
+
     /// [`deregister`].
     pub(crate) async fn deregister(&self, me: Me) -> Result<usize, DbError> {
         self.call("leaving the registry", move |conn| deregister(conn, &me))

@@ -24,6 +24,7 @@ pub(crate) struct CheckArgs {
 pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     config.check_host()?;
+    config.web.token(&config.path)?;
     let (from, clock_note) = match args.from {
         Some(from) => (from, None),
         None if args.count == 0 => (Utc::now(), None),

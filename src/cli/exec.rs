@@ -247,6 +247,7 @@ async fn once(engine: &Arc<Engine>, work: Work, key: &str) -> Result<Executed, D
                 status: None,
                 once_key: Some(key.to_string()),
                 limit: 1000,
+                ..Default::default()
             })
             .await?;
         let held = engine.store.is_held(&lease_name).await?;

@@ -39,6 +39,7 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
         status: args.status,
         once_key: args.once_key.clone(),
         limit: i64::from(args.limit),
+        ..Default::default()
     };
     let rows = history::list_runs(&mut *pool.get()?, &filter)
         .map_err(|e| crate::db::DbError::query("reading the run history", e))?;

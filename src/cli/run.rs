@@ -1,6 +1,7 @@
 //! `replicron run`: the daemon. It builds a [`Scheduler`] from the job
 //! file, with the parts only the daemon wants: child processes and their
-//! guard, the `/metrics` and `/healthz` listener, systemd notifications,
+//! guard, the HTTP listener (dashboard, API, `/metrics`, `/healthz`),
+//! systemd notifications,
 //! SIGTERM/SIGINT for shutdown and SIGHUP for reload.
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub(crate) struct RunArgs {
 pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     config.check_host()?;
+    let token = config.web.token(&config.path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("replicron")
@@ -47,6 +49,8 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             .process_guard(true)
             .notify_systemd(true)
             .liveness(liveness.clone());
+        let (trigger_tx, triggers) = mpsc::channel(16);
+        builder = builder.triggers(triggers);
         if let Some(id) = &args.instance_id {
             builder = builder.instance_id(id.clone());
         }
@@ -54,17 +58,32 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             builder = builder.job(Job::from_config(job));
         }
         let scheduler = builder.build().await?;
+        let shared = Arc::new(std::sync::RwLock::new(Arc::new(config.clone())));
         if let Some(listen) = config.daemon.metrics_listen {
-            let listener = tokio::net::TcpListener::bind(listen)
-                .await
-                .with_context(|| format!("listening on {listen} for /metrics and /healthz"))?;
-            info!(%listen, "serving /metrics and /healthz");
-            tokio::spawn(telemetry::http::serve(listener, handle, liveness.clone()));
+            let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| {
+                format!("listening on {listen} for the dashboard, the API and /metrics")
+            })?;
+            info!(%listen, actions = token.is_some(), "serving the dashboard at /, the API at /api/v1/, /metrics and /healthz");
+            let web = crate::web::Web {
+                store: scheduler.store().clone(),
+                config: shared.clone(),
+                instance: scheduler.instance_id().to_string(),
+                auth: crate::web::Auth::new(token),
+                metrics: handle,
+                liveness: liveness.clone(),
+                triggers: trigger_tx,
+            };
+            tokio::spawn(crate::web::serve(listener, Arc::new(web)));
         }
         let (phase_tx, phase) = watch::channel(Phase::Running);
         tokio::spawn(drive_shutdown(phase_tx, config.daemon.shutdown_grace));
         let (reload_tx, reloads) = mpsc::channel(4);
-        tokio::spawn(watch_reloads(args.config.to_path_buf(), config, reload_tx));
+        tokio::spawn(watch_reloads(
+            args.config.to_path_buf(),
+            config,
+            shared,
+            reload_tx,
+        ));
         scheduler.run(phase, reloads).await?;
         anyhow::Ok(())
     })?;
@@ -110,6 +129,7 @@ pub(super) async fn drive_shutdown(phase: watch::Sender<Phase>, grace: Duration)
 async fn watch_reloads(
     path: std::path::PathBuf,
     mut current: Config,
+    shared: Arc<std::sync::RwLock<Arc<Config>>>,
     reloads: mpsc::Sender<Vec<Job>>,
 ) {
     use tokio::signal::unix::{SignalKind, signal};
@@ -129,10 +149,13 @@ async fn watch_reloads(
                 {
                     warn!("[database] changed: it takes effect at the next restart");
                 }
-                if current.daemon != new.daemon {
-                    warn!("[daemon] changed: it takes effect at the next restart");
+                if current.daemon != new.daemon || current.web != new.web {
+                    warn!("[daemon] or [web] changed: it takes effect at the next restart");
                 }
                 let jobs = new.enabled_jobs().map(Job::from_config).collect();
+                if let Ok(mut shown) = shared.write() {
+                    *shown = Arc::new(new.clone());
+                }
                 current = new;
                 if reloads.send(jobs).await.is_err() {
                     return;

@@ -100,14 +100,7 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let instances =
         crate::registry::list_instances(&mut conn).map_err(|e| query("reading the replicas", e))?;
     let drifted = crate::scheduler::drift::among(&instances);
-    let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
-    for lock in &locks {
-        let own =
-            lock.name.starts_with(crate::config::RESERVED_PREFIX) || lock.name.contains(".once.");
-        if !own && !names.contains(&lock.name) {
-            names.push(lock.name.clone());
-        }
-    }
+    let names = job_names(&config, &locks);
     let mut rows = Vec::new();
     for name in names {
         let job = config.job(&name);
@@ -115,7 +108,8 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         let last =
             history::latest_run(&mut conn, &name).map_err(|e| query("reading the history", e))?;
         let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
-        let problem = stuck(job, lock, last.as_ref(), held, now, &instances)
+        let brief = last.as_ref().map(history::RunBrief::from);
+        let problem = stuck(job, lock, brief.as_ref(), held, now, &instances)
             .or_else(|| {
                 drifted.get(&name).map(|drift| {
                     format!(
@@ -124,7 +118,7 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                     )
                 })
             })
-            .or_else(|| failed(last.as_ref()));
+            .or_else(|| failed(brief.as_ref()));
         rows.push(JobStatus {
             job: name.clone(),
             enabled: job.map(|j| j.enabled),
@@ -143,7 +137,7 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                     since: l.paused_at.map(history::rfc3339),
                     until: until.map(|u| history::rfc3339(u.naive_utc())),
                     reason: l.paused_reason.clone(),
-                    text: super::trigger::describe_pause(l, until),
+                    text: l.describe_pause(until),
                 })
             }),
             last_run: last.map(RunRecord::from),
@@ -285,8 +279,23 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The jobs `status` shows: those of the job file in its order, then the
+/// lease rows of jobs no longer in it (not replicron's own rows, nor those
+/// of `exec` locks).
+pub(crate) fn job_names(config: &crate::config::Config, locks: &[lease::LockRow]) -> Vec<String> {
+    let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
+    for lock in locks {
+        let own =
+            lock.name.starts_with(crate::config::RESERVED_PREFIX) || lock.name.contains(".once.");
+        if !own && !names.contains(&lock.name) {
+            names.push(lock.name.clone());
+        }
+    }
+    names
+}
+
 /// Whether the job's last run ended badly: an operator should look.
-fn failed(last: Option<&history::RunRow>) -> Option<String> {
+pub(crate) fn failed(last: Option<&history::RunBrief>) -> Option<String> {
     let run = last?;
     let status = run.status;
     let bad = matches!(
@@ -313,10 +322,10 @@ fn failed(last: Option<&history::RunRow>) -> Option<String> {
 }
 
 /// Why a job's lease looks stuck, if it does (see README, "status").
-fn stuck(
+pub(crate) fn stuck(
     job: Option<&crate::config::Job>,
     lock: Option<&lease::LockRow>,
-    last: Option<&history::RunRow>,
+    last: Option<&history::RunBrief>,
     held: bool,
     now: DateTime<Utc>,
     instances: &[crate::registry::Instance],

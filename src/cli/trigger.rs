@@ -3,14 +3,12 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::{
     ConfigArg, ExitCode, command_runtime, describe, exit_code_of, find_job, load, open_for_command,
 };
 use crate::history::RunStatus;
-use crate::lease::Claim;
-use crate::scheduler::{Job, Plan, Recording, Work};
+use crate::scheduler::Job;
+use crate::scheduler::trigger::Started;
 
 /// `--config FILE JOB`.
 #[derive(Debug, clap::Args)]
@@ -44,30 +42,6 @@ fn output_tail(output: &str, lines: usize) -> String {
     text
 }
 
-/// "paused by … since … until …: reason", for messages.
-pub(super) fn describe_pause(
-    row: &crate::lease::LockRow,
-    until: Option<chrono::DateTime<chrono::Utc>>,
-) -> String {
-    let mut text = format!(
-        "paused by {} since {}",
-        row.paused_by.as_deref().unwrap_or("?"),
-        row.paused_at
-            .map_or_else(|| "?".to_string(), crate::history::rfc3339)
-    );
-    match until {
-        Some(until) => text.push_str(&format!(
-            " until {}",
-            crate::history::rfc3339(until.naive_utc())
-        )),
-        None => text.push_str(" until resumed"),
-    }
-    if let Some(reason) = row.paused_reason.as_deref().filter(|r| !r.is_empty()) {
-        text.push_str(&format!(" ({reason})"));
-    }
-    text
-}
-
 pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     config.check_host()?;
@@ -77,37 +51,13 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let grace = config.daemon.shutdown_grace;
     let ran = runtime.block_on(async {
         let engine = super::run::one_off_engine(pool, grace)?;
-        let job = Job::from_config(&job);
-        engine
-            .store
-            .ensure_rows(vec![job.name().to_string()])
-            .await?;
-        if !args.force
-            && let Some(row) = engine.store.find_lock(job.name()).await?
-        {
-            let now = engine.store.database_now().await?.naive_utc();
-            if let Some(until) = row.paused_at_time(now) {
-                return Ok(Err(describe_pause(&row, until)));
-            }
-        }
-        // The instant is the database's now: a run beside no other.
-        let claimed = engine
-            .store
-            .claim_now(job.name(), &engine.instance, job.settings.lock_at_most_for)
-            .await?;
-        let ran = match (claimed, Work::of(&job)) {
-            (Claim::Won(lease), Some(work)) => {
-                let plan = Plan {
-                    work,
-                    lease,
-                    recording: Recording::default(),
-                    claimed: Instant::now(),
-                    first_run: None,
-                    ended: None,
-                };
-                Some(crate::scheduler::execute::execute(engine.clone(), plan).await)
-            }
-            _ => None,
+        let started =
+            crate::scheduler::trigger::start(engine.clone(), &Job::from_config(&job), args.force)
+                .await?;
+        let ran = match started {
+            Started::Running { handle, .. } => handle.await.ok(),
+            Started::Paused(paused) => return Ok(Err(paused)),
+            Started::Held | Started::NotRunnable => None,
         };
         let unwritten = engine.journal.flush(Duration::from_secs(10)).await;
         for write in &unwritten {

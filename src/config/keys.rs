@@ -164,13 +164,19 @@ pub(crate) fn all() -> Vec<Key> {
             "daemon",
             "metrics_listen",
             None,
-            "IP:PORT to serve /metrics (Prometheus) and /healthz on; unset, nothing is served.",
+            "IP:PORT (or a bare PORT, on 127.0.0.1) to serve the dashboard (/), the JSON API (/api/v1/), /metrics (Prometheus) and /healthz on; unset, nothing is served. See docs/api.md.",
         ),
         key(
             "daemon",
             "history_retention",
             Some("\"30d\""),
             "History rows older than this are deleted, by one replica at a time.",
+        ),
+        key(
+            "web",
+            "token_env",
+            None,
+            "The environment variable holding the bearer token that allows actions (trigger, pause, resume, unlock) from the dashboard and the API. Unset, both are read-only and actions answer 403. The variable must be set when replicron starts; no job inherits it.",
         ),
     ];
     keys.extend(
@@ -298,6 +304,7 @@ mod tests {
         for (table, header) in [
             ("database", "[database]"),
             ("daemon", "[daemon]"),
+            ("web", "[web]"),
             ("defaults", "[defaults]"),
             ("notify", "[notify]"),
             ("job", "[[job]]"),

@@ -43,6 +43,8 @@ pub(crate) struct Config {
     pub(crate) database: DatabaseConfig,
     /// `[daemon]`.
     pub(crate) daemon: DaemonConfig,
+    /// `[web]`.
+    pub(crate) web: WebConfig,
     /// `[defaults]`, as applied to jobs (and to `replicron exec`).
     pub(crate) defaults: Defaults,
     /// Every `[[job]]`, in file order, enabled or not.
@@ -81,6 +83,59 @@ pub(crate) struct DaemonConfig {
     pub(crate) metrics_listen: Option<SocketAddr>,
     /// History rows older than this are deleted.
     pub(crate) history_retention: Duration,
+}
+
+/// `[web]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WebConfig {
+    /// The variable holding the bearer token that allows actions.
+    pub(crate) token_env: Option<TokenEnv>,
+}
+
+/// `[web] token_env`: a variable's name, and its line in the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TokenEnv {
+    /// The variable.
+    pub(crate) var: String,
+    /// Its line in the file.
+    pub(crate) line: Option<usize>,
+}
+
+/// The shortest token `[web] token_env` may hold.
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
+
+impl WebConfig {
+    /// The bearer token from the process environment, if `[web] token_env`
+    /// is set: an error names the variable (never its value) when it is
+    /// unset or too short.
+    pub(crate) fn token(&self, path: &Path) -> Result<Option<String>, ConfigError> {
+        let Some(token_env) = &self.token_env else {
+            return Ok(None);
+        };
+        let value = std::env::var(&token_env.var).unwrap_or_default();
+        let problem = if value.trim().is_empty() {
+            format!(
+                "{} is not set in replicron's environment: actions need its token",
+                token_env.var
+            )
+        } else if value.trim().len() < MIN_TOKEN_LEN {
+            format!(
+                "the token in {} is shorter than {MIN_TOKEN_LEN} characters: use a random one (`openssl rand -hex 32`)",
+                token_env.var
+            )
+        } else {
+            return Ok(Some(value.trim().to_string()));
+        };
+        Err(ConfigError {
+            path: path.to_path_buf(),
+            diagnostics: vec![Diagnostic {
+                line: token_env.line,
+                job: None,
+                key: Some("web.token_env".to_string()),
+                message: problem,
+            }],
+        })
+    }
 }
 
 /// What a job executes.

@@ -25,6 +25,13 @@ pub(super) struct RawDaemon {
     pub history_retention: Option<S<String>>,
 }
 
+/// `[web]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWeb {
+    pub token_env: Option<S<String>>,
+}
+
 /// The keys a job may take from `[defaults]` or set itself.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -447,7 +447,7 @@ fn the_environment_overrides_database_and_daemon_keys() {
     }
     let bad = Environment::default()
         .with(POOL_SIZE_ENV, "lots")
-        .with(METRICS_LISTEN_ENV, "9300");
+        .with(METRICS_LISTEN_ENV, "localhost:9300");
     let error = Config::parse(Path::new("jobs.toml"), &text, &bad).expect_err("rejected");
     let keys: Vec<Option<&str>> = error.diagnostics.iter().map(|d| d.key.as_deref()).collect();
     assert!(keys.contains(&Some(POOL_SIZE_ENV)), "{error}");
@@ -603,5 +603,64 @@ fn an_every_job_takes_no_shared_locks() {
         Some("\"j\""),
         "locks",
         "locks are for jobs run once across the fleet",
+    );
+}
+
+#[test]
+fn a_bare_port_listens_on_loopback() {
+    for text in ["9187", ":9187"] {
+        let config = parse(&format!("{DB}[daemon]\nmetrics_listen = {text:?}\n")).expect("valid");
+        assert_eq!(
+            config.daemon.metrics_listen,
+            Some("127.0.0.1:9187".parse().expect("addr")),
+            "{text}"
+        );
+    }
+    let config = parse(&format!("{DB}[daemon]\nmetrics_listen = \"0.0.0.0:80\"\n")).expect("valid");
+    assert_eq!(
+        config.daemon.metrics_listen,
+        Some("0.0.0.0:80".parse().expect("addr"))
+    );
+}
+
+#[test]
+fn the_web_token_is_named_never_shown_and_hidden_from_jobs() {
+    one_error(
+        &format!("{DB}[web]\ntoken_env = \"NOT A NAME\"\n"),
+        4,
+        None,
+        "web.token_env",
+        "not an environment variable's name",
+    );
+    one_error(
+        &format!("{DB}[web]\ntoken = \"x\"\n"),
+        4,
+        None,
+        "web.token",
+        "unknown field",
+    );
+    let text = format!(
+        "{DB}[web]\ntoken_env = \"REPLICRON_TEST_UNSET_TOKEN_VAR\"\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    );
+    let config = parse(&text).expect("valid");
+    assert_eq!(
+        config.jobs[0].hidden_env,
+        ["REPLICRON_TEST_UNSET_TOKEN_VAR"],
+        "no job inherits the token"
+    );
+    let error = config
+        .web
+        .token(Path::new("jobs.toml"))
+        .expect_err("an unset variable");
+    let message = error.to_string();
+    assert!(
+        message.contains("jobs.toml:4")
+            && message.contains("web.token_env")
+            && message.contains("REPLICRON_TEST_UNSET_TOKEN_VAR is not set"),
+        "{message}"
+    );
+    assert_eq!(
+        WebConfig::default().token(Path::new("jobs.toml")).ok(),
+        Some(None)
     );
 }

@@ -247,6 +247,10 @@ pub(crate) struct RunFilter {
     pub status: Option<RunStatus>,
     /// Only `exec --once` runs of this KEY.
     pub once_key: Option<String>,
+    /// Only runs that started at or after this (database time, UTC).
+    pub since: Option<NaiveDateTime>,
+    /// Only runs older than this one (by id): the next page of a listing.
+    pub before_id: Option<i64>,
     /// At most this many, newest first.
     pub limit: i64,
 }
@@ -495,10 +499,14 @@ pub(crate) fn last_successes(
         .load(conn)
 }
 
-/// Runs matching `filter`, newest first.
-pub(crate) fn list_runs(conn: &mut DbConnection, filter: &RunFilter) -> QueryResult<Vec<RunRow>> {
+/// The rows matching `filter`, newest first, before any select.
+fn filtered(
+    filter: &RunFilter,
+) -> crate::db::schema::replicron_runs::BoxedQuery<
+    'static,
+    <DbConnection as diesel::Connection>::Backend,
+> {
     let mut query = runs::replicron_runs
-        .select(RunRow::as_select())
         .order(runs::id.desc())
         .limit(filter.limit.max(0))
         .into_boxed();
@@ -511,7 +519,105 @@ pub(crate) fn list_runs(conn: &mut DbConnection, filter: &RunFilter) -> QueryRes
     if let Some(key) = &filter.once_key {
         query = query.filter(runs::once_key.eq(key.clone()));
     }
-    query.load(conn)
+    if let Some(since) = filter.since {
+        query = query.filter(runs::started_at.ge(since));
+    }
+    if let Some(before) = filter.before_id {
+        query = query.filter(runs::id.lt(before));
+    }
+    query
+}
+
+/// Runs matching `filter`, newest first.
+pub(crate) fn list_runs(conn: &mut DbConnection, filter: &RunFilter) -> QueryResult<Vec<RunRow>> {
+    filtered(filter).select(RunRow::as_select()).load(conn)
+}
+
+/// A run without its output: what listings show.
+#[derive(Clone, Debug, PartialEq, Eq, Queryable, Selectable)]
+#[diesel(table_name = crate::db::schema::replicron_runs)]
+pub(crate) struct RunBrief {
+    /// Auto-increment key.
+    pub id: i64,
+    /// The job.
+    pub job: String,
+    /// The instant it ran for (UTC).
+    pub scheduled_at: NaiveDateTime,
+    /// 1, or more when retried.
+    pub attempt: i32,
+    /// Who ran it.
+    pub instance: String,
+    /// Under which lease.
+    pub fence: i64,
+    /// Database time it started (UTC).
+    pub started_at: NaiveDateTime,
+    /// Database time it finished (UTC), if it has.
+    pub finished_at: Option<NaiveDateTime>,
+    /// How it ended, or that it has not.
+    pub status: RunStatus,
+    /// Exit code; `None` when killed by a signal.
+    pub exit_code: Option<i32>,
+}
+
+impl From<&RunRow> for RunBrief {
+    fn from(row: &RunRow) -> Self {
+        RunBrief {
+            id: row.id,
+            job: row.job.clone(),
+            scheduled_at: row.scheduled_at,
+            attempt: row.attempt,
+            instance: row.instance.clone(),
+            fence: row.fence,
+            started_at: row.started_at,
+            finished_at: row.finished_at,
+            status: row.status,
+            exit_code: row.exit_code,
+        }
+    }
+}
+
+impl RunBrief {
+    /// How long it ran, if it has ended.
+    pub(crate) fn duration(&self) -> Option<chrono::TimeDelta> {
+        Some(self.finished_at? - self.started_at)
+    }
+}
+
+/// Runs matching `filter`, newest first, without their output.
+pub(crate) fn list_briefs(
+    conn: &mut DbConnection,
+    filter: &RunFilter,
+) -> QueryResult<Vec<RunBrief>> {
+    filtered(filter).select(RunBrief::as_select()).load(conn)
+}
+
+/// The last `count` runs of each of `jobs`, newest first, without output:
+/// one indexed statement per job (`(job, id)`), on one connection.
+pub(crate) fn recent_briefs(
+    conn: &mut DbConnection,
+    jobs: &[String],
+    count: i64,
+) -> QueryResult<Vec<(String, Vec<RunBrief>)>> {
+    jobs.iter()
+        .map(|job| {
+            let runs = runs::replicron_runs
+                .select(RunBrief::as_select())
+                .filter(runs::job.eq(job))
+                .order(runs::id.desc())
+                .limit(count)
+                .load(conn)?;
+            Ok((job.clone(), runs))
+        })
+        .collect()
+}
+
+/// The run with id `id`, output and all.
+pub(crate) fn find_run(conn: &mut DbConnection, id: i64) -> QueryResult<Option<RunRow>> {
+    runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::id.eq(id))
+        .first(conn)
+        .optional()
 }
 
 /// The last attempt recorded for instant `instant` of `job` under lease

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{NewRun, RunFilter, RunRow};
+use super::{NewRun, RunBrief, RunFilter, RunRow};
 use crate::db::{DbError, Store};
 
 impl Store {
@@ -67,5 +67,31 @@ impl Store {
             super::prune_runs(conn, older_than, batch)
         })
         .await
+    }
+
+    /// [`super::list_briefs`].
+    pub(crate) async fn list_briefs(&self, filter: RunFilter) -> Result<Vec<RunBrief>, DbError> {
+        self.call("reading the history", move |conn| {
+            super::list_briefs(conn, &filter)
+        })
+        .await
+    }
+
+    /// [`super::recent_briefs`].
+    pub(crate) async fn recent_briefs(
+        &self,
+        jobs: Vec<String>,
+        count: i64,
+    ) -> Result<Vec<(String, Vec<RunBrief>)>, DbError> {
+        self.call("reading the history", move |conn| {
+            super::recent_briefs(conn, &jobs, count)
+        })
+        .await
+    }
+
+    /// [`super::find_run`].
+    pub(crate) async fn find_run(&self, id: i64) -> Result<Option<RunRow>, DbError> {
+        self.call("reading the history", move |conn| super::find_run(conn, id))
+            .await
     }
 }

@@ -138,6 +138,27 @@ impl LockRow {
         let until = self.paused_until.filter(|until| *until > now)?;
         Some((until < crate::db::clock::far_future()).then(|| until.and_utc()))
     }
+
+    /// "paused by … since … until …: reason", for messages.
+    pub(crate) fn describe_pause(&self, until: Option<DateTime<Utc>>) -> String {
+        let mut text = format!(
+            "paused by {} since {}",
+            self.paused_by.as_deref().unwrap_or("?"),
+            self.paused_at
+                .map_or_else(|| "?".to_string(), crate::history::rfc3339)
+        );
+        match until {
+            Some(until) => text.push_str(&format!(
+                " until {}",
+                crate::history::rfc3339(until.naive_utc())
+            )),
+            None => text.push_str(" until resumed"),
+        }
+        if let Some(reason) = self.paused_reason.as_deref().filter(|r| !r.is_empty()) {
+            text.push_str(&format!(" ({reason})"));
+        }
+        text
+    }
 }
 
 /// Creates the lease row of each job that has none. Safe when every replica

@@ -92,4 +92,41 @@ impl Store {
         self.call("reading the database clock", crate::db::clock::database_now)
             .await
     }
+
+    /// [`super::list_locks`].
+    pub(crate) async fn list_locks(&self) -> Result<Vec<LockRow>, DbError> {
+        self.call("reading the leases", super::list_locks).await
+    }
+
+    /// [`super::pause`] of `job` (its row created if missing).
+    pub(crate) async fn pause(
+        &self,
+        job: &str,
+        until: Option<DateTime<Utc>>,
+        by: String,
+        reason: Option<String>,
+    ) -> Result<(), DbError> {
+        let job = job.to_string();
+        self.call("pausing the job", move |conn| {
+            super::ensure_rows(conn, &[job.as_str()])?;
+            super::pause(conn, &job, until, &by, reason.as_deref()).map(|_| ())
+        })
+        .await
+    }
+
+    /// [`super::resume`]: `false` if it was not paused.
+    pub(crate) async fn resume(&self, job: &str) -> Result<bool, DbError> {
+        let job = job.to_string();
+        self.call("resuming the job", move |conn| super::resume(conn, &job))
+            .await
+    }
+
+    /// [`super::force_unlock`].
+    pub(crate) async fn force_unlock(&self, job: &str) -> Result<bool, DbError> {
+        let job = job.to_string();
+        self.call("ending the lease", move |conn| {
+            super::force_unlock(conn, &job)
+        })
+        .await
+    }
 }

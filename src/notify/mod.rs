@@ -382,6 +382,66 @@ enum Message {
     },
 }
 
+/// How many of the notifications this replica sent (or failed to send)
+/// are kept for the dashboard and the API.
+const RECENT: usize = 200;
+
+/// One notification this replica sent or failed to send.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Sent {
+    /// When its last try ended (UTC, RFC 3339 with ms).
+    pub(crate) at: String,
+    /// The job.
+    pub(crate) job: String,
+    /// The event (`failed`, `missed`, …) or the ping (`start`, `success`, `fail`).
+    pub(crate) event: &'static str,
+    /// The history row it is about, if any.
+    pub(crate) run_id: Option<i64>,
+    /// `webhook`, `command` or `ping`.
+    pub(crate) to: &'static str,
+    /// `sent`, `failed` or `dropped`.
+    pub(crate) result: &'static str,
+    /// Why it failed (URLs' credentials hidden).
+    pub(crate) error: Option<String>,
+}
+
+/// The newest [`RECENT`] notifications of this process, oldest first.
+static SENT: std::sync::Mutex<std::collections::VecDeque<Sent>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// Remembers a notification's result, for [`recent`].
+pub(crate) fn remember(
+    job: &str,
+    event: &'static str,
+    run_id: Option<i64>,
+    to: &'static str,
+    result: &'static str,
+    error: Option<String>,
+) {
+    let sent = Sent {
+        at: crate::schedule::fmt_instant(Utc::now()),
+        job: job.to_string(),
+        event,
+        run_id,
+        to,
+        result,
+        error: error.map(|e| crate::config::redact(&e)),
+    };
+    if let Ok(mut all) = SENT.lock() {
+        if all.len() >= RECENT {
+            all.pop_front();
+        }
+        all.push_back(sent);
+    }
+}
+
+/// The notifications this replica sent or failed to send, newest first.
+pub(crate) fn recent() -> Vec<Sent> {
+    SENT.lock()
+        .map(|all| all.iter().rev().cloned().collect())
+        .unwrap_or_default()
+}
+
 /// How many notifications may wait to be sent; beyond, one is dropped and
 /// logged.
 const QUEUE: usize = 1000;
@@ -454,6 +514,7 @@ impl Notifier {
         {
             self.outstanding.fetch_sub(1, Ordering::SeqCst);
             crate::telemetry::notification(&job, event, "dropped");
+            remember(&job, event, id, "queue", "dropped", None);
             error!(job = %job, event, run_id = id, "notification dropped: {QUEUE} are already waiting to be sent");
         }
     }
@@ -476,6 +537,7 @@ impl Notifier {
         if self.queue.try_send(message).is_err() {
             self.outstanding.fetch_sub(1, Ordering::SeqCst);
             crate::telemetry::notification(job, ping.label(), "dropped");
+            remember(job, ping.label(), Some(run_id), "ping", "dropped", None);
             error!(job = %job, run_id, "ping dropped: {QUEUE} notifications are already waiting to be sent");
         }
     }
@@ -548,6 +610,7 @@ async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<Atomic
                 if chain.pending.load(Ordering::SeqCst) >= PING_BACKLOG {
                     outstanding.fetch_sub(1, Ordering::SeqCst);
                     crate::telemetry::notification(&job, ping.label(), "dropped");
+                    remember(&job, ping.label(), Some(run_id), "ping", "dropped", None);
                     error!(
                         job = %job,
                         run_id,

@@ -21,6 +21,7 @@ mod job;
 mod missed;
 mod retention;
 mod tick;
+pub(crate) mod trigger;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -115,6 +116,7 @@ pub struct SchedulerBuilder {
     process_guard: bool,
     liveness: Option<Arc<Liveness>>,
     notify_systemd: bool,
+    triggers: Option<mpsc::Receiver<trigger::Request>>,
 }
 
 impl std::fmt::Debug for SchedulerBuilder {
@@ -182,6 +184,12 @@ impl SchedulerBuilder {
     /// process dies: for jobs that are child processes (the daemon's).
     pub(crate) fn process_guard(mut self, on: bool) -> Self {
         self.process_guard = on;
+        self
+    }
+
+    /// Runs of jobs now, outside their schedule (the dashboard's trigger).
+    pub(crate) fn triggers(mut self, triggers: mpsc::Receiver<trigger::Request>) -> Self {
+        self.triggers = Some(triggers);
         self
     }
 
@@ -278,6 +286,7 @@ impl SchedulerBuilder {
             shutdown_grace: self.shutdown_grace,
             history_retention: self.history_retention,
             notify_systemd: self.notify_systemd,
+            triggers: self.triggers,
         })
     }
 }
@@ -298,6 +307,7 @@ pub struct Scheduler {
     shutdown_grace: Duration,
     history_retention: Duration,
     notify_systemd: bool,
+    triggers: Option<mpsc::Receiver<trigger::Request>>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -325,12 +335,18 @@ impl Scheduler {
             process_guard: false,
             liveness: None,
             notify_systemd: false,
+            triggers: None,
         }
     }
 
     /// This replica's id in leases and history.
     pub fn instance_id(&self) -> &str {
         &self.me.id
+    }
+
+    /// The database, for the dashboard and the API.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Runs the jobs until `shutdown` resolves; then stops claiming, lets
@@ -373,7 +389,10 @@ impl Scheduler {
             shutdown_grace: _,
             history_retention,
             notify_systemd,
+            triggers,
         } = self;
+        let mut triggers = triggers.unwrap_or_else(|| mpsc::channel(1).1);
+        let mut triggered: Vec<JoinHandle<()>> = Vec::new();
         let jobs: Vec<Arc<Job>> = jobs.into_iter().map(Arc::new).collect();
         let created = store
             .ensure_rows(jobs.iter().map(|j| j.name.clone()).collect())
@@ -457,12 +476,19 @@ impl Scheduler {
                         telemetry::notify_systemd("ready");
                     }
                 }
+                Some(request) = triggers.recv() => {
+                    triggered.retain(|run| !run.is_finished());
+                    triggered.push(tokio::spawn(trigger::answer(engine.clone(), request)));
+                }
             }
         }
         if notify_systemd {
             telemetry::notify_systemd("stopping");
         }
         loops.join().await;
+        for run in triggered {
+            let _ = run.await;
+        }
         pauses.abort();
         heartbeats.abort();
         if tokio::time::timeout(MISSED_ROUND_TIMEOUT, &mut missed)

@@ -1,9 +1,8 @@
-//! What a replica tells the outside: Prometheus metrics ([`metrics`]), the
-//! `/metrics` and `/healthz` endpoints ([`http`]), and systemd's readiness
-//! and watchdog notifications ([`systemd`]). The scheduler records metrics
-//! and beats [`Liveness`]; serving and notifying are the daemon's.
+//! What a replica tells the outside: Prometheus metrics ([`metrics`]) and
+//! systemd's readiness and watchdog notifications ([`systemd`]). The
+//! scheduler records metrics and beats [`Liveness`]; serving them
+//! (`crate::web`) and notifying are the daemon's.
 
-pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod systemd;
 

@@ -19,7 +19,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
-use super::raw::{RawDaemon, RawDatabase, RawJob, RawNotify, RawSettings};
+use super::raw::{RawDaemon, RawDatabase, RawJob, RawNotify, RawSettings, RawWeb};
 use super::*;
 
 /// Checks `text` (read from `path`): the config, if it could be built, and
@@ -160,6 +160,7 @@ impl<'t> Checker<'t> {
 
         let mut database = RawDatabase::default();
         let mut daemon = RawDaemon::default();
+        let mut web = RawWeb::default();
         let mut defaults = RawSettings::default();
         let mut notify = RawNotify::default();
         let mut jobs: Vec<(Range<usize>, RawJob)> = Vec::new();
@@ -176,6 +177,7 @@ impl<'t> Checker<'t> {
                         .table(value, Scope::Table("daemon"))
                         .unwrap_or_default()
                 }
+                "web" => web = self.table(value, Scope::Table("web")).unwrap_or_default(),
                 "defaults" => {
                     defaults = self
                         .table(value, Scope::Table("defaults"))
@@ -210,13 +212,14 @@ impl<'t> Checker<'t> {
                     Some(key_span),
                     None,
                     Some(other),
-                    "unknown top-level key: expected [database], [daemon], [defaults], [notify] or [[job]]",
+                    "unknown top-level key: expected [database], [daemon], [web], [defaults], [notify] or [[job]]",
                 ),
             }
         }
 
         let database = self.database(database, path, env);
         let daemon = self.daemon(daemon, env);
+        let web = self.web(web);
         let defaults = self.settings(defaults, &Settings::default(), Scope::Table("defaults"));
         let notify = self.notify(
             notify,
@@ -235,6 +238,7 @@ impl<'t> Checker<'t> {
             .collect();
         // The variables notifications read secrets from are no job's.
         let mut hidden: Vec<String> = notify.secret_vars();
+        hidden.extend(web.token_env.iter().map(|t| t.var.clone()));
         for job in &jobs {
             hidden.extend(job.notify.iter().flat_map(|n| n.secret_vars()));
         }
@@ -247,6 +251,7 @@ impl<'t> Checker<'t> {
             path: path.to_path_buf(),
             database: database?,
             daemon,
+            web,
             defaults: Defaults {
                 lock_at_most_for: defaults.lock_at_most_for,
                 lock_at_least_for: defaults.lock_at_least_for,

@@ -62,6 +62,34 @@ impl Checker<'_> {
         })
     }
 
+    pub(super) fn web(&mut self, raw: RawWeb) -> WebConfig {
+        let token_env = raw.token_env.and_then(|given| {
+            let line = self.line(&given.span());
+            let var = given.get_ref().trim();
+            let valid = !var.is_empty()
+                && !var.starts_with(|c: char| c.is_ascii_digit())
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if valid {
+                Some(TokenEnv {
+                    var: var.to_string(),
+                    line: Some(line),
+                })
+            } else {
+                self.report(
+                    Some(given.span()),
+                    Some(Scope::Table("web")),
+                    Some("token_env"),
+                    format!(
+                        "{:?} is not an environment variable's name (letters, digits and _)",
+                        given.get_ref()
+                    ),
+                );
+                None
+            }
+        });
+        WebConfig { token_env }
+    }
+
     pub(super) fn daemon(&mut self, raw: RawDaemon, env: &Environment) -> DaemonConfig {
         let scope = Scope::Table("daemon");
         let duration =
@@ -92,11 +120,11 @@ impl Checker<'_> {
             DEFAULT_HISTORY_RETENTION,
         );
         let metrics_listen = Given::of(env, METRICS_LISTEN_ENV, raw.metrics_listen.as_ref())
-            .and_then(|given| match given.text().trim().parse::<SocketAddr>() {
-                Ok(addr) => Some(addr),
-                Err(_) => {
+            .and_then(|given| match parse_listen(given.text()) {
+                Some(addr) => Some(addr),
+                None => {
                     let message = format!(
-                        "invalid listen address {:?}: expected IP:PORT such as \"127.0.0.1:9187\"",
+                        "invalid listen address {:?}: expected IP:PORT such as \"127.0.0.1:9187\", or a PORT (on 127.0.0.1)",
                         given.text()
                     );
                     self.report_given(&given, scope, "metrics_listen", message);
@@ -109,4 +137,15 @@ impl Checker<'_> {
             history_retention,
         }
     }
+}
+
+/// `[daemon] metrics_listen`: IP:PORT, or a bare PORT (`9187` or `:9187`)
+/// on 127.0.0.1.
+fn parse_listen(text: &str) -> Option<SocketAddr> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Some(addr);
+    }
+    let port = text.strip_prefix(':').unwrap_or(text).parse::<u16>().ok()?;
+    Some(SocketAddr::from(([127, 0, 0, 1], port)))
 }

@@ -1,0 +1,125 @@
+//! A run of a job now, outside its schedule: `replicron trigger`, and the
+//! dashboard's and API's trigger. The instant is the database's now, taken
+//! through the job's lease like any claim, so a triggered run never
+//! overlaps one of the schedule's, on any replica.
+
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::engine::Engine;
+use super::{Job, Outcome, Plan, Recording, Work};
+use crate::lease::Claim;
+
+/// How a trigger began.
+#[derive(Debug)]
+pub(crate) enum Started {
+    /// The run is going; the handle ends with how it ended (`None` if no
+    /// attempt could be recorded).
+    Running {
+        /// The lease's fence: the run's row in the history carries it.
+        fence: i64,
+        /// The run.
+        handle: JoinHandle<Option<Outcome>>,
+    },
+    /// The job is paused: "paused by … since …".
+    Paused(String),
+    /// Its lease is held: a run is going on some replica.
+    Held,
+    /// The job has nothing to run on this replica.
+    NotRunnable,
+}
+
+/// Claims `job`'s lease at the database's now and starts its run, unless
+/// the job is paused (and `force` is off) or its lease is held.
+pub(crate) async fn start(
+    engine: Arc<Engine>,
+    job: &Job,
+    force: bool,
+) -> Result<Started, crate::Error> {
+    engine
+        .store
+        .ensure_rows(vec![job.name().to_string()])
+        .await?;
+    if !force && let Some(row) = engine.store.find_lock(job.name()).await? {
+        let now = engine.store.database_now().await?.naive_utc();
+        if let Some(until) = row.paused_at_time(now) {
+            return Ok(Started::Paused(row.describe_pause(until)));
+        }
+    }
+    let Some(work) = Work::of(job) else {
+        return Ok(Started::NotRunnable);
+    };
+    let claimed = engine
+        .store
+        .claim_now(job.name(), &engine.instance, job.settings.lock_at_most_for)
+        .await?;
+    match claimed {
+        Claim::Won(lease) => {
+            let fence = lease.fence;
+            let plan = Plan {
+                work,
+                lease,
+                recording: Recording::default(),
+                claimed: Instant::now(),
+                first_run: None,
+                ended: None,
+            };
+            let handle = tokio::spawn(super::execute::execute(engine, plan));
+            Ok(Started::Running { fence, handle })
+        }
+        _ => Ok(Started::Held),
+    }
+}
+
+/// A trigger sent to a running scheduler.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// The job, as the current config defines it.
+    pub(crate) job: Job,
+    /// Run it even though it is paused.
+    pub(crate) force: bool,
+    /// How it began, or why it could not.
+    pub(crate) reply: tokio::sync::oneshot::Sender<Result<Answer, String>>,
+}
+
+/// How a requested trigger began.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// The run is going, under this lease's fence.
+    Running(i64),
+    /// The job is paused: "paused by … since …".
+    Paused(String),
+    /// Its lease is held: a run is going on some replica.
+    Held,
+    /// The job has nothing to run on this replica.
+    NotRunnable,
+}
+
+/// Starts `request`'s run, answers how it began, and waits for it to end.
+pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
+    let Request { job, force, reply } = request;
+    if *engine.phase.borrow() != super::Phase::Running {
+        let _ = reply.send(Err("replicron is shutting down".to_string()));
+        return;
+    }
+    match start(engine, &job, force).await {
+        Ok(Started::Running { fence, handle }) => {
+            let _ = reply.send(Ok(Answer::Running(fence)));
+            let _ = handle.await;
+        }
+        Ok(Started::Paused(why)) => {
+            let _ = reply.send(Ok(Answer::Paused(why)));
+        }
+        Ok(Started::Held) => {
+            let _ = reply.send(Ok(Answer::Held));
+        }
+        Ok(Started::NotRunnable) => {
+            let _ = reply.send(Ok(Answer::NotRunnable));
+        }
+        Err(e) => {
+            let _ = reply.send(Err(e.to_string()));
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! `/api/v1/`: the JSON API (`docs/api.md`, `docs/openapi.json`).
+
+use std::str::FromStr;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::{CSRF_HEADER, Caller, same_origin};
+use super::data::{self, Recent};
+use super::{ActionParams, Shared};
+use crate::history::{RunFilter, RunStatus};
+
+/// The largest page of `runs`.
+pub(crate) const MAX_LIMIT: i64 = 1000;
+/// A page of `runs` unless `limit` says otherwise.
+pub(crate) const DEFAULT_LIMIT: i64 = 100;
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+fn unavailable(e: impl std::fmt::Display) -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+}
+
+pub(super) async fn jobs(State(web): State<Shared>) -> Response {
+    let config = web.config();
+    match data::overview(&web.store, &config, Recent::Last, None).await {
+        Ok(overview) => Json(json!({
+            "database_now": crate::schedule::fmt_instant(overview.now),
+            "jobs": overview.jobs,
+        }))
+        .into_response(),
+        Err(e) => unavailable(e),
+    }
+}
+
+pub(super) async fn job(State(web): State<Shared>, Path(name): Path<String>) -> Response {
+    let config = web.config();
+    match data::overview(&web.store, &config, Recent::Last, Some(&name)).await {
+        Ok(overview) => match overview.jobs.into_iter().find(|j| j.name == name) {
+            Some(job) => Json(job).into_response(),
+            None => error(StatusCode::NOT_FOUND, format!("no job {name:?}")),
+        },
+        Err(e) => unavailable(e),
+    }
+}
+
+/// `runs`' query.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RunsQuery {
+    job: Option<String>,
+    status: Option<String>,
+    since: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+impl RunsQuery {
+    /// The filter it asks for, or what is wrong with it.
+    pub(crate) fn filter(&self, now: chrono::DateTime<chrono::Utc>) -> Result<RunFilter, String> {
+        let limit = match self.limit.as_deref() {
+            None | Some("") => DEFAULT_LIMIT,
+            Some(text) => match text.parse::<i64>() {
+                Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+                _ => return Err(format!("limit={text:?}: expected 1 to {MAX_LIMIT}")),
+            },
+        };
+        let status = match self.status.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(text) => Some(RunStatus::from_str(text).map_err(|e| format!("status: {e}"))?),
+        };
+        let since = match self.since.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(text) => Some(data::parse_since(text, now)?),
+        };
+        let before_id = match self.cursor.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(text) => Some(
+                text.parse::<i64>()
+                    .map_err(|_| format!("cursor={text:?}: pass a next_cursor as given"))?,
+            ),
+        };
+        Ok(RunFilter {
+            job: self.job.clone().filter(|j| !j.is_empty()),
+            status,
+            since,
+            before_id,
+            limit,
+            ..Default::default()
+        })
+    }
+}
+
+pub(super) async fn runs(State(web): State<Shared>, Query(query): Query<RunsQuery>) -> Response {
+    let now = match web.store.database_now().await {
+        Ok(now) => now,
+        Err(e) => return unavailable(e),
+    };
+    let filter = match query.filter(now) {
+        Ok(filter) => filter,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match data::runs(&web.store, filter).await {
+        Ok(page) => Json(page).into_response(),
+        Err(e) => unavailable(e),
+    }
+}
+
+pub(super) async fn run(State(web): State<Shared>, Path(id): Path<String>) -> Response {
+    let Ok(id) = id.parse::<i64>() else {
+        return error(StatusCode::BAD_REQUEST, format!("{id:?} is not a run id"));
+    };
+    match web.store.find_run(id).await {
+        Ok(Some(run)) => Json(data::RunView::from(run)).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no run {id}")),
+        Err(e) => unavailable(e),
+    }
+}
+
+pub(super) async fn instances(State(web): State<Shared>) -> Response {
+    match data::instances(&web.store).await {
+        Ok(instances) => Json(json!({ "instances": instances })).into_response(),
+        Err(e) => unavailable(e),
+    }
+}
+
+pub(super) async fn notifications(State(web): State<Shared>) -> Response {
+    Json(json!({
+        "instance": web.instance,
+        "notifications": crate::notify::recent(),
+    }))
+    .into_response()
+}
+
+pub(super) async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        include_str!("../../docs/openapi.json"),
+    )
+        .into_response()
+}
+
+/// `POST /api/v1/jobs/{name}/{action}`: with the bearer token, or from a
+/// browser session with its CSRF token in `X-CSRF-Token`. Parameters come
+/// as a JSON body or in the query string.
+pub(super) async fn act(
+    State(web): State<Shared>,
+    Path((name, action)): Path<(String, String)>,
+    Query(query): Query<ActionParams>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match web.auth.caller(&headers) {
+        Caller::ReadOnly => {
+            return error(
+                StatusCode::FORBIDDEN,
+                "actions are off: [web] token_env is not set, so the dashboard and the API are read-only",
+            );
+        }
+        Caller::Anonymous => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"replicron\"")],
+                Json(json!({ "error": "send the token of [web] token_env as Authorization: Bearer TOKEN" })),
+            )
+                .into_response();
+        }
+        Caller::Session => {
+            let csrf = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+            if !same_origin(&headers) || !csrf.is_some_and(|c| web.auth.is_csrf(c)) {
+                return error(
+                    StatusCode::FORBIDDEN,
+                    "a browser session must send the page's CSRF token in X-CSRF-Token, from the dashboard's origin",
+                );
+            }
+        }
+        Caller::Bearer => {}
+    }
+    let params = if body.iter().all(u8::is_ascii_whitespace) {
+        query
+    } else {
+        match serde_json::from_slice::<ActionParams>(&body) {
+            Ok(params) => params,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("the JSON body: {e}")),
+        }
+    };
+    let by = format!("api@{}", web.instance);
+    match super::act(&web, &name, &action, &params, &by).await {
+        Ok((status, message)) => (status, Json(json!({ "message": message }))).into_response(),
+        Err((status, message)) => error(status, message),
+    }
+}

@@ -1,0 +1,428 @@
+//! What the dashboard and the API show, read through the [`Store`] (the
+//! same statements as `status` and `history`) and shaped once for both.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::Serialize;
+
+use crate::config::{Command, Config, RunOn};
+use crate::db::{DbError, Store};
+use crate::history::{RunBrief, RunFilter, RunRow, RunStatus, rfc3339};
+use crate::lease::LockRow;
+use crate::registry::Instance;
+
+/// A job: its definition and its state across the fleet.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct JobView {
+    /// Its name.
+    pub(crate) name: String,
+    /// Whether the job file defines it (a lease row may outlive its job).
+    pub(crate) in_config: bool,
+    /// Whether it is scheduled (`enabled = false`: never).
+    pub(crate) enabled: bool,
+    /// Its definition, when the job file has it.
+    pub(crate) definition: Option<Definition>,
+    /// Its next instant (UTC, RFC 3339).
+    pub(crate) next_instant: Option<String>,
+    /// When that instant's run starts (the instant plus its jitter), in
+    /// the job's time zone, RFC 3339 with the zone's offset.
+    pub(crate) next_start: Option<String>,
+    /// Seconds from the database's now to the next start.
+    pub(crate) next_start_in_seconds: Option<f64>,
+    /// Its fleet-wide pause, if paused now.
+    pub(crate) paused: Option<PauseView>,
+    /// Its lease.
+    pub(crate) lease: LeaseView,
+    /// Its newest run, without output.
+    pub(crate) last_run: Option<RunView>,
+    /// Live replicas that define it differently ("r1 has 1a2b…; r2 has …").
+    pub(crate) drift: Option<String>,
+    /// What an operator should look at, as `status` says it.
+    pub(crate) problem: Option<String>,
+    /// Its newest runs, newest first, for the dashboard's chart.
+    #[serde(skip)]
+    pub(crate) recent: Vec<RunView>,
+}
+
+/// A job's definition, as the job file gives it (secrets in URLs hidden,
+/// environment values never shown).
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Definition {
+    /// The cron expression or macro.
+    pub(crate) schedule: String,
+    /// Its time zone.
+    pub(crate) timezone: String,
+    /// What it runs: the shell line, or the program and its arguments.
+    pub(crate) command: String,
+    /// `one` (once across the fleet) or `every` (on each replica).
+    pub(crate) run_on: &'static str,
+    /// The shared locks it takes.
+    pub(crate) locks: Vec<String>,
+    /// The names of the extra environment variables it sets.
+    pub(crate) env: Vec<String>,
+    /// The user it runs as, if not replicron's.
+    pub(crate) user: Option<String>,
+    /// Seconds after which a run is stopped.
+    pub(crate) timeout_seconds: f64,
+    /// The lease's length, in seconds.
+    pub(crate) lock_at_most_for_seconds: f64,
+    /// The longest delay of a run after its instant, in seconds.
+    pub(crate) jitter_seconds: f64,
+    /// Retries of a failed run.
+    pub(crate) retries: u32,
+}
+
+/// A job's pause.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct PauseView {
+    /// Who paused it.
+    pub(crate) by: Option<String>,
+    /// Since when.
+    pub(crate) since: Option<String>,
+    /// Until when; `None`: until resumed.
+    pub(crate) until: Option<String>,
+    /// Why.
+    pub(crate) reason: Option<String>,
+}
+
+/// A job's lease.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct LeaseView {
+    /// Whether a replica holds it now.
+    pub(crate) held: bool,
+    /// The last replica to claim it.
+    pub(crate) holder: Option<String>,
+    /// When the lease ends (or ended).
+    pub(crate) until: Option<String>,
+    /// Its fencing token.
+    pub(crate) fence: i64,
+}
+
+/// A run; its output only where asked for.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct RunView {
+    /// Its id in the history.
+    pub(crate) id: i64,
+    /// The job.
+    pub(crate) job: String,
+    /// The instant it is for.
+    pub(crate) scheduled_at: String,
+    /// 1, or more when retried.
+    pub(crate) attempt: i32,
+    /// The replica that ran it.
+    pub(crate) instance: String,
+    /// Under which lease.
+    pub(crate) fence: i64,
+    /// When it started.
+    pub(crate) started_at: String,
+    /// When it ended, if it has.
+    pub(crate) finished_at: Option<String>,
+    /// How it ended, or `running`.
+    pub(crate) status: RunStatus,
+    /// Its exit code, if its process exited.
+    pub(crate) exit_code: Option<i32>,
+    /// How long it ran, in seconds, if it has ended.
+    pub(crate) duration_seconds: Option<f64>,
+    /// The tail of its output (only for one run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) output: Option<String>,
+}
+
+impl From<&RunBrief> for RunView {
+    fn from(run: &RunBrief) -> Self {
+        RunView {
+            id: run.id,
+            job: run.job.clone(),
+            scheduled_at: rfc3339(run.scheduled_at),
+            attempt: run.attempt,
+            instance: run.instance.clone(),
+            fence: run.fence,
+            started_at: rfc3339(run.started_at),
+            finished_at: run.finished_at.map(rfc3339),
+            status: run.status,
+            exit_code: run.exit_code,
+            duration_seconds: run
+                .duration()
+                .map(|d| d.num_milliseconds().max(0) as f64 / 1000.0),
+            output: None,
+        }
+    }
+}
+
+impl From<RunRow> for RunView {
+    fn from(run: RunRow) -> Self {
+        let mut view = RunView::from(&RunBrief::from(&run));
+        view.output = Some(run.output);
+        view
+    }
+}
+
+/// A replica.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct InstanceView {
+    /// Its id.
+    pub(crate) id: String,
+    /// Its host.
+    pub(crate) host: String,
+    /// Its process id.
+    pub(crate) pid: i64,
+    /// Its replicron version.
+    pub(crate) version: String,
+    /// When it started.
+    pub(crate) started_at: String,
+    /// Its last heartbeat.
+    pub(crate) last_seen: String,
+    /// Heard from within the last 30 s.
+    pub(crate) alive: bool,
+    /// How far its host's clock is ahead of the database's, in seconds.
+    pub(crate) clock_offset_seconds: Option<f64>,
+    /// The jobs it defines differently from most live replicas.
+    pub(crate) drifted_jobs: Vec<String>,
+}
+
+/// Everything the overview shows, read at one database time.
+#[derive(Debug)]
+pub(crate) struct Overview {
+    /// The database's now.
+    pub(crate) now: DateTime<Utc>,
+    /// Every job.
+    pub(crate) jobs: Vec<JobView>,
+    /// Every registered replica.
+    pub(crate) instances: Vec<InstanceView>,
+}
+
+/// What [`overview`] reads of each job's history.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Recent {
+    /// The newest run only.
+    Last,
+    /// The newest this many (the dashboard's chart).
+    Runs(i64),
+}
+
+/// How many runs the dashboard's chart shows per job.
+pub(crate) const CHART_RUNS: i64 = 50;
+
+fn command_text(command: &Command) -> String {
+    let text = match command {
+        Command::Shell { command, .. } => command.clone(),
+        Command::Exec { args } => args
+            .iter()
+            .map(|a| {
+                if a.contains([' ', '"', '\'']) {
+                    format!("{a:?}")
+                } else {
+                    a.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    crate::config::redact(&text)
+}
+
+fn definition(job: &crate::config::Job) -> Definition {
+    Definition {
+        schedule: job.schedule.expression().to_string(),
+        timezone: job.schedule.zone().name().to_string(),
+        command: command_text(&job.command),
+        run_on: match job.run_on {
+            RunOn::One => "one",
+            RunOn::Every => "every",
+        },
+        locks: job.locks.clone(),
+        env: job.env.keys().cloned().collect(),
+        user: job.run_as.as_ref().map(|r| r.user.clone()),
+        timeout_seconds: job.timeout.as_secs_f64(),
+        lock_at_most_for_seconds: job.lock_at_most_for.as_secs_f64(),
+        jitter_seconds: job.schedule.jitter().num_milliseconds() as f64 / 1000.0,
+        retries: job.retries,
+    }
+}
+
+fn instance_view(instance: &Instance, drifted: &BTreeMap<String, Vec<String>>) -> InstanceView {
+    let row = &instance.row;
+    InstanceView {
+        id: row.id.clone(),
+        host: row.host.clone(),
+        pid: row.pid,
+        version: row.version.clone(),
+        started_at: rfc3339(row.started_at),
+        last_seen: rfc3339(row.last_seen),
+        alive: instance.alive,
+        clock_offset_seconds: row.clock_offset_us.map(|us| us as f64 / 1e6),
+        drifted_jobs: drifted.get(&row.id).cloned().unwrap_or_default(),
+    }
+}
+
+/// Each replica, with the jobs whose definition it does not share with
+/// the most live replicas.
+fn drifted_by_replica(
+    drift: &BTreeMap<String, crate::scheduler::drift::Drift>,
+) -> BTreeMap<String, Vec<String>> {
+    let mut drifted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (job, d) in drift {
+        for (_, replicas) in d.groups.iter().skip(1) {
+            for replica in replicas {
+                drifted
+                    .entry(replica.clone())
+                    .or_default()
+                    .push(job.clone());
+            }
+        }
+    }
+    drifted
+}
+
+/// Every registered replica.
+pub(crate) async fn instances(store: &Store) -> Result<Vec<InstanceView>, DbError> {
+    let instances = store.list_instances().await?;
+    let drifted = drifted_by_replica(&crate::scheduler::drift::among(&instances));
+    Ok(instances
+        .iter()
+        .map(|i| instance_view(i, &drifted))
+        .collect())
+}
+
+/// Reads every job's state (the config's jobs, then lease rows of jobs no
+/// longer in it), or only job `only`'s, the replicas, and each job's
+/// `recent` runs.
+pub(crate) async fn overview(
+    store: &Store,
+    config: &Config,
+    recent: Recent,
+    only: Option<&str>,
+) -> Result<Overview, DbError> {
+    let now = store.database_now().await?;
+    let locks = store.list_locks().await?;
+    let instances = store.list_instances().await?;
+    let drift = crate::scheduler::drift::among(&instances);
+    let mut names = crate::cli::status::job_names(config, &locks);
+    if let Some(only) = only {
+        names.retain(|name| name == only);
+    }
+    let count = match recent {
+        Recent::Last => 1,
+        Recent::Runs(n) => n.max(1),
+    };
+    let mut runs: BTreeMap<String, Vec<RunBrief>> = store
+        .recent_briefs(names.clone(), count)
+        .await?
+        .into_iter()
+        .collect();
+    let jobs = names
+        .into_iter()
+        .map(|name| {
+            let briefs = runs.remove(&name).unwrap_or_default();
+            let lock = locks.iter().find(|l| l.name == name);
+            job_view(config, &name, lock, &briefs, &drift, &instances, now)
+        })
+        .collect();
+    let drifted = drifted_by_replica(&drift);
+    Ok(Overview {
+        now,
+        jobs,
+        instances: instances
+            .iter()
+            .map(|i| instance_view(i, &drifted))
+            .collect(),
+    })
+}
+
+fn job_view(
+    config: &Config,
+    name: &str,
+    lock: Option<&LockRow>,
+    briefs: &[RunBrief],
+    drift: &BTreeMap<String, crate::scheduler::drift::Drift>,
+    instances: &[Instance],
+    now: DateTime<Utc>,
+) -> JobView {
+    let job = config.job(name);
+    let last = briefs.first();
+    let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
+    let drift = drift.get(name).map(|d| d.describe());
+    let problem = crate::cli::status::stuck(job, lock, last, held, now, instances)
+        .or_else(|| {
+            drift
+                .as_ref()
+                .map(|d| format!("DRIFT: live replicas define it differently: {d}"))
+        })
+        .or_else(|| crate::cli::status::failed(last));
+    let next = job
+        .filter(|j| j.enabled)
+        .and_then(|j| j.schedule.next_after(now));
+    let start = job.zip(next).map(|(j, next)| j.schedule.start_of(next));
+    JobView {
+        name: name.to_string(),
+        in_config: job.is_some(),
+        enabled: job.is_some_and(|j| j.enabled),
+        definition: job.map(definition),
+        next_instant: next.map(crate::schedule::fmt_instant),
+        next_start: job.zip(start).map(|(j, start)| {
+            start
+                .with_timezone(&j.schedule.zone())
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
+        }),
+        next_start_in_seconds: start.map(|s| (s - now).num_milliseconds() as f64 / 1000.0),
+        paused: lock.and_then(|l| {
+            let until = l.paused_at_time(now.naive_utc())?;
+            Some(PauseView {
+                by: l.paused_by.clone(),
+                since: l.paused_at.map(rfc3339),
+                until: until.map(crate::schedule::fmt_instant),
+                reason: l.paused_reason.clone(),
+            })
+        }),
+        lease: lock.map_or_else(LeaseView::default, |l| LeaseView {
+            held,
+            holder: l.locked_by.clone(),
+            until: (l.fence > 0).then(|| rfc3339(l.lock_until)),
+            fence: l.fence,
+        }),
+        last_run: last.map(RunView::from),
+        drift,
+        problem,
+        recent: briefs.iter().map(RunView::from).collect(),
+    }
+}
+
+/// A page of runs, newest first.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunPage {
+    /// The runs, without output.
+    pub(crate) runs: Vec<RunView>,
+    /// Pass as `cursor` for the next (older) page; `None` on the last.
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// The runs matching `filter` (whose `limit` is the page's size).
+pub(crate) async fn runs(store: &Store, filter: RunFilter) -> Result<RunPage, DbError> {
+    let limit = filter.limit;
+    let briefs = store.list_briefs(filter).await?;
+    let next_cursor = (briefs.len() as i64 == limit && limit > 0)
+        .then(|| briefs.last().map(|r| r.id.to_string()))
+        .flatten();
+    Ok(RunPage {
+        runs: briefs.iter().map(RunView::from).collect(),
+        next_cursor,
+    })
+}
+
+/// A since time: RFC 3339, or a duration before `now` (`1h`, `30m`).
+pub(crate) fn parse_since(text: &str, now: DateTime<Utc>) -> Result<NaiveDateTime, String> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc).naive_utc());
+    }
+    humantime::parse_duration(text)
+        .ok()
+        .and_then(|d| chrono::TimeDelta::from_std(d).ok())
+        .and_then(|d| now.checked_sub_signed(d))
+        .map(|t| t.naive_utc())
+        .ok_or_else(|| {
+            format!(
+                "since={text:?} is neither an RFC 3339 time (2026-12-01T06:00:00Z) nor a duration (1h, 30m)"
+            )
+        })
+}

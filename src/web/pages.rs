@@ -1,0 +1,701 @@
+//! The dashboard: HTML rendered on the server with maud, which escapes
+//! every string it is given (a job's output of `<script>` is shown as
+//! text). The pages need no JavaScript: they refresh themselves with a
+//! `<meta http-equiv="refresh">`, the durations chart is inline SVG, and
+//! actions are HTML forms that POST with a CSRF token.
+
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use chrono::{DateTime, Utc};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use serde::Deserialize;
+
+use super::auth::{COOKIE, Caller, same_origin};
+use super::data::{self, CHART_RUNS, InstanceView, JobView, Recent, RunView};
+use super::{ActionParams, Shared};
+use crate::history::{RunFilter, RunStatus};
+
+/// Seconds between a page's refreshes.
+const REFRESH: u32 = 5;
+/// Runs per page on a job's page.
+const RUNS_PER_PAGE: i64 = 100;
+
+const STYLE: &str = r#"
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2330;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center;flex-wrap:wrap}
+header a{color:#fff;text-decoration:none;font-weight:600}
+header .meta{color:#aab;font-size:12px;margin-left:auto}
+header form{display:inline;margin:0}
+main{padding:12px 16px}
+h1{font-size:20px;margin:8px 0}
+h2{font-size:16px;margin:20px 0 8px}
+table{border-collapse:collapse;background:#fff;width:100%;box-shadow:0 1px 2px #0001}
+th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #e4e6eb;vertical-align:top}
+th{background:#eef0f3;font-weight:600;font-size:12px;text-transform:uppercase;color:#556}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.dot{display:inline-block;width:10px;height:10px;border-radius:50%;margin-right:4px;vertical-align:middle}
+.s-succeeded{background:#2e9e5b;fill:#2e9e5b}.s-running{background:#2f6fdb;fill:#2f6fdb}
+.s-failed,.s-timed_out,.s-error,.s-lost_lock,.s-abandoned,.s-missed{background:#d23c3c;fill:#d23c3c}
+.s-killed{background:#e08a1e;fill:#e08a1e}.s-skipped,.s-never,.s-paused,.s-disabled{background:#9aa0ab;fill:#9aa0ab}
+.nowrap{white-space:nowrap}
+.badge{display:inline-block;padding:0 6px;border-radius:8px;color:#fff;font-size:12px}
+.problem{color:#b02a2a}
+.muted{color:#778;font-size:12px}
+pre.output{background:#10131a;color:#e6e6e6;padding:10px;overflow:auto;max-height:70vh;white-space:pre-wrap;word-break:break-all}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;background:#fff;padding:10px;margin:0}
+dt{color:#556;font-weight:600}dd{margin:0}
+.actions form{display:inline-block;margin:0 8px 8px 0;padding:6px;background:#fff;border:1px solid #e4e6eb}
+.flash{padding:8px;margin:8px 0;background:#e7f5ec;border:1px solid #2e9e5b}
+.flash.bad{background:#fbeaea;border-color:#d23c3c}
+code{font-family:ui-monospace,monospace;font-size:13px}
+svg{vertical-align:middle}
+"#;
+
+/// How far `at` is from `now`, as people say it: "12 s ago", "in 3 min".
+fn relative(seconds: f64) -> String {
+    let (abs, future) = (seconds.abs(), seconds > 0.0);
+    let text = if abs < 1.0 {
+        return "now".to_string();
+    } else if abs < 90.0 {
+        format!("{abs:.0} s")
+    } else if abs < 90.0 * 60.0 {
+        format!("{:.0} min", abs / 60.0)
+    } else if abs < 36.0 * 3600.0 {
+        format!("{:.1} h", abs / 3600.0)
+    } else {
+        format!("{:.1} d", abs / 86400.0)
+    };
+    if future {
+        format!("in {text}")
+    } else {
+        format!("{text} ago")
+    }
+}
+
+fn since(now: DateTime<Utc>, at: &str) -> String {
+    DateTime::parse_from_rfc3339(at).map_or_else(
+        |_| at.to_string(),
+        |at| relative((at.with_timezone(&Utc) - now).num_milliseconds() as f64 / 1000.0),
+    )
+}
+
+fn duration(seconds: Option<f64>) -> String {
+    match seconds {
+        None => "-".to_string(),
+        Some(s) if s < 1.0 => format!("{:.0} ms", s * 1000.0),
+        Some(s) if s < 120.0 => format!("{s:.1} s"),
+        Some(s) => format!("{:.1} min", s / 60.0),
+    }
+}
+
+/// An RFC 3339 time with its zone's offset, as people read it:
+/// `2026-11-25 07:00:00 +01:00`.
+fn local(rfc3339: &str) -> String {
+    DateTime::parse_from_rfc3339(rfc3339).map_or_else(
+        |_| rfc3339.to_string(),
+        |t| t.format("%Y-%m-%d %H:%M:%S %:z").to_string(),
+    )
+}
+
+/// Percent-encodes `text` for a query string.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn status_badge(status: RunStatus) -> Markup {
+    html! { span class={"badge s-" (status.as_str())} { (status.as_str()) } }
+}
+
+/// A job's state as one word, for its dot.
+fn job_state(job: &JobView) -> &'static str {
+    if job.paused.is_some() {
+        "paused"
+    } else if job.in_config && !job.enabled {
+        "disabled"
+    } else {
+        job.last_run.as_ref().map_or("never", |r| r.status.as_str())
+    }
+}
+
+/// The last runs' durations, oldest left, each bar coloured by its status.
+/// `linked`: each bar is its own element, with a tooltip and a link to its
+/// run (a job's page); else one path per status, which keeps the overview
+/// of many jobs small.
+fn chart(runs: &[RunView], linked: bool) -> Markup {
+    const WIDTH: usize = 3;
+    const GAP: usize = 1;
+    const HEIGHT: f64 = 22.0;
+    let longest = runs
+        .iter()
+        .filter_map(|r| r.duration_seconds)
+        .fold(0.0_f64, f64::max)
+        .max(0.001);
+    let width = (WIDTH + GAP) * CHART_RUNS as usize;
+    let bars: Vec<(usize, f64, &RunView)> = runs
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, run)| {
+            let h = run
+                .duration_seconds
+                .map_or(HEIGHT, |d| (d / longest * HEIGHT).max(1.0));
+            ((WIDTH + GAP) * i, h, run)
+        })
+        .collect();
+    let mut paths: std::collections::BTreeMap<&str, String> = Default::default();
+    if !linked {
+        for (x, h, run) in &bars {
+            paths
+                .entry(run.status.as_str())
+                .or_default()
+                .push_str(&format!("M{x} {:.1}h{WIDTH}V24h-{WIDTH}z", 24.0 - h));
+        }
+    }
+    html! {
+        svg class="chart" width=(width) height="24" viewBox={"0 0 " (width) " 24"} role="img" aria-label="durations of the last runs" {
+            @if linked {
+                @for (x, h, run) in &bars {
+                    a href={"/runs/" (run.id)} {
+                        rect class={"s-" (run.status.as_str())} x=(x) y=(format!("{:.1}", 24.0 - h)) width=(WIDTH) height=(format!("{h:.1}")) {
+                            title { "run " (run.id) ": " (run.status.as_str()) ", " (duration(run.duration_seconds)) ", " (run.started_at) }
+                        }
+                    }
+                }
+            } @else {
+                @for (status, d) in &paths {
+                    path class={"s-" (status)} d=(d) {}
+                }
+            }
+        }
+    }
+}
+
+/// The page around `body`.
+fn layout(web: &Shared, title: &str, refresh: bool, caller: Caller, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                @if refresh { meta http-equiv="refresh" content=(REFRESH); }
+                title { (title) " · replicron" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    a href="/" { "replicron" }
+                    span { "replica " code { (web.instance) } }
+                    span class="meta" {
+                        @match caller {
+                            Caller::ReadOnly => "read-only (no [web] token_env)",
+                            Caller::Session | Caller::Bearer => {
+                                "signed in · "
+                                form method="post" action="/logout" { button type="submit" { "sign out" } }
+                            }
+                            Caller::Anonymous => a href="/login" { "sign in to act" },
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn unavailable(web: &Shared, caller: Caller, e: impl std::fmt::Display) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        layout(
+            web,
+            "database unavailable",
+            true,
+            caller,
+            html! { h1 { "The database did not answer" } p class="problem" { (e.to_string()) } },
+        ),
+    )
+        .into_response()
+}
+
+fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
+    html! {
+        table id="jobs" {
+            thead { tr { th { "Job" } th { "Schedule" } th { "Next start" } th { "Last run" } th { "Last " (CHART_RUNS) " durations" } th { "Problem" } } }
+            tbody {
+                @for job in jobs {
+                    @let state = job_state(job);
+                    tr class="job" data-job=(job.name) data-state=(state) {
+                        td {
+                            span class={"dot s-" (state)} title=(state) {}
+                            a href={"/jobs/" (encode(&job.name))} { (job.name) }
+                            @if job.paused.is_some() { " " span class="badge s-paused" { "paused" } }
+                        }
+                        td {
+                            @if let Some(d) = &job.definition {
+                                code class="nowrap" { (d.schedule) } br; span class="muted" { (d.timezone) }
+                            } @else { span class="muted" { "not in the job file" } }
+                        }
+                        td {
+                            @if let (Some(start), Some(secs)) = (&job.next_start, job.next_start_in_seconds) {
+                                (relative(secs)) br; span class="muted nowrap" { (local(start)) }
+                            } @else { "-" }
+                        }
+                        td class="last" {
+                            @if let Some(run) = &job.last_run {
+                                a href={"/runs/" (run.id)} { (status_badge(run.status)) }
+                                " " (since(now, &run.started_at)) br;
+                                span class="muted" { (duration(run.duration_seconds)) " on " (run.instance) }
+                            } @else { span class="muted" { "never ran" } }
+                        }
+                        td { (chart(&job.recent, false)) }
+                        td class="problem" { (job.problem.clone().unwrap_or_default()) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn replicas_table(instances: &[InstanceView]) -> Markup {
+    html! {
+        table id="replicas" {
+            thead { tr { th { "Replica" } th { "Host" } th { "PID" } th { "Version" } th { "State" } th { "Last seen" } th { "Clock" } th { "Drift" } } }
+            tbody {
+                @for i in instances {
+                    tr {
+                        td { code { (i.id) } }
+                        td { (i.host) }
+                        td class="num" { (i.pid) }
+                        td { (i.version) }
+                        td { @if i.alive { span class="dot s-succeeded" {} "alive" } @else { span class="dot s-failed" {} "STALE" } }
+                        td { (i.last_seen) }
+                        td class="num" { @if let Some(s) = i.clock_offset_seconds { (format!("{s:+.3} s")) } @else { "?" } }
+                        td { @if i.drifted_jobs.is_empty() { "-" } @else { span class="problem" { (i.drifted_jobs.join(", ")) } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn notifications_table() -> Markup {
+    let sent = crate::notify::recent();
+    html! {
+        @if sent.is_empty() {
+            p class="muted" { "None sent by this replica since it started." }
+        } @else {
+            table id="notifications" {
+                thead { tr { th { "At" } th { "Job" } th { "Event" } th { "To" } th { "Result" } } }
+                tbody {
+                    @for n in sent.iter().take(50) {
+                        tr {
+                            td { (n.at) }
+                            td { (n.job) }
+                            td { (n.event) @if let Some(id) = n.run_id { " (" a href={"/runs/" (id)} { "run " (id) } ")" } }
+                            td { (n.to) }
+                            td { (n.result) @if let Some(e) = &n.error { br; span class="problem" { (e) } } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> Response {
+    let caller = web.auth.caller(&headers);
+    let config = web.config();
+    let overview = match data::overview(&web.store, &config, Recent::Runs(CHART_RUNS), None).await {
+        Ok(o) => o,
+        Err(e) => return unavailable(&web, caller, e),
+    };
+    let problems = overview.jobs.iter().filter(|j| j.problem.is_some()).count();
+    layout(
+        &web,
+        "jobs",
+        true,
+        caller,
+        html! {
+            h1 { (overview.jobs.len()) " jobs" @if problems > 0 { ", " span class="problem" { (problems) " need a look" } } }
+            p class="muted" { "Database time " (crate::schedule::fmt_instant(overview.now)) "; refreshed every " (REFRESH) " s." }
+            (jobs_table(&overview.jobs, overview.now))
+            h2 { "Replicas" }
+            (replicas_table(&overview.instances))
+            h2 { "Notifications sent by this replica" }
+            (notifications_table())
+        },
+    )
+    .into_response()
+}
+
+/// A job page's query: a flash message and the runs' page.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct JobQuery {
+    before: Option<i64>,
+    msg: Option<String>,
+    bad: Option<String>,
+}
+
+fn flash(query: &JobQuery) -> Markup {
+    html! {
+        @if let Some(msg) = &query.msg {
+            div class={"flash" @if query.bad.is_some() { " bad" }} role="status" { (msg) }
+        }
+    }
+}
+
+fn action_forms(web: &Shared, job: &JobView, caller: Caller) -> Markup {
+    let csrf = web.auth.csrf().unwrap_or_default();
+    let action = |name: &str| format!("/jobs/{}/{name}", encode(&job.name));
+    html! {
+        div class="actions" {
+            @match caller {
+                Caller::ReadOnly => p class="muted" { "Read-only: set [web] token_env to trigger, pause, resume and unlock from here." },
+                Caller::Anonymous => p { a href={"/login?next=/jobs/" (encode(&job.name))} { "Sign in" } " to trigger, pause, resume or unlock." },
+                Caller::Session | Caller::Bearer => {
+                    @if job.in_config {
+                        form method="post" action=(action("trigger")) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            button type="submit" name="go" id="trigger" { "Trigger now" }
+                            label { input type="checkbox" name="force" value="on"; " even if paused" }
+                        }
+                        @if job.paused.is_some() {
+                            form method="post" action=(action("resume")) {
+                                input type="hidden" name="csrf" value=(csrf);
+                                button type="submit" id="resume" { "Resume" }
+                            }
+                        } @else {
+                            form method="post" action=(action("pause")) {
+                                input type="hidden" name="csrf" value=(csrf);
+                                input type="text" name="reason" placeholder="reason" size="16";
+                                input type="text" name="until" placeholder="until (2h, RFC 3339)" size="18";
+                                button type="submit" id="pause" { "Pause" }
+                            }
+                        }
+                    }
+                    @if job.lease.held {
+                        form method="post" action=(action("unlock")) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            button type="submit" id="unlock" { "Unlock" }
+                            label { input type="checkbox" name="force" value="on"; " even if its run is recorded running" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn runs_table(runs: &[RunView], now: DateTime<Utc>) -> Markup {
+    html! {
+        table id="runs" {
+            thead { tr { th { "Run" } th { "Instant" } th { "Attempt" } th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" } } }
+            tbody {
+                @if runs.is_empty() { tr { td colspan="8" class="muted" { "No runs yet." } } }
+                @for run in runs {
+                    tr class="run" data-status=(run.status.as_str()) {
+                        td class="num" { a href={"/runs/" (run.id)} { (run.id) } }
+                        td { (run.scheduled_at) }
+                        td class="num" { (run.attempt) }
+                        td { (run.instance) }
+                        td { (run.started_at) br; span class="muted" { (since(now, &run.started_at)) } }
+                        td class="num" { (duration(run.duration_seconds)) }
+                        td { (status_badge(run.status)) }
+                        td class="num" { @if let Some(code) = run.exit_code { (code) } @else { "-" } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) async fn job(
+    State(web): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<JobQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = web.auth.caller(&headers);
+    let config = web.config();
+    let overview =
+        match data::overview(&web.store, &config, Recent::Runs(CHART_RUNS), Some(&name)).await {
+            Ok(o) => o,
+            Err(e) => return unavailable(&web, caller, e),
+        };
+    let Some(job) = overview.jobs.iter().find(|j| j.name == name) else {
+        return (
+            StatusCode::NOT_FOUND,
+            layout(
+                &web,
+                "no such job",
+                false,
+                caller,
+                html! { h1 { "No job " code { (name) } } p { a href="/" { "All jobs" } } },
+            ),
+        )
+            .into_response();
+    };
+    let page = data::runs(
+        &web.store,
+        RunFilter {
+            job: Some(name.clone()),
+            before_id: query.before,
+            limit: RUNS_PER_PAGE,
+            ..Default::default()
+        },
+    )
+    .await;
+    let page = match page {
+        Ok(page) => page,
+        Err(e) => return unavailable(&web, caller, e),
+    };
+    let now = overview.now;
+    layout(
+        &web,
+        &name,
+        query.before.is_none() && query.msg.is_none(),
+        caller,
+        html! {
+            h1 { span class={"dot s-" (job_state(job))} {} (job.name) }
+            (flash(&query))
+            @if let Some(problem) = &job.problem { p class="problem" { (problem) } }
+            dl {
+                @if let Some(d) = &job.definition {
+                    dt { "Schedule" } dd { code { (d.schedule) } " in " (d.timezone) @if d.jitter_seconds > 0.0 { ", jitter up to " (duration(Some(d.jitter_seconds))) } }
+                    dt { "Command" } dd { code { (d.command) } }
+                    dt { "Runs on" } dd { @if d.run_on == "every" { "every replica" } @else { "one replica per instant" } @if let Some(u) = &d.user { ", as " (u) } }
+                    @if !d.locks.is_empty() { dt { "Locks" } dd { (d.locks.join(", ")) } }
+                    dt { "Timeout" } dd { (duration(Some(d.timeout_seconds))) ", lease " (duration(Some(d.lock_at_most_for_seconds))) ", retries " (d.retries) }
+                } @else {
+                    dt { "Definition" } dd { "not in the job file (a lease row is left)" }
+                }
+                dt { "Next start" } dd {
+                    @if let (Some(start), Some(secs)) = (&job.next_start, job.next_start_in_seconds) { (local(start)) " (" (relative(secs)) ")" } @else { "-" }
+                }
+                dt { "Paused" } dd id="paused" {
+                    @if let Some(p) = &job.paused {
+                        "by " (p.by.clone().unwrap_or_default()) " since " (p.since.clone().unwrap_or_default())
+                        " until " (p.until.clone().unwrap_or_else(|| "resumed".to_string()))
+                        @if let Some(r) = &p.reason { " (" (r) ")" }
+                    } @else { "no" }
+                }
+                dt { "Lease" } dd {
+                    @if job.lease.held { "held by " (job.lease.holder.clone().unwrap_or_default()) " until " (job.lease.until.clone().unwrap_or_default()) }
+                    @else { "free" }
+                    " · fence " (job.lease.fence)
+                }
+                @if let Some(drift) = &job.drift { dt { "Drift" } dd class="problem" { (drift) } }
+                dt { "Durations" } dd { (chart(&job.recent, true)) }
+            }
+            (action_forms(&web, job, caller))
+            h2 { "Runs" }
+            (runs_table(&page.runs, now))
+            @if let Some(cursor) = &page.next_cursor {
+                p { a href={"/jobs/" (encode(&name)) "?before=" (cursor)} { "Older runs →" } }
+            }
+        },
+    )
+    .into_response()
+}
+
+pub(super) async fn run(
+    State(web): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = web.auth.caller(&headers);
+    let Ok(id) = id.parse::<i64>() else {
+        return (StatusCode::BAD_REQUEST, "not a run id\n").into_response();
+    };
+    let run = match web.store.find_run(id).await {
+        Ok(Some(run)) => RunView::from(run),
+        Ok(None) => {
+            return (
+                StatusCode::NOT_FOUND,
+                layout(
+                    &web,
+                    "no such run",
+                    false,
+                    caller,
+                    html! { h1 { "No run " (id) } },
+                ),
+            )
+                .into_response();
+        }
+        Err(e) => return unavailable(&web, caller, e),
+    };
+    layout(
+        &web,
+        &format!("run {id}"),
+        run.status == RunStatus::Running,
+        caller,
+        html! {
+            h1 { "Run " (run.id) " of " a href={"/jobs/" (encode(&run.job))} { (run.job) } " " (status_badge(run.status)) }
+            dl {
+                dt { "Instant" } dd { (run.scheduled_at) }
+                dt { "Attempt" } dd { (run.attempt) }
+                dt { "Replica" } dd { (run.instance) }
+                dt { "Lease fence" } dd { (run.fence) }
+                dt { "Started" } dd { (run.started_at) }
+                dt { "Finished" } dd { (run.finished_at.clone().unwrap_or_else(|| "-".to_string())) }
+                dt { "Duration" } dd { (duration(run.duration_seconds)) }
+                dt { "Exit code" } dd { @if let Some(c) = run.exit_code { (c) } @else { "-" } }
+            }
+            h2 { "Output (its tail, as kept in the history)" }
+            pre class="output" id="output" { (run.output.clone().unwrap_or_default()) }
+        },
+    )
+    .into_response()
+}
+
+/// `/login`'s query and form.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Login {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+/// Where to go after signing in: a path of this dashboard, nothing else.
+fn local_path(next: Option<&str>) -> String {
+    next.filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\'))
+        .unwrap_or("/")
+        .to_string()
+}
+
+fn login_page(web: &Shared, caller: Caller, next: &str, problem: Option<&str>) -> Markup {
+    layout(
+        web,
+        "sign in",
+        false,
+        caller,
+        html! {
+            h1 { "Sign in" }
+            @if caller == Caller::ReadOnly {
+                p { "Actions are off: this replica has no [web] token_env, so the dashboard is read-only." }
+            } @else {
+                @if let Some(problem) = problem { div class="flash bad" { (problem) } }
+                form method="post" action="/login" {
+                    input type="hidden" name="next" value=(next);
+                    label { "Token (from [web] token_env) " input type="password" name="token" id="token" autocomplete="current-password"; }
+                    " " button type="submit" id="sign-in" { "Sign in" }
+                }
+            }
+        },
+    )
+}
+
+pub(super) async fn login_form(
+    State(web): State<Shared>,
+    Query(query): Query<Login>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = web.auth.caller(&headers);
+    login_page(&web, caller, &local_path(query.next.as_deref()), None).into_response()
+}
+
+pub(super) async fn login(
+    State(web): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<Login>,
+) -> Response {
+    let caller = web.auth.caller(&headers);
+    let next = local_path(form.next.as_deref());
+    if !web.auth.actions() {
+        return (StatusCode::FORBIDDEN, login_page(&web, caller, &next, None)).into_response();
+    }
+    if !same_origin(&headers) {
+        return (StatusCode::FORBIDDEN, "cross-site sign-in refused\n").into_response();
+    }
+    match web
+        .auth
+        .session()
+        .filter(|_| web.auth.is_token(&form.token))
+    {
+        Some(session) => (
+            [(
+                header::SET_COOKIE,
+                format!("{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict"),
+            )],
+            Redirect::to(&next),
+        )
+            .into_response(),
+        None => (
+            StatusCode::UNAUTHORIZED,
+            login_page(&web, caller, &next, Some("That is not the token.")),
+        )
+            .into_response(),
+    }
+}
+
+pub(super) async fn logout() -> Response {
+    (
+        [(
+            header::SET_COOKIE,
+            format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+        )],
+        Redirect::to("/"),
+    )
+        .into_response()
+}
+
+/// A form's POST of an action: a signed-in session with the page's CSRF
+/// token, from the dashboard's own origin.
+pub(super) async fn act(
+    State(web): State<Shared>,
+    Path((name, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    Form(params): Form<ActionParams>,
+) -> Response {
+    let caller = web.auth.caller(&headers);
+    let refused = |status: StatusCode, text: &str| {
+        (
+            status,
+            layout(
+                &web,
+                "refused",
+                false,
+                caller,
+                html! { h1 { "Refused" } p { (text) } },
+            ),
+        )
+            .into_response()
+    };
+    match caller {
+        Caller::ReadOnly => {
+            return refused(
+                StatusCode::FORBIDDEN,
+                "Actions are off: this replica has no [web] token_env, so the dashboard is read-only.",
+            );
+        }
+        Caller::Anonymous => return refused(StatusCode::UNAUTHORIZED, "Sign in first."),
+        Caller::Session | Caller::Bearer => {}
+    }
+    let csrf_ok = params.csrf.as_deref().is_some_and(|c| web.auth.is_csrf(c));
+    if !csrf_ok || !same_origin(&headers) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "This form did not come from the dashboard (its CSRF token is missing or wrong). Reload the page and try again.",
+        );
+    }
+    let by = format!("web@{}", web.instance);
+    let (message, bad) = match super::act(&web, &name, &action, &params, &by).await {
+        Ok((_, message)) => (message, false),
+        Err((_, message)) => (message, true),
+    };
+    let mut to = format!("/jobs/{}?msg={}", encode(&name), encode(&message));
+    if bad {
+        to.push_str("&bad=1");
+    }
+    Redirect::to(&to).into_response()
+}

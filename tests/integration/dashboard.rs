@@ -1,0 +1,412 @@
+//! The dashboard in a real browser (Debian's Chromium, driven through
+//! chromedriver by fantoccini), on every backend: the jobs and their
+//! statuses appear, a job's HTML output is shown as text, a click leads to
+//! a run's output, and with the token a job is paused and resumed from the
+//! page (checked in the database through `replicron status`). Screenshots
+//! are saved under `target/screenshots/`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::support::{TestDb, run, wait_until};
+use crate::web::{TOKEN, free_port, get_json, http, start_web, web_config};
+
+/// A chromedriver process, killed on drop.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = free_port();
+        let child = Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        wait_until("chromedriver", Duration::from_secs(20), || {
+            http(port, "GET", "/status", &[], "").0 == 200
+        });
+        Driver { child, port }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
+    std::fs::create_dir_all(&dir).expect("target/screenshots");
+    dir
+}
+
+async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".to_string(),
+        json!({
+            "binary": "/usr/bin/chromium",
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    // Plain HTTP to chromedriver on this host: no TLS stack needed.
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a browser session")
+}
+
+async fn save(client: &Client, name: &str) -> PathBuf {
+    let png = client.screenshot().await.expect("screenshot");
+    let path = screenshots().join(format!("{name}.png"));
+    std::fs::write(&path, png).expect("write the screenshot");
+    path
+}
+
+/// The `on-demand` job's pause in `replicron status --format json`.
+fn paused_in_database(config: &std::path::Path) -> Value {
+    let (_, out, err) = run(config, &["status", "--format", "json"]);
+    let status: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("status: {err}"));
+    status["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["job"] == "on-demand")
+        .expect("on-demand")["paused"]
+        .clone()
+}
+
+mod the_dashboard_in_a_browser {
+    use super::*;
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    #[cfg_attr(
+        replicron_no_chromium,
+        ignore = "needs Debian's chromium and chromium-driver"
+    )]
+    fn sqlite() {
+        check(&TestDb::sqlite());
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    #[cfg_attr(
+        replicron_no_chromium,
+        ignore = "needs Debian's chromium and chromium-driver"
+    )]
+    #[cfg_attr(
+        replicron_no_mysql_server,
+        ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+    )]
+    fn mysql() {
+        check(&TestDb::mysql());
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    #[cfg_attr(
+        replicron_no_chromium,
+        ignore = "needs Debian's chromium and chromium-driver"
+    )]
+    #[cfg_attr(
+        replicron_no_postgres_server,
+        ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+    )]
+    fn postgres() {
+        check(&TestDb::postgres());
+    }
+
+    fn check(db: &TestDb) {
+        let kind = format!("{:?}", db.kind).to_lowercase();
+        let port = free_port();
+        let config = web_config(db, port, true);
+        let replica = start_web(&config, "web-browser", port, true);
+        let read_only_port = free_port();
+        let read_only_config = web_config(db, read_only_port, false);
+        let read_only =
+            crate::support::Replica::start(&read_only_config, "web-read-only", None, &[]);
+        read_only.wait_for_log("replicron started", Duration::from_secs(30));
+        let driver = Driver::start();
+        let profile = tempfile::tempdir().expect("a browser profile");
+        let base = format!("http://127.0.0.1:{port}");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let client = browser(&driver, profile.path()).await;
+
+            // The overview: every job, each with its status.
+            client.goto(&format!("{base}/")).await.expect("load /");
+            let rows = client
+                .find_all(Locator::Css("#jobs tr.job"))
+                .await
+                .expect("job rows");
+            let mut states = Vec::new();
+            for row in &rows {
+                states.push((
+                    row.attr("data-job")
+                        .await
+                        .expect("data-job")
+                        .unwrap_or_default(),
+                    row.attr("data-state")
+                        .await
+                        .expect("data-state")
+                        .unwrap_or_default(),
+                ));
+            }
+            let state = |job: &str| {
+                states
+                    .iter()
+                    .find(|(j, _)| j == job)
+                    .map(|(_, s)| s.clone())
+            };
+            assert_eq!(states.len(), 4, "{states:?}");
+            assert!(
+                matches!(state("fine").as_deref(), Some("succeeded" | "running")),
+                "{states:?}"
+            );
+            assert!(
+                matches!(state("broken").as_deref(), Some("failed" | "running")),
+                "{states:?}"
+            );
+            assert_eq!(state("on-demand").as_deref(), Some("never"), "{states:?}");
+            let problems = client
+                .find(Locator::Css("#jobs"))
+                .await
+                .expect("jobs")
+                .text()
+                .await
+                .expect("text");
+            assert!(problems.contains("FAILED: last run"), "{problems}");
+            // Each job's chart: one path per status among its last runs.
+            let failed_bars = client
+                .find_all(Locator::Css(
+                    "#jobs tr[data-job=broken] svg.chart path.s-failed",
+                ))
+                .await
+                .expect("chart");
+            assert_eq!(
+                failed_bars.len(),
+                1,
+                "the broken job's chart shows its failures"
+            );
+            let fine_bars = client
+                .find_all(Locator::Css(
+                    "#jobs tr[data-job=fine] svg.chart path.s-succeeded",
+                ))
+                .await
+                .expect("chart");
+            assert_eq!(
+                fine_bars.len(),
+                1,
+                "the fine job's chart shows its successes"
+            );
+            assert!(
+                client
+                    .find(Locator::Css("#replicas"))
+                    .await
+                    .expect("replicas")
+                    .text()
+                    .await
+                    .expect("text")
+                    .contains("web-browser")
+            );
+            let overview = save(&client, &format!("{kind}-overview")).await;
+
+            // Through the job's page to a run's output: text, not markup.
+            client
+                .find(Locator::LinkText("html"))
+                .await
+                .expect("the html job's link")
+                .click()
+                .await
+                .expect("click");
+            let bars = client
+                .find_all(Locator::Css("svg.chart a rect.s-succeeded"))
+                .await
+                .expect("chart bars");
+            assert!(
+                bars.len() >= 3,
+                "a bar per run, each a link: {}",
+                bars.len()
+            );
+            let first_run = client
+                .find(Locator::Css("#runs tr.run[data-status=succeeded] a"))
+                .await
+                .expect("a run's link");
+            first_run.click().await.expect("click the run");
+            let output = client
+                .find(Locator::Id("output"))
+                .await
+                .expect("the output")
+                .text()
+                .await
+                .expect("text");
+            assert_eq!(output.trim(), "<script>alert(1)</script><b>bold</b>");
+            assert!(
+                client
+                    .find_all(Locator::Css("#output b, #output script"))
+                    .await
+                    .expect("query")
+                    .is_empty(),
+                "the output became markup"
+            );
+            assert!(client.get_alert_text().await.is_err(), "a script ran");
+            let run_page = save(&client, &format!("{kind}-run-output")).await;
+
+            // Signed in with the token: pause and resume from the page.
+            client
+                .goto(&format!("{base}/login?next=/jobs/on-demand"))
+                .await
+                .expect("load /login");
+            client
+                .find(Locator::Id("token"))
+                .await
+                .expect("token field")
+                .send_keys(TOKEN)
+                .await
+                .expect("type");
+            client
+                .find(Locator::Id("sign-in"))
+                .await
+                .expect("sign in")
+                .click()
+                .await
+                .expect("click");
+            let mut path = String::new();
+            for _ in 0..100 {
+                path = client.current_url().await.expect("url").path().to_string();
+                if path == "/jobs/on-demand" {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let source = client.source().await.unwrap_or_default();
+            assert_eq!(path, "/jobs/on-demand", "signed in and sent on: {source}");
+            client
+                .find(Locator::Css("input[name=reason]"))
+                .await
+                .expect("reason")
+                .send_keys("from the page")
+                .await
+                .expect("type");
+            client
+                .find(Locator::Id("pause"))
+                .await
+                .expect("the pause button")
+                .click()
+                .await
+                .expect("click");
+            let flash = client
+                .wait()
+                .for_element(Locator::Css(".flash"))
+                .await
+                .expect("a message")
+                .text()
+                .await
+                .expect("text");
+            assert!(flash.contains("paused on every replica"), "{flash}");
+            let paused = paused_in_database(&config);
+            assert_eq!(paused["reason"], "from the page", "{paused}");
+            assert_eq!(paused["by"], "web@web-browser", "{paused}");
+            let paused_page = save(&client, &format!("{kind}-job-paused")).await;
+            client
+                .find(Locator::Id("resume"))
+                .await
+                .expect("the resume button")
+                .click()
+                .await
+                .expect("click");
+            let flash = client
+                .wait()
+                .for_element(Locator::Css(".flash"))
+                .await
+                .expect("a message")
+                .text()
+                .await
+                .expect("text");
+            assert!(flash.contains("resumed"), "{flash}");
+            assert!(paused_in_database(&config).is_null());
+            // A form posted without the page's CSRF token is refused.
+            let cookie = format!(
+                "replicron_session={}",
+                client
+                    .get_named_cookie("replicron_session")
+                    .await
+                    .expect("the session cookie")
+                    .value()
+            );
+            let (code, _, _) = http(
+                port,
+                "POST",
+                "/jobs/on-demand/pause",
+                &[
+                    ("Cookie", &cookie),
+                    ("Content-Type", "application/x-www-form-urlencoded"),
+                ],
+                "reason=csrf",
+            );
+            assert_eq!(code, 403);
+            assert!(paused_in_database(&config).is_null());
+
+            // Without a token the page offers no action, and actions answer 403.
+            client
+                .goto(&format!("http://127.0.0.1:{read_only_port}/jobs/on-demand"))
+                .await
+                .expect("load");
+            assert!(
+                client
+                    .find_all(Locator::Css(".actions form"))
+                    .await
+                    .expect("query")
+                    .is_empty()
+            );
+            let text = client
+                .find(Locator::Css(".actions"))
+                .await
+                .expect("actions")
+                .text()
+                .await
+                .expect("text");
+            assert!(text.contains("Read-only"), "{text}");
+            for action in ["trigger", "pause", "resume", "unlock"] {
+                let (code, body) = crate::web::post_json(
+                    read_only_port,
+                    &format!("/api/v1/jobs/on-demand/{action}"),
+                    &[("Authorization", &format!("Bearer {TOKEN}"))],
+                    "",
+                );
+                assert_eq!(code, 403, "{action}: {body}");
+            }
+            client.close().await.expect("close the browser");
+            eprintln!(
+                "screenshots: {}, {}, {}",
+                overview.display(),
+                run_page.display(),
+                paused_page.display()
+            );
+        });
+        let (code, jobs) = get_json(port, "/api/v1/jobs");
+        assert_eq!(code, 200, "{jobs}");
+        drop(read_only);
+        drop(replica);
+    }
+}

@@ -1,0 +1,285 @@
+//! The JSON API on every backend: each endpoint, the runs' filters and
+//! cursor pagination, actions with and without the token, and the HTML
+//! pages' escaping. The dashboard in a browser is `dashboard.rs`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{Replica, TestDb, backend_test, run, wait_until};
+
+/// The token the tests' replicas act with.
+pub(crate) const TOKEN: &str = "a-test-token-of-32-characters-00";
+
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// One HTTP/1.1 request: its status, headers (lower-case names) and body.
+pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, Vec::new(), String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    let _ = stream.write_all(request.as_bytes());
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let mut lines = head.lines();
+    let code = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (code, headers, body.to_string())
+}
+
+/// `GET path` as JSON, with its status.
+pub(crate) fn get_json(port: u16, path: &str) -> (u16, Value) {
+    let (code, _, body) = http(port, "GET", path, &[], "");
+    (code, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+pub(crate) fn post_json(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Value) {
+    let (code, _, body) = http(port, "POST", path, headers, body);
+    (code, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// Jobs that succeed, fail and print HTML every second, and one that waits
+/// for a trigger; the listener on `port`, actions allowed with [`TOKEN`].
+pub(crate) fn web_config(db: &TestDb, port: u16, token: bool) -> std::path::PathBuf {
+    let web = if token {
+        "[web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\n\n"
+    } else {
+        ""
+    };
+    db.config_named(
+        &format!("web-{port}.toml"),
+        &db.url,
+        &format!(
+            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n{web}\
+             [[job]]\nname = \"fine\"\nschedule = \"* * * * * *\"\ncommand = 'echo all fine'\n\n\
+             [[job]]\nname = \"broken\"\nschedule = \"* * * * * *\"\ncommand = 'echo \"it broke\"; exit 3'\n\n\
+             [[job]]\nname = \"html\"\nschedule = \"* * * * * *\"\ncommand = 'echo \"<script>alert(1)</script><b>bold</b>\"'\n\n\
+             [[job]]\nname = \"on-demand\"\nschedule = \"@yearly\"\ncommand = 'echo triggered'\n"
+        ),
+    )
+}
+
+/// Starts a replica on `config` (with the token in its environment when
+/// `token`) and waits until each per-second job has run 3 times.
+pub(crate) fn start_web(config: &std::path::Path, id: &str, port: u16, token: bool) -> Replica {
+    let env: &[(&str, &str)] = if token {
+        &[("REPLICRON_TEST_WEB_TOKEN", TOKEN)]
+    } else {
+        &[]
+    };
+    let replica = Replica::start(config, id, None, env);
+    replica.wait_for_log("replicron started", Duration::from_secs(30));
+    wait_until("3 runs of each job", Duration::from_secs(30), || {
+        ["fine", "broken", "html"].iter().all(|job| {
+            let (_, page) = get_json(port, &format!("/api/v1/runs?job={job}&limit=6"));
+            page["runs"]
+                .as_array()
+                .is_some_and(|runs| runs.iter().filter(|r| r["status"] != "running").count() >= 3)
+        })
+    });
+    replica
+}
+
+fn ids(page: &Value) -> Vec<i64> {
+    page["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["id"].as_i64().expect("id"))
+        .collect()
+}
+
+backend_test! {
+    fn the_api_answers_every_endpoint(db: &TestDb) {
+        let port = free_port();
+        let config = web_config(db, port, true);
+        let replica = start_web(&config, "web-api", port, true);
+
+        // jobs: every job of the file, its definition, lease and last run.
+        let (code, jobs) = get_json(port, "/api/v1/jobs");
+        assert_eq!(code, 200, "{jobs}");
+        let names: Vec<&str> = jobs["jobs"].as_array().expect("jobs").iter().map(|j| j["name"].as_str().expect("name")).collect();
+        assert_eq!(names, ["fine", "broken", "html", "on-demand"]);
+        let broken = &jobs["jobs"][1];
+        assert_eq!(broken["definition"]["schedule"], "* * * * * *");
+        assert_eq!(broken["last_run"]["job"], "broken");
+        assert!(broken["last_run"]["output"].is_null(), "a listing carries no output: {broken}");
+        assert!(broken["problem"].as_str().is_some_and(|p| p.starts_with("FAILED")), "{broken}");
+        assert!(broken["next_start_in_seconds"].as_f64().is_some_and(|s| (0.0..=1.0).contains(&s)), "{broken}");
+        assert!(jobs["jobs"][3]["last_run"].is_null() && jobs["jobs"][3]["paused"].is_null());
+
+        // jobs/{name}
+        let (code, job) = get_json(port, "/api/v1/jobs/fine");
+        assert_eq!((code, job["name"].as_str()), (200, Some("fine")), "{job}");
+        assert_eq!(get_json(port, "/api/v1/jobs/nope").0, 404);
+
+        // runs: filters by job and status, and never output.
+        let (code, failed) = get_json(port, "/api/v1/runs?job=broken&status=failed&limit=1000");
+        assert_eq!(code, 200, "{failed}");
+        let failed_runs = failed["runs"].as_array().expect("runs");
+        assert!(failed_runs.len() >= 3);
+        assert!(failed_runs.iter().all(|r| r["job"] == "broken" && r["status"] == "failed" && r["exit_code"] == 3 && r.get("output").is_none()), "{failed}");
+        let (_, none) = get_json(port, "/api/v1/runs?job=fine&status=failed");
+        assert_eq!(none["runs"].as_array().map(Vec::len), Some(0), "{none}");
+
+        // Cursor pagination: pages of 2 walk the runs newest first, each
+        // once, and agree with one big page.
+        let (_, all) = get_json(port, "/api/v1/runs?limit=1000");
+        let all_ids = ids(&all);
+        assert!(all.get("next_cursor").is_some_and(Value::is_null), "one page holds them all: {}", all["next_cursor"]);
+        let mut walked: Vec<i64> = Vec::new();
+        let mut path = "/api/v1/runs?limit=2".to_string();
+        loop {
+            let (code, page) = get_json(port, &path);
+            assert_eq!(code, 200, "{page}");
+            let page_ids = ids(&page);
+            assert!(page_ids.len() <= 2, "{page}");
+            walked.extend(page_ids);
+            match page["next_cursor"].as_str() {
+                Some(cursor) => path = format!("/api/v1/runs?limit=2&cursor={cursor}"),
+                None => break,
+            }
+            assert!(walked.len() < 10_000, "the walk ends");
+        }
+        assert!(walked.windows(2).all(|w| w[0] > w[1]), "newest first, each once: {walked:?}");
+        // Runs recorded between the two readings are newer than the big
+        // page's first; older ones are the same.
+        let first = all_ids[0];
+        let walked_old: Vec<i64> = walked.iter().copied().filter(|id| *id <= first).collect();
+        assert_eq!(walked_old, all_ids, "the pages agree with one big page");
+        assert!(all_ids.len() >= 9, "{all_ids:?}");
+
+        // since: an RFC 3339 time or a duration before now.
+        let middle = &all["runs"][all_ids.len() / 2];
+        let since = middle["started_at"].as_str().expect("started_at");
+        let (code, recent) = get_json(port, &format!("/api/v1/runs?limit=1000&since={since}"));
+        assert_eq!(code, 200, "{recent}");
+        let recent = recent["runs"].as_array().expect("runs").clone();
+        assert!(!recent.is_empty() && recent.len() < all_ids.len() + 20);
+        assert!(recent.iter().all(|r| r["started_at"].as_str().expect("time") >= since), "since {since}");
+        let (_, hour) = get_json(port, "/api/v1/runs?limit=1000&since=1h");
+        assert!(hour["runs"].as_array().expect("runs").len() >= all_ids.len());
+        for (query, names) in [("since=yesterday", "since"), ("limit=0", "limit"), ("limit=1001", "limit"), ("status=bogus", "status"), ("cursor=x", "cursor")] {
+            let (code, error) = get_json(port, &format!("/api/v1/runs?{query}"));
+            assert_eq!(code, 400, "{query}: {error}");
+            assert!(error["error"].as_str().is_some_and(|e| e.contains(names)), "{query}: {error}");
+        }
+
+        // runs/{id}: one run, with its output as the job printed it.
+        let (_, html_runs) = get_json(port, "/api/v1/runs?job=html&status=succeeded&limit=1");
+        let id = ids(&html_runs)[0];
+        let (code, one) = get_json(port, &format!("/api/v1/runs/{id}"));
+        assert_eq!(code, 200, "{one}");
+        assert_eq!(one["output"], "<script>alert(1)</script><b>bold</b>\n");
+        assert_eq!(get_json(port, "/api/v1/runs/99999999").0, 404);
+        assert_eq!(get_json(port, "/api/v1/runs/x").0, 400);
+        // The page shows it as text.
+        let (code, _, page) = http(port, "GET", &format!("/runs/{id}"), &[], "");
+        assert_eq!(code, 200);
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;&lt;b&gt;bold&lt;/b&gt;"), "{page}");
+        assert!(!page.contains("<script>alert") && !page.contains("<b>bold"), "{page}");
+
+        // instances and notifications.
+        let (code, instances) = get_json(port, "/api/v1/instances");
+        assert_eq!(code, 200);
+        let me = instances["instances"].as_array().expect("instances").iter().find(|i| i["id"] == "web-api").cloned().expect("this replica");
+        assert_eq!(me["alive"], true, "{me}");
+        assert!(me["clock_offset_seconds"].is_number() && me["drifted_jobs"] == serde_json::json!([]), "{me}");
+        let (code, notifications) = get_json(port, "/api/v1/notifications");
+        assert_eq!((code, notifications["instance"].as_str()), (200, Some("web-api")));
+        assert!(notifications["notifications"].is_array());
+        let (code, spec) = get_json(port, "/api/v1/openapi.json");
+        assert_eq!(code, 200);
+        assert!(spec["paths"]["/api/v1/runs"]["get"].is_object(), "{spec}");
+
+        // Actions: the token, and nothing else.
+        let bearer = format!("Bearer {TOKEN}");
+        let json = ("Content-Type", "application/json");
+        assert_eq!(post_json(port, "/api/v1/jobs/on-demand/pause", &[], "").0, 401);
+        assert_eq!(post_json(port, "/api/v1/jobs/on-demand/pause", &[("Authorization", "Bearer wrong-token-wrong-token")], "").0, 401);
+        assert_eq!(post_json(port, "/api/v1/jobs/on-demand/pause", &[("Cookie", "replicron_session=00")], "").0, 401);
+        let (code, paused) = post_json(port, "/api/v1/jobs/on-demand/pause", &[("Authorization", &bearer), json], r#"{"reason": "maintenance", "until": "2h"}"#);
+        assert_eq!(code, 200, "{paused}");
+        let (code, status, _) = run(&config, &["status", "--format", "json"]);
+        let status: Value = serde_json::from_str(&status).expect("status JSON");
+        let row = status["jobs"].as_array().expect("jobs").iter().find(|j| j["job"] == "on-demand").cloned().expect("on-demand");
+        assert_eq!(row["paused"]["reason"], "maintenance", "status exit {code}: {row}");
+        assert_eq!(row["paused"]["by"], "api@web-api", "{row}");
+        let (_, job) = get_json(port, "/api/v1/jobs/on-demand");
+        assert_eq!(job["paused"]["reason"], "maintenance", "{job}");
+        // A paused job is triggered only with force.
+        let (code, refused) = post_json(port, "/api/v1/jobs/on-demand/trigger", &[("Authorization", &bearer)], "");
+        assert_eq!(code, 409, "{refused}");
+        let (code, resumed) = post_json(port, "/api/v1/jobs/on-demand/resume", &[("Authorization", &bearer)], "");
+        assert_eq!((code, resumed["message"].as_str()), (200, Some("on-demand: resumed")), "{resumed}");
+        let (_, job) = get_json(port, "/api/v1/jobs/on-demand");
+        assert!(job["paused"].is_null(), "{job}");
+        let (code, triggered) = post_json(port, "/api/v1/jobs/on-demand/trigger", &[("Authorization", &bearer)], "");
+        assert_eq!(code, 202, "{triggered}");
+        wait_until("the triggered run", Duration::from_secs(20), || {
+            let (_, runs) = get_json(port, "/api/v1/runs?job=on-demand");
+            runs["runs"][0]["status"] == "succeeded"
+        });
+        let (code, unlocked) = post_json(port, "/api/v1/jobs/on-demand/unlock", &[("Authorization", &bearer)], "");
+        assert_eq!(code, 200, "{unlocked}");
+        assert_eq!(post_json(port, "/api/v1/jobs/nope/pause", &[("Authorization", &bearer)], "").0, 404);
+        assert_eq!(post_json(port, "/api/v1/jobs/fine/explode", &[("Authorization", &bearer)], "").0, 404);
+        let (code, bad) = post_json(port, "/api/v1/jobs/on-demand/pause", &[("Authorization", &bearer), json], r#"{"until": "someday"}"#);
+        assert_eq!(code, 400, "{bad}");
+
+        // A second replica without a token: everything reads, no action.
+        let read_only_port = free_port();
+        let read_only = web_config(db, read_only_port, false);
+        let other = Replica::start(&read_only, "web-read-only", None, &[]);
+        other.wait_for_log("replicron started", Duration::from_secs(30));
+        wait_until("the read-only listener", Duration::from_secs(10), || get_json(read_only_port, "/api/v1/jobs").0 == 200);
+        for action in ["trigger", "pause", "resume", "unlock"] {
+            let (code, refused) = post_json(read_only_port, &format!("/api/v1/jobs/on-demand/{action}"), &[("Authorization", &bearer)], "");
+            assert_eq!(code, 403, "{action}: {refused}");
+            let (code, _, _) = http(read_only_port, "POST", &format!("/jobs/on-demand/{action}"), &[("Content-Type", "application/x-www-form-urlencoded")], "csrf=x");
+            assert_eq!(code, 403, "the form's {action}");
+        }
+        let (_, job) = get_json(port, "/api/v1/jobs/on-demand");
+        assert!(job["paused"].is_null(), "{job}");
+        drop(other);
+        drop(replica);
+    }
+}
