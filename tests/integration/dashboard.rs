@@ -143,7 +143,11 @@ mod the_dashboard_in_a_browser {
         let read_only =
             crate::support::Replica::start(&read_only_config, "web-read-only", None, &[]);
         read_only.wait_for_log("replicron started", Duration::from_secs(30));
+        let began = std::time::Instant::now();
+        let step = |what: &str| eprintln!("{:>6.1} s  {what}", began.elapsed().as_secs_f64());
+        step("replicas up");
         let driver = Driver::start();
+        step("chromedriver up");
         let profile = tempfile::tempdir().expect("a browser profile");
         let base = format!("http://127.0.0.1:{port}");
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -152,6 +156,7 @@ mod the_dashboard_in_a_browser {
             .expect("runtime");
         runtime.block_on(async {
             let client = browser(&driver, profile.path()).await;
+            step("browser up");
 
             // The overview: every job, each with its status.
             client.goto(&format!("{base}/")).await.expect("load /");
@@ -230,6 +235,7 @@ mod the_dashboard_in_a_browser {
                     .contains("web-browser")
             );
             let overview = save(&client, &format!("{kind}-overview")).await;
+            step("overview checked");
 
             // Through the job's page to a run's output: text, not markup.
             client
@@ -271,6 +277,7 @@ mod the_dashboard_in_a_browser {
             );
             assert!(client.get_alert_text().await.is_err(), "a script ran");
             let run_page = save(&client, &format!("{kind}-run-output")).await;
+            step("a run's output checked");
 
             // Signed in with the token: pause and resume from the page.
             client
@@ -328,6 +335,7 @@ mod the_dashboard_in_a_browser {
             assert_eq!(paused["reason"], "from the page", "{paused}");
             assert_eq!(paused["by"], "web@web-browser", "{paused}");
             let paused_page = save(&client, &format!("{kind}-job-paused")).await;
+            step("paused from the page");
             client
                 .find(Locator::Id("resume"))
                 .await
@@ -396,7 +404,9 @@ mod the_dashboard_in_a_browser {
                 );
                 assert_eq!(code, 403, "{action}: {body}");
             }
+            step("read-only checked");
             client.close().await.expect("close the browser");
+            step("browser closed");
             eprintln!(
                 "screenshots: {}, {}, {}",
                 overview.display(),

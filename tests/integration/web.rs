@@ -2,7 +2,7 @@
 //! cursor pagination, actions with and without the token, and the HTML
 //! pages' escaping. The dashboard in a browser is `dashboard.rs`.
 
-use std::io::{Read, Write};
+use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -43,8 +43,30 @@ pub(crate) fn http(
     request.push_str("\r\n");
     request.push_str(body);
     let _ = stream.write_all(request.as_bytes());
+    // Read the head, then the body's Content-Length (a server may keep the
+    // connection open after it), or up to the end.
     let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
+    let mut buffer = [0_u8; 8192];
+    let mut expected: Option<usize> = None;
+    loop {
+        if let Some(at) = response.windows(4).position(|w| w == b"\r\n\r\n") {
+            if expected.is_none() {
+                let head = String::from_utf8_lossy(&response[..at]).to_ascii_lowercase();
+                expected = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .map(|n| at + 4 + n);
+            }
+            if expected.is_some_and(|end| response.len() >= end) {
+                break;
+            }
+        }
+        match stream.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => response.extend_from_slice(&buffer[..n]),
+        }
+    }
     let response = String::from_utf8_lossy(&response).into_owned();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let mut lines = head.lines();
