@@ -640,13 +640,18 @@ fn the_web_token_is_named_never_shown_and_hidden_from_jobs() {
         "unknown field",
     );
     let text = format!(
-        "{DB}[web]\ntoken_env = \"REPLICRON_TEST_UNSET_TOKEN_VAR\"\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+        "{DB}[web]\ntoken_env = \"REPLICRON_TEST_UNSET_TOKEN_VAR\"\n\n[notify]\ncommand = \"true\"\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
     );
     let config = parse(&text).expect("valid");
     assert_eq!(
         config.jobs[0].hidden_env,
         ["REPLICRON_TEST_UNSET_TOKEN_VAR"],
         "no job inherits the token"
+    );
+    assert_eq!(
+        config.jobs[0].notify.as_ref().expect("notify").hidden_env,
+        ["REPLICRON_TEST_UNSET_TOKEN_VAR"],
+        "nor does a notifier command"
     );
     let error = config
         .web

@@ -214,6 +214,9 @@ pub(crate) struct Notify {
     pub(crate) timeout: Duration,
     /// How often a failed delivery is tried again.
     pub(crate) retries: u32,
+    /// Variables removed from the command's environment (`[web]
+    /// token_env`'s).
+    pub(crate) hidden_env: Vec<String>,
 }
 
 /// `timeout` unless set.
@@ -233,6 +236,7 @@ impl Default for Notify {
             ping_url: None,
             timeout: DEFAULT_TIMEOUT,
             retries: DEFAULT_RETRIES,
+            hidden_env: Vec::new(),
         }
     }
 }

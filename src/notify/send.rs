@@ -46,7 +46,7 @@ pub(super) async fn event(notify: &Notify, notice: &Notice) {
             notice.event,
             notice.history_id,
             "command",
-            || run(command, notice, notify.timeout),
+            || run(command, notice, notify.timeout, &notify.hidden_env),
         )
         .await;
     }
@@ -180,7 +180,12 @@ async fn get(url: &Template, suffix: &str, timeout: Duration) -> Result<(), Stri
 
 /// Runs the notifier command with the notice in its environment and the
 /// output's tail on stdin; it must exit 0 within the timeout.
-async fn run(command: &Command, notice: &Notice, timeout: Duration) -> Result<(), String> {
+async fn run(
+    command: &Command,
+    notice: &Notice,
+    timeout: Duration,
+    hidden: &[String],
+) -> Result<(), String> {
     let mut process = match command {
         Command::Shell { shell, command } => {
             let mut c = tokio::process::Command::new(shell);
@@ -194,6 +199,9 @@ async fn run(command: &Command, notice: &Notice, timeout: Duration) -> Result<()
         }
     };
     for var in crate::config::daemon_env_vars() {
+        process.env_remove(var);
+    }
+    for var in hidden {
         process.env_remove(var);
     }
     let exit_code = notice.exit_code.map(|c| c.to_string()).unwrap_or_default();

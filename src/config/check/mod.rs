@@ -244,8 +244,13 @@ impl<'t> Checker<'t> {
         }
         hidden.sort();
         hidden.dedup();
+        // Nor does a notifier command see the web token.
+        let web_vars: Vec<String> = web.token_env.iter().map(|t| t.var.clone()).collect();
         for job in &mut jobs {
             job.hidden_env = hidden.clone();
+            if let Some(notify) = &mut job.notify {
+                std::sync::Arc::make_mut(notify).hidden_env = web_vars.clone();
+            }
         }
         Some(Config {
             path: path.to_path_buf(),
