@@ -72,6 +72,7 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 metrics: handle,
                 liveness: liveness.clone(),
                 triggers: trigger_tx,
+                loopback: listen.ip().is_loopback(),
             };
             tokio::spawn(crate::web::serve(listener, Arc::new(web)));
         }

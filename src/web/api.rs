@@ -152,7 +152,7 @@ pub(super) async fn openapi() -> Response {
 pub(super) async fn act(
     State(web): State<Shared>,
     Path((name, action)): Path<(String, String)>,
-    Query(query): Query<ActionParams>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -183,7 +183,10 @@ pub(super) async fn act(
         Caller::Bearer => {}
     }
     let params = if body.iter().all(u8::is_ascii_whitespace) {
-        query
+        match serde_urlencoded::from_str::<ActionParams>(query.as_deref().unwrap_or("")) {
+            Ok(params) => params,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("the query string: {e}")),
+        }
     } else {
         match serde_json::from_slice::<ActionParams>(&body) {
             Ok(params) => params,

@@ -4,8 +4,9 @@
 //! and must come from the dashboard's own origin.
 //!
 //! Neither the cookie nor the CSRF token is the bearer token itself: each is
-//! an HMAC-SHA256 of a fixed label keyed by it, so a leaked page or cookie
-//! does not reveal the token, and changing the token (a restart) ends every
+//! an HMAC-SHA256 keyed by it (the cookie's over its issue time, which
+//! bounds its life to [`SESSION_LIFE`]), so a leaked page or cookie does
+//! not reveal the token, and changing the token (a restart) ends every
 //! session. Comparisons run in constant time (`Mac::verify_slice`).
 
 use axum::http::{HeaderMap, header};
@@ -14,6 +15,15 @@ use sha2::Sha256;
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "replicron_session";
+
+/// How long a session cookie is good for.
+pub(crate) const SESSION_LIFE: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 /// The header a script may send the CSRF token in, with a session cookie.
 pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
@@ -104,9 +114,36 @@ impl Auth {
         mac.verify_slice(&theirs.finalize().into_bytes()).is_ok()
     }
 
-    /// The session cookie's value.
+    /// A new session cookie's value: its issue time and its HMAC.
     pub(crate) fn session(&self) -> Option<String> {
-        self.signed("session")
+        let issued = unix_now();
+        Some(format!(
+            "{issued}.{}",
+            self.signed(&format!("session:{issued}"))?
+        ))
+    }
+
+    fn is_session(&self, value: &str) -> bool {
+        let Some((issued, mac)) = value.split_once('.') else {
+            return false;
+        };
+        let Ok(at) = issued.parse::<u64>() else {
+            return false;
+        };
+        let now = unix_now();
+        at <= now + 60
+            && now.saturating_sub(at) < SESSION_LIFE.as_secs()
+            && self.verify(&format!("session:{at}"), mac)
+    }
+
+    /// `text`'s signature, so that a page shows only messages it wrote.
+    pub(crate) fn sign(&self, text: &str) -> Option<String> {
+        self.signed(&format!("message:{text}"))
+    }
+
+    /// Whether `signature` is [`Auth::sign`]'s of `text`.
+    pub(crate) fn is_signed(&self, text: &str, signature: &str) -> bool {
+        self.verify(&format!("message:{text}"), signature)
     }
 
     /// The CSRF token the dashboard puts in its forms.
@@ -127,7 +164,9 @@ impl Auth {
         if let Some(bearer) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token)
         {
             return if self.is_token(bearer) {
                 Caller::Bearer
@@ -144,7 +183,7 @@ impl Auth {
             .find(|(name, _)| *name == COOKIE)
             .map(|(_, value)| value);
         match session {
-            Some(value) if self.verify("session", value) => Caller::Session,
+            Some(value) if self.is_session(value) => Caller::Session,
             _ => Caller::Anonymous,
         }
     }
@@ -185,6 +224,20 @@ mod tests {
         let csrf = auth.csrf().expect("a csrf token");
         assert_ne!(session, csrf);
         assert!(!session.contains("horse") && auth.is_csrf(&csrf) && !auth.is_csrf(&session));
+        assert!(auth.is_session(&session));
+        // An old session, or one signed for another time, is no session.
+        let old = unix_now() - SESSION_LIFE.as_secs() - 1;
+        let expired = format!(
+            "{old}.{}",
+            auth.signed(&format!("session:{old}")).expect("mac")
+        );
+        assert!(!auth.is_session(&expired));
+        let (_, mac) = session.split_once('.').expect("issued.mac");
+        assert!(!auth.is_session(&format!("{old}.{mac}")));
+        // Messages a page shows are its own.
+        let signature = auth.sign("job: paused").expect("signed");
+        assert!(auth.is_signed("job: paused", &signature));
+        assert!(!auth.is_signed("re-enter your token at evil.example", &signature));
         assert!(!auth.is_csrf("zz") && !auth.is_csrf(""));
 
         let mut headers = HeaderMap::new();
@@ -201,7 +254,7 @@ mod tests {
         assert_eq!(auth.caller(&headers), Caller::Anonymous);
         headers.insert(
             header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer correct-horse-battery-staple"),
+            HeaderValue::from_static("bearer correct-horse-battery-staple"),
         );
         assert_eq!(auth.caller(&headers), Caller::Bearer);
 

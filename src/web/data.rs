@@ -350,9 +350,19 @@ fn job_view(
                 .map(|d| format!("DRIFT: live replicas define it differently: {d}"))
         })
         .or_else(|| crate::cli::status::failed(last));
-    let next = job
-        .filter(|j| j.enabled)
-        .and_then(|j| j.schedule.next_after(now));
+    // A paused job's next instant is the first after its pause (none while
+    // paused until resumed).
+    let pause = lock.and_then(|l| l.paused_at_time(now.naive_utc()));
+    let next = match pause {
+        Some(None) => None,
+        Some(Some(until)) => job.filter(|j| j.enabled).and_then(|j| {
+            j.schedule
+                .next_after(until - chrono::TimeDelta::milliseconds(1))
+        }),
+        None => job
+            .filter(|j| j.enabled)
+            .and_then(|j| j.schedule.next_after(now)),
+    };
     let start = job.zip(next).map(|(j, next)| j.schedule.start_of(next));
     JobView {
         name: name.to_string(),
@@ -398,10 +408,14 @@ pub(crate) struct RunPage {
 }
 
 /// The runs matching `filter` (whose `limit` is the page's size).
-pub(crate) async fn runs(store: &Store, filter: RunFilter) -> Result<RunPage, DbError> {
-    let limit = filter.limit;
-    let briefs = store.list_briefs(filter).await?;
-    let next_cursor = (briefs.len() as i64 == limit && limit > 0)
+pub(crate) async fn runs(store: &Store, mut filter: RunFilter) -> Result<RunPage, DbError> {
+    // One more than the page: whether another page follows.
+    let limit = filter.limit.max(0) as usize;
+    filter.limit += 1;
+    let mut briefs = store.list_briefs(filter).await?;
+    let more = briefs.len() > limit;
+    briefs.truncate(limit);
+    let next_cursor = more
         .then(|| briefs.last().map(|r| r.id.to_string()))
         .flatten();
     Ok(RunPage {

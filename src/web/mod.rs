@@ -47,6 +47,11 @@ pub(crate) struct Web {
     pub(crate) liveness: Arc<Liveness>,
     /// Triggered runs go to the scheduler.
     pub(crate) triggers: mpsc::Sender<trigger::Request>,
+    /// The listener is on a loopback address: requests must name this host
+    /// (`localhost`, `127.0.0.1`, `[::1]`), so that a web page whose DNS
+    /// name is rebound to 127.0.0.1 cannot read the dashboard through a
+    /// browser on this host.
+    pub(crate) loopback: bool,
 }
 
 impl Web {
@@ -82,6 +87,10 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/healthz", get(healthz))
         .fallback(not_found)
         .layer(axum::middleware::map_response(security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            web.clone(),
+            local_names_only,
+        ))
         .with_state(web)
 }
 
@@ -89,14 +98,46 @@ pub(crate) fn router(web: Shared) -> Router {
 pub(crate) async fn serve(listener: TcpListener, web: Shared) {
     if let Ok(addr) = listener.local_addr()
         && !addr.ip().is_loopback()
-        && !web.auth.actions()
     {
-        warn!(%addr, "the dashboard and API are reachable beyond this host and read-only: anyone who reaches {addr} sees every job, run and output; set [web] token_env to allow actions, and firewall the port");
+        if web.auth.actions() {
+            warn!(%addr, "the dashboard and API are reachable beyond this host over plain HTTP: anyone who reaches {addr} sees every job, run and output, and the token crosses the network in clear; put a TLS proxy in front, or listen on 127.0.0.1");
+        } else {
+            warn!(%addr, "the dashboard and API are reachable beyond this host and read-only: anyone who reaches {addr} sees every job, run and output; set [web] token_env to allow actions, and firewall the port");
+        }
     }
     let app = router(web).into_make_service_with_connect_info::<SocketAddr>();
     if let Err(e) = axum::serve(listener, app).await {
         warn!("the HTTP listener stopped: {e}");
     }
+}
+
+/// On a loopback listener, a request must name this host.
+async fn local_names_only(
+    State(web): State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if web.loopback {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(""),
+            None => host.split(':').next().unwrap_or(""),
+        };
+        let local =
+            matches!(name, "localhost" | "127.0.0.1" | "::1") || name.ends_with(".localhost");
+        if !local {
+            return (
+                StatusCode::MISDIRECTED_REQUEST,
+                "this replica listens on a loopback address and answers only to localhost, 127.0.0.1 or [::1]\n",
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// No script runs on these pages, nothing is framed, and forms post only
@@ -242,7 +283,15 @@ pub(crate) async fn act(
                     conflict(format!("{name} has nothing to run on this replica"))
                 }
                 Ok(Ok(Err(e))) => Err(failed(e)),
-                Ok(Err(_)) | Err(_) => Err(failed("the scheduler did not answer")),
+                Ok(Err(_)) => Err(failed("the scheduler did not answer")),
+                // Still queued: it may yet run. Saying it failed would invite
+                // a second trigger.
+                Err(_) => Ok((
+                    StatusCode::ACCEPTED,
+                    format!(
+                        "{name}: the trigger is queued but has not started within 30 s; look at its runs before triggering again"
+                    ),
+                )),
             }
         }
         "pause" => {

@@ -4,7 +4,6 @@
 //! `<meta http-equiv="refresh">`, the durations chart is inline SVG, and
 //! actions are HTML forms that POST with a CSRF token.
 
-use axum::Form;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -337,17 +336,23 @@ pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> R
     .into_response()
 }
 
-/// A job page's query: a flash message and the runs' page.
+/// A job page's query: the runs' page, and the message of an action just
+/// taken (signed, so that a link cannot put its own words there).
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct JobQuery {
     before: Option<i64>,
     msg: Option<String>,
+    sig: Option<String>,
     bad: Option<String>,
 }
 
-fn flash(query: &JobQuery) -> Markup {
+fn flash(web: &Shared, query: &JobQuery) -> Markup {
+    let shown = match (&query.msg, &query.sig) {
+        (Some(msg), Some(sig)) if web.auth.is_signed(msg, sig) => Some(msg),
+        _ => None,
+    };
     html! {
-        @if let Some(msg) = &query.msg {
+        @if let Some(msg) = shown {
             div class={"flash" @if query.bad.is_some() { " bad" }} role="status" { (msg) }
         }
     }
@@ -462,11 +467,14 @@ pub(super) async fn job(
     layout(
         &web,
         &name,
-        query.before.is_none() && query.msg.is_none(),
+        // Not while its forms may be being filled in, nor on older pages.
+        query.before.is_none()
+            && query.msg.is_none()
+            && !matches!(caller, Caller::Session | Caller::Bearer),
         caller,
         html! {
             h1 { span class={"dot s-" (job_state(job))} {} (job.name) }
-            (flash(&query))
+            (flash(&web, &query))
             @if let Some(problem) = &job.problem { p class="problem" { (problem) } }
             dl {
                 @if let Some(d) = &job.definition {
@@ -566,11 +574,17 @@ pub(super) struct Login {
     next: Option<String>,
 }
 
-/// Where to go after signing in: a path of this dashboard, nothing else.
+/// Where to go after signing in: a path of this dashboard, nothing else
+/// (no scheme, no `//host`, no characters a browser would strip or bend).
 fn local_path(next: Option<&str>) -> String {
-    next.filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\'))
-        .unwrap_or("/")
-        .to_string()
+    next.filter(|n| {
+        n.starts_with('/')
+            && !n.starts_with("//")
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/-._~%?=&+".contains(c))
+    })
+    .unwrap_or("/")
+    .to_string()
 }
 
 fn login_page(web: &Shared, caller: Caller, next: &str, problem: Option<&str>) -> Markup {
@@ -607,7 +621,7 @@ pub(super) async fn login_form(
 pub(super) async fn login(
     State(web): State<Shared>,
     headers: HeaderMap,
-    Form(form): Form<Login>,
+    axum::Form(form): axum::Form<Login>,
 ) -> Response {
     let caller = web.auth.caller(&headers);
     let next = local_path(form.next.as_deref());
@@ -625,7 +639,10 @@ pub(super) async fn login(
         Some(session) => (
             [(
                 header::SET_COOKIE,
-                format!("{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict"),
+                format!(
+                    "{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+                    super::auth::SESSION_LIFE.as_secs()
+                ),
             )],
             Redirect::to(&next),
         )
@@ -655,21 +672,25 @@ pub(super) async fn act(
     State(web): State<Shared>,
     Path((name, action)): Path<(String, String)>,
     headers: HeaderMap,
-    Form(params): Form<ActionParams>,
+    body: axum::body::Bytes,
 ) -> Response {
     let caller = web.auth.caller(&headers);
     let refused = |status: StatusCode, text: &str| {
-        (
-            status,
-            layout(
-                &web,
-                "refused",
-                false,
-                caller,
-                html! { h1 { "Refused" } p { (text) } },
-            ),
-        )
-            .into_response()
+        let page = layout(
+            &web,
+            "refused",
+            false,
+            caller,
+            html! { h1 { "Refused" } p { (text) } },
+        );
+        let mut response = (status, page).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"replicron\""),
+            );
+        }
+        response
     };
     match caller {
         Caller::ReadOnly => {
@@ -681,6 +702,15 @@ pub(super) async fn act(
         Caller::Anonymous => return refused(StatusCode::UNAUTHORIZED, "Sign in first."),
         Caller::Session | Caller::Bearer => {}
     }
+    let params: ActionParams = match serde_urlencoded::from_bytes(&body) {
+        Ok(params) => params,
+        Err(e) => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                &format!("The form could not be read: {e}"),
+            );
+        }
+    };
     let csrf_ok = params.csrf.as_deref().is_some_and(|c| web.auth.is_csrf(c));
     if !csrf_ok || !same_origin(&headers) {
         return refused(
@@ -693,7 +723,12 @@ pub(super) async fn act(
         Ok((_, message)) => (message, false),
         Err((_, message)) => (message, true),
     };
-    let mut to = format!("/jobs/{}?msg={}", encode(&name), encode(&message));
+    let signature = web.auth.sign(&message).unwrap_or_default();
+    let mut to = format!(
+        "/jobs/{}?msg={}&sig={signature}",
+        encode(&name),
+        encode(&message)
+    );
     if bad {
         to.push_str("&bad=1");
     }
