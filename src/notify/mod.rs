@@ -413,8 +413,9 @@ pub(crate) struct Sent {
 static SENT: std::sync::Mutex<std::collections::VecDeque<Sent>> =
     std::sync::Mutex::new(std::collections::VecDeque::new());
 
-/// Remembers a notification's result, for [`recent`].
-pub(crate) fn remember(
+/// Records a notification's result: counted in
+/// `replicron_notifications_total` and kept for [`recent`].
+pub(crate) fn record(
     job: &str,
     event: &'static str,
     run_id: Option<i64>,
@@ -422,6 +423,7 @@ pub(crate) fn remember(
     result: &'static str,
     error: Option<String>,
 ) {
+    crate::telemetry::notification(job, event, result);
     let sent = Sent {
         at: crate::schedule::fmt_instant(Utc::now()),
         job: job.to_string(),
@@ -517,8 +519,7 @@ impl Notifier {
             .is_err()
         {
             self.outstanding.fetch_sub(1, Ordering::SeqCst);
-            crate::telemetry::notification(&job, event, "dropped");
-            remember(&job, event, id, "queue", "dropped", None);
+            record(&job, event, id, "queue", "dropped", None);
             error!(job = %job, event, run_id = id, "notification dropped: {QUEUE} are already waiting to be sent");
         }
     }
@@ -540,8 +541,7 @@ impl Notifier {
         self.outstanding.fetch_add(1, Ordering::SeqCst);
         if self.queue.try_send(message).is_err() {
             self.outstanding.fetch_sub(1, Ordering::SeqCst);
-            crate::telemetry::notification(job, ping.label(), "dropped");
-            remember(job, ping.label(), Some(run_id), "ping", "dropped", None);
+            record(job, ping.label(), Some(run_id), "ping", "dropped", None);
             error!(job = %job, run_id, "ping dropped: {QUEUE} notifications are already waiting to be sent");
         }
     }
@@ -613,8 +613,7 @@ async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<Atomic
                 let chain = chains.entry(job.clone()).or_default();
                 if chain.pending.load(Ordering::SeqCst) >= PING_BACKLOG {
                     outstanding.fetch_sub(1, Ordering::SeqCst);
-                    crate::telemetry::notification(&job, ping.label(), "dropped");
-                    remember(&job, ping.label(), Some(run_id), "ping", "dropped", None);
+                    record(&job, ping.label(), Some(run_id), "ping", "dropped", None);
                     error!(
                         job = %job,
                         run_id,

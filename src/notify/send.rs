@@ -92,8 +92,7 @@ async fn deliver<F, Fut>(
             };
         match result {
             Ok(()) => {
-                crate::telemetry::notification(job, event, "sent");
-                super::remember(job, event, run_id, to, "sent", None);
+                super::record(job, event, run_id, to, "sent", None);
                 debug!(job = %job, event, run_id, to, "notification sent");
                 return;
             }
@@ -102,8 +101,7 @@ async fn deliver<F, Fut>(
                 backoff.wait().await;
             }
             Err(e) => {
-                crate::telemetry::notification(job, event, "failed");
-                super::remember(job, event, run_id, to, "failed", Some(e.clone()));
+                super::record(job, event, run_id, to, "failed", Some(e.clone()));
                 error!(job = %job, event, run_id, to, attempts = tries, "notification failed: {e}");
             }
         }
