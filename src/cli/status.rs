@@ -109,16 +109,15 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             history::latest_run(&mut conn, &name).map_err(|e| query("reading the history", e))?;
         let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
         let brief = last.as_ref().map(history::RunBrief::from);
-        let problem = stuck(job, lock, brief.as_ref(), held, now, &instances)
-            .or_else(|| {
-                drifted.get(&name).map(|drift| {
-                    format!(
-                        "DRIFT: live replicas define it differently: {}",
-                        drift.describe()
-                    )
-                })
-            })
-            .or_else(|| failed(brief.as_ref()));
+        let problem = problem(
+            job,
+            lock,
+            brief.as_ref(),
+            held,
+            now,
+            &instances,
+            drifted.get(&name),
+        );
         rows.push(JobStatus {
             job: name.clone(),
             enabled: job.map(|j| j.enabled),
@@ -294,8 +293,32 @@ pub(crate) fn job_names(config: &crate::config::Config, locks: &[lease::LockRow]
     names
 }
 
+/// What an operator should look at for a job, the first that applies: a
+/// stuck or orphaned lease, a definition that drifted between replicas, a
+/// last run that ended badly.
+pub(crate) fn problem(
+    job: Option<&crate::config::Job>,
+    lock: Option<&lease::LockRow>,
+    last: Option<&history::RunBrief>,
+    held: bool,
+    now: DateTime<Utc>,
+    instances: &[crate::registry::Instance],
+    drift: Option<&crate::scheduler::drift::Drift>,
+) -> Option<String> {
+    stuck(job, lock, last, held, now, instances)
+        .or_else(|| {
+            drift.map(|drift| {
+                format!(
+                    "DRIFT: live replicas define it differently: {}",
+                    drift.describe()
+                )
+            })
+        })
+        .or_else(|| failed(last))
+}
+
 /// Whether the job's last run ended badly: an operator should look.
-pub(crate) fn failed(last: Option<&history::RunBrief>) -> Option<String> {
+fn failed(last: Option<&history::RunBrief>) -> Option<String> {
     let run = last?;
     let status = run.status;
     let bad = matches!(
@@ -322,7 +345,7 @@ pub(crate) fn failed(last: Option<&history::RunBrief>) -> Option<String> {
 }
 
 /// Why a job's lease looks stuck, if it does (see README, "status").
-pub(crate) fn stuck(
+fn stuck(
     job: Option<&crate::config::Job>,
     lock: Option<&lease::LockRow>,
     last: Option<&history::RunBrief>,

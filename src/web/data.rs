@@ -342,27 +342,20 @@ fn job_view(
     let job = config.job(name);
     let last = briefs.first();
     let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
-    let drift = drift.get(name).map(|d| d.describe());
-    let problem = crate::cli::status::stuck(job, lock, last, held, now, instances)
-        .or_else(|| {
-            drift
-                .as_ref()
-                .map(|d| format!("DRIFT: live replicas define it differently: {d}"))
-        })
-        .or_else(|| crate::cli::status::failed(last));
-    // A paused job's next instant is the first after its pause (none while
-    // paused until resumed).
-    let pause = lock.and_then(|l| l.paused_at_time(now.naive_utc()));
-    let next = match pause {
-        Some(None) => None,
-        Some(Some(until)) => job.filter(|j| j.enabled).and_then(|j| {
-            j.schedule
-                .next_after(until - chrono::TimeDelta::milliseconds(1))
-        }),
-        None => job
-            .filter(|j| j.enabled)
-            .and_then(|j| j.schedule.next_after(now)),
+    let drift = drift.get(name);
+    let problem = crate::cli::status::problem(job, lock, last, held, now, instances, drift);
+    // A paused job's next instant is the first at or after its pause's end
+    // (none while paused until resumed).
+    let pause = lock.and_then(|l| l.paused_at_time(now.naive_utc()).map(|until| (l, until)));
+    let after = match pause {
+        Some((_, None)) => None,
+        Some((_, Some(until))) => Some(until - chrono::TimeDelta::milliseconds(1)),
+        None => Some(now),
     };
+    let next = job
+        .filter(|j| j.enabled)
+        .zip(after)
+        .and_then(|(j, after)| j.schedule.next_after(after));
     let start = job.zip(next).map(|(j, next)| j.schedule.start_of(next));
     JobView {
         name: name.to_string(),
@@ -376,14 +369,11 @@ fn job_view(
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
         }),
         next_start_in_seconds: start.map(|s| (s - now).num_milliseconds() as f64 / 1000.0),
-        paused: lock.and_then(|l| {
-            let until = l.paused_at_time(now.naive_utc())?;
-            Some(PauseView {
-                by: l.paused_by.clone(),
-                since: l.paused_at.map(rfc3339),
-                until: until.map(crate::schedule::fmt_instant),
-                reason: l.paused_reason.clone(),
-            })
+        paused: pause.map(|(l, until)| PauseView {
+            by: l.paused_by.clone(),
+            since: l.paused_at.map(rfc3339),
+            until: until.map(crate::schedule::fmt_instant),
+            reason: l.paused_reason.clone(),
         }),
         lease: lock.map_or_else(LeaseView::default, |l| LeaseView {
             held,
@@ -392,7 +382,7 @@ fn job_view(
             fence: l.fence,
         }),
         last_run: last.map(RunView::from),
-        drift,
+        drift: drift.map(|d| d.describe()),
         problem,
         recent: briefs.iter().map(RunView::from).collect(),
     }
