@@ -36,8 +36,20 @@ pub(crate) struct ResumeArgs {
     pub(crate) job: String,
 }
 
+/// `--until`'s time, which must be after `now` (the database's).
+pub(crate) fn parse_future_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    let until = parse_until(text, now)?;
+    if until <= now {
+        return Err(format!(
+            "--until {text:?} is not in the future (the database's clock says {})",
+            history::rfc3339(now.naive_utc())
+        ));
+    }
+    Ok(until)
+}
+
 /// `--until`'s time: an RFC 3339 time, or a duration after `now`.
-pub(crate) fn parse_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+fn parse_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
     if let Ok(at) = DateTime::parse_from_rfc3339(text) {
         return Ok(at.with_timezone(&Utc));
     }
@@ -73,17 +85,7 @@ pub(super) fn pause(args: &PauseArgs) -> anyhow::Result<ExitCode> {
     let now = crate::db::clock::database_now(&mut conn)
         .map_err(|e| query("reading the database's clock", e))?;
     let until = match &args.until {
-        Some(text) => {
-            let until = parse_until(text, now).map_err(UsageError)?;
-            if until <= now {
-                return Err(UsageError(format!(
-                    "--until {text:?} is not in the future (the database's clock says {})",
-                    history::rfc3339(now.naive_utc())
-                ))
-                .into());
-            }
-            Some(until)
-        }
+        Some(text) => Some(parse_future_until(text, now).map_err(UsageError)?),
         None => None,
     };
     lease::ensure_rows(&mut conn, &[args.job.as_str()])
@@ -124,7 +126,7 @@ pub(super) fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_until;
+    use super::{parse_future_until, parse_until};
     use chrono::{TimeZone, Utc};
 
     #[test]
@@ -142,6 +144,8 @@ mod tests {
             parse_until("90m", now),
             Ok(Utc.with_ymd_and_hms(2026, 11, 24, 13, 30, 0).unwrap())
         );
+        let past = parse_future_until("2026-11-24T11:00:00Z", now).unwrap_err();
+        assert!(past.contains("not in the future"), "{past}");
         let error = parse_until("tomorrow", now).unwrap_err();
         assert!(
             error.contains("\"tomorrow\"") && error.contains("RFC 3339"),

@@ -2,7 +2,7 @@
 //! for `--force` while the holder's run is recorded running.
 
 use super::{ConfigArg, ExitCode, load, open_for_command};
-use crate::history::{self, RunStatus};
+use crate::history;
 use crate::lease;
 
 /// Arguments of `unlock`.
@@ -34,9 +34,8 @@ pub(super) fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
         println!("{}: not held", args.job);
         return Ok(ExitCode::SUCCESS);
     }
-    let running = history::latest_run(&mut conn, &args.job)
-        .map_err(|e| query("reading the history", e))?
-        .filter(|run| run.fence == lock.fence && run.status == RunStatus::Running);
+    let running = history::running_under(&mut conn, &args.job, lock.fence)
+        .map_err(|e| query("reading the history", e))?;
     if let Some(run) = &running
         && !args.force
     {

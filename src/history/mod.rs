@@ -648,6 +648,16 @@ pub(crate) fn latest_run(conn: &mut DbConnection, job: &str) -> QueryResult<Opti
         .optional()
 }
 
+/// The run of `job` recorded running under lease `fence`, if its newest
+/// run is one: a lease that must not be ended without `--force`.
+pub(crate) fn running_under(
+    conn: &mut DbConnection,
+    job: &str,
+    fence: i64,
+) -> QueryResult<Option<RunRow>> {
+    Ok(latest_run(conn, job)?.filter(|run| run.fence == fence && run.status == RunStatus::Running))
+}
+
 /// Deletes at most `batch` finished runs that started more than
 /// `older_than` ago (database time). Returns how many were deleted; call
 /// again until it returns less than `batch`.

@@ -94,4 +94,17 @@ impl Store {
         self.call("reading the history", move |conn| super::find_run(conn, id))
             .await
     }
+
+    /// [`super::running_under`].
+    pub(crate) async fn running_under(
+        &self,
+        job: &str,
+        fence: i64,
+    ) -> Result<Option<RunRow>, DbError> {
+        let job = job.to_string();
+        self.call("reading the history", move |conn| {
+            super::running_under(conn, &job, fence)
+        })
+        .await
+    }
 }

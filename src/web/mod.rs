@@ -302,17 +302,10 @@ pub(crate) async fn act(
                 .map(str::trim)
                 .filter(|u| !u.is_empty())
             {
-                Some(text) => {
-                    let until = crate::cli::pause::parse_until(text, now)
-                        .map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-                    if until <= now {
-                        return Err((
-                            StatusCode::BAD_REQUEST,
-                            format!("until {text:?} is not in the future"),
-                        ));
-                    }
-                    Some(until)
-                }
+                Some(text) => Some(
+                    crate::cli::pause::parse_future_until(text, now)
+                        .map_err(|e| (StatusCode::BAD_REQUEST, e))?,
+                ),
                 None => None,
             };
             let reason = params.reason.clone().filter(|r| !r.trim().is_empty());
@@ -347,17 +340,9 @@ pub(crate) async fn act(
             }
             let running = web
                 .store
-                .list_briefs(crate::history::RunFilter {
-                    job: Some(name.to_string()),
-                    limit: 1,
-                    ..Default::default()
-                })
+                .running_under(name, lock.fence)
                 .await
-                .map_err(failed)?
-                .into_iter()
-                .find(|run| {
-                    run.fence == lock.fence && run.status == crate::history::RunStatus::Running
-                });
+                .map_err(failed)?;
             if let Some(run) = running
                 && !params.force
             {
