@@ -668,14 +668,14 @@ impl Loops {
     }
 }
 
-/// Says every [`registry::HEARTBEAT_EVERY`] that this replica is alive;
-/// warns loudly if its row was taken over by another process with its id.
 /// How often a replica in the minority for a job looks again.
 const MINORITY_RECHECK: Duration = Duration::from_secs(1);
 
 /// The registry's side of this replica: each heartbeat says it is alive,
 /// which jobs it runs (their digests) and how its clock stands, prunes
-/// replicas long gone, and compares the live replicas' job definitions.
+/// replicas long gone, and compares the live replicas' job definitions;
+/// it warns loudly if its row was taken over by another process with its
+/// id.
 struct Registration {
     me: registry::Me,
     clock: Arc<DatabaseClock>,
