@@ -57,6 +57,13 @@ pub(crate) enum Caller {
     Session,
 }
 
+/// An HMAC-SHA256 of `label` keyed by `key`.
+fn keyed(key: &str, label: &str) -> Option<Hmac> {
+    let mut mac = Hmac::new_from_slice(key.as_bytes()).ok()?;
+    mac.update(label.as_bytes());
+    Some(mac)
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -83,10 +90,7 @@ impl Auth {
     }
 
     fn mac(&self, label: &str) -> Option<Hmac> {
-        let token = self.token.as_ref()?;
-        let mut mac = Hmac::new_from_slice(token.as_bytes()).ok()?;
-        mac.update(label.as_bytes());
-        Some(mac)
+        keyed(self.token.as_ref()?, label)
     }
 
     fn signed(&self, label: &str) -> Option<String> {
@@ -102,16 +106,12 @@ impl Auth {
 
     /// Whether `given` is the token (constant time: both are MACed).
     pub(crate) fn is_token(&self, given: &str) -> bool {
-        let Some(mac) = self.mac("token") else {
-            return false;
-        };
-        let Some(theirs) = (Auth {
-            token: Some(given.trim().to_string()),
-        })
-        .mac("token") else {
-            return false;
-        };
-        mac.verify_slice(&theirs.finalize().into_bytes()).is_ok()
+        match (self.mac("token"), keyed(given.trim(), "token")) {
+            (Some(mine), Some(theirs)) => {
+                mine.verify_slice(&theirs.finalize().into_bytes()).is_ok()
+            }
+            _ => false,
+        }
     }
 
     /// A new session cookie's value: its issue time and its HMAC.
