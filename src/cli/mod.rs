@@ -181,10 +181,21 @@ pub fn exit(code: ExitCode) -> ! {
 
 /// Entry point of the binary; the caller ends the process with [`exit`].
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Command::Guard = cli.command {
+    // The guard before anything else: it is meant to stay small, and the
+    // argument parser alone would touch a megabyte of code and heap.
+    let mut args = std::env::args_os().skip(1);
+    if let (Some(command), None) = (args.next(), args.next())
+        && command == crate::runner::GUARD_COMMAND
+    {
         crate::runner::guard();
         return ExitCode::SUCCESS;
+    }
+    let cli = Cli::parse();
+    // The daemon's guard, forked while this process is small and alone.
+    if matches!(cli.command, Command::Run(_))
+        && let Err(e) = crate::runner::fork_early_guard()
+    {
+        eprintln!("replicron: cannot fork the guard process ({e}); it is started later");
     }
     // The daemon tells what it does; a one-off command speaks only of trouble.
     let default_level = if matches!(cli.command, Command::Run(_)) {

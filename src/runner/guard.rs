@@ -30,13 +30,71 @@ pub(crate) struct Deadlines {
 
 /// The daemon's side of the guard process.
 pub(crate) struct Guard {
-    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
-    _process: Child,
+    stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
+    _process: Option<Child>,
+}
+
+/// A guard forked by [`fork_early`], until [`Guard::start`] takes its pipe.
+static FORKED: std::sync::Mutex<Option<std::os::fd::OwnedFd>> = std::sync::Mutex::new(None);
+
+/// Forks the guard now, while this process is small and has one thread:
+/// the forked guard shares this binary's pages instead of loading its own
+/// copy (an exec'd guard maps and relocates the whole binary again, some
+/// megabytes), and touches only its own loop. [`Guard::start`] then takes
+/// its pipe. Call it first thing in `main`, before any thread starts.
+#[expect(
+    unsafe_code,
+    reason = "a fork, and the descriptor calls of its child, have no safe form"
+)]
+pub(crate) fn fork_early() -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let (read, write) = super::spawn::pipe_pair()?;
+    // SAFETY: this process has a single thread (the caller's promise), so
+    // the child may go on as an ordinary program.
+    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+        nix::unistd::ForkResult::Child => {
+            drop(write);
+            let null = std::fs::File::open("/dev/null");
+            // SAFETY: plain descriptor calls in our own process.
+            unsafe {
+                libc::dup2(read.as_raw_fd(), 0);
+                if let Ok(null) = &null {
+                    libc::dup2(null.as_raw_fd(), 1);
+                }
+                libc::setpgid(0, 0);
+                // What ps and top show for it (its command line is the
+                // daemon's).
+                libc::prctl(libc::PR_SET_NAME, c"replicron-guard".as_ptr());
+            }
+            drop(read);
+            drop(null);
+            guard();
+            // SAFETY: the guard is done; nothing of the parent's is ours to
+            // flush or run at exit.
+            unsafe { libc::_exit(0) }
+        }
+        nix::unistd::ForkResult::Parent { .. } => {
+            drop(read);
+            if let Ok(mut forked) = FORKED.lock() {
+                *forked = Some(write);
+            }
+            Ok(())
+        }
+    }
 }
 
 impl Guard {
-    /// Starts `replicron guard` (this binary) with a pipe from this process.
+    /// The guard [`fork_early`] started, or else `replicron guard` (this
+    /// binary) started now with a pipe from this process.
     pub(crate) fn start() -> io::Result<Guard> {
+        if let Some(write) = FORKED.lock().ok().and_then(|mut forked| forked.take()) {
+            return Ok(Guard {
+                stdin: tokio::sync::Mutex::new(Some(
+                    tokio::net::unix::pipe::Sender::from_owned_fd(write)?,
+                )),
+                _process: None,
+            });
+        }
         let mut process = tokio::process::Command::new(std::env::current_exe()?)
             .arg(GUARD_COMMAND)
             .stdin(Stdio::piped())
@@ -44,10 +102,16 @@ impl Guard {
             .process_group(0)
             .kill_on_drop(false)
             .spawn()?;
-        let stdin = process.stdin.take();
+        let stdin = process
+            .stdin
+            .take()
+            .map(|stdin| stdin.into_owned_fd())
+            .transpose()?
+            .map(tokio::net::unix::pipe::Sender::from_owned_fd)
+            .transpose()?;
         Ok(Guard {
             stdin: tokio::sync::Mutex::new(stdin),
-            _process: process,
+            _process: Some(process),
         })
     }
 

@@ -14,24 +14,27 @@
 mod action;
 mod guard;
 mod output;
+mod spawn;
 pub(crate) mod users;
 
 pub use self::action::RunContext;
 pub(crate) use self::action::{Action, Ended, Ending, FnAction, StopReason};
-pub(crate) use self::guard::{Deadlines, Guard, guard};
+pub(crate) use self::guard::{
+    Deadlines, GUARD_COMMAND, Guard, fork_early as fork_early_guard, guard,
+};
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
-use tokio::process::Child;
 use tokio::task::JoinHandle;
 
 use self::output::{Output, Tail, read_stream};
@@ -209,7 +212,7 @@ struct RunSpec {
 
 /// A started run.
 struct Running {
-    child: Child,
+    child: spawn::Child,
     group: Pid,
     readers: Vec<JoinHandle<()>>,
     tail: Arc<Mutex<Tail>>,
@@ -267,64 +270,49 @@ async fn spawn(spec: &RunSpec, guard: Option<&Guard>, deadlines: Deadlines) -> i
         Some(run_as) => Some(users::resolve(run_as).map_err(io::Error::other)?),
         None => None,
     };
-    // The parent-death signal must be set in the child before it runs the
-    // job. util-linux's setpriv does that and then execs the job, which lets
-    // std start the child with posix_spawn (vfork) instead of fork: forking
-    // the whole daemon (its threads, its address space) once per run costs
-    // more than everything else a run does. Without setpriv, a pre_exec
-    // hook sets it, at the price of a fork.
-    let mut command = match setpriv() {
-        Some(setpriv) => {
-            let mut c = tokio::process::Command::new(setpriv);
-            c.args(["--pdeathsig", "KILL"]);
-            if let Some(switch) = &switch {
-                c.args(users::setpriv_args(switch));
-            }
-            c.arg("--").arg(program).args(&args);
-            c
-        }
-        None => {
-            let mut c = tokio::process::Command::new(program);
-            c.args(&args);
-            prepare_child(&mut c, switch.clone());
-            c
-        }
-    };
-    if let Some(switch) = &switch {
-        // Before the job's own env, which may set them otherwise.
-        command
-            .env("USER", &switch.name)
-            .env("LOGNAME", &switch.name)
-            .env("HOME", &switch.home);
-        if spec.working_dir.is_none() && switch.home.is_dir() {
-            command.current_dir(&switch.home);
-        }
-    }
-    let (stdin, stdout, stderr) = if spec.inherit_stdio {
-        (Stdio::inherit(), Stdio::inherit(), Stdio::inherit())
-    } else {
-        (Stdio::null(), Stdio::piped(), Stdio::piped())
-    };
-    // replicron's own settings (the database URL and its password among
-    // them) are not the job's: a job that needs one sets it in its `env`.
-    for var in crate::config::daemon_env_vars() {
-        command.env_remove(var);
-    }
+    // The job's whole environment: this process's (read once: replicron
+    // never changes its own), less replicron's own settings (the database
+    // URL and its password among them: a job that needs one sets it in its
+    // `env`) and the variables the notification settings read secrets
+    // from; then the user's, then the job's own.
+    let mut env = inherited_env().clone();
     for var in &spec.hidden_env {
-        command.env_remove(var);
+        env.remove(OsStr::new(var));
     }
-    command
-        .envs(&spec.env)
-        .stdin(stdin)
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0)
-        .kill_on_drop(false);
-    if let Some(dir) = &spec.working_dir {
-        command.current_dir(dir);
+    let mut dir = spec.working_dir.clone();
+    if let Some(switch) = &switch {
+        env.insert("USER".into(), switch.name.clone().into());
+        env.insert("LOGNAME".into(), switch.name.clone().into());
+        env.insert("HOME".into(), switch.home.clone().into());
+        if dir.is_none() && switch.home.is_dir() {
+            dir = Some(switch.home.clone());
+        }
     }
-    let mut child = command.spawn()?;
-    let group = Pid::from_raw(child.id().map_or(0, |id| id as i32));
+    env.extend(spec.env.iter().map(|(k, v)| (k.into(), v.into())));
+    let env = env
+        .into_iter()
+        .map(|(mut name, value)| {
+            name.push("=");
+            name.push(value);
+            name
+        })
+        .collect();
+    let mut child = spawn::Spawn {
+        program: &program,
+        args: std::iter::once(program.clone().into_os_string())
+            .chain(args.iter().map(OsString::from))
+            .collect(),
+        env,
+        dir: dir.as_deref(),
+        switch: switch.as_ref(),
+        streams: if spec.inherit_stdio {
+            spawn::Streams::Inherited
+        } else {
+            spawn::Streams::Captured
+        },
+    }
+    .spawn()?;
+    let group = child.id();
     if let Some(guard) = guard {
         guard.watch(group, deadlines).await;
     }
@@ -356,6 +344,19 @@ async fn spawn(spec: &RunSpec, guard: Option<&Guard>, deadlines: Deadlines) -> i
         group,
         readers,
         tail,
+    })
+}
+
+/// This process's environment as it was first read, less replicron's own
+/// settings.
+fn inherited_env() -> &'static BTreeMap<OsString, OsString> {
+    static ENV: OnceLock<BTreeMap<OsString, OsString>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        for var in crate::config::daemon_env_vars() {
+            env.remove(OsStr::new(var));
+        }
+        env
     })
 }
 
@@ -395,37 +396,6 @@ fn find_program(program: &str, path: &str, working_dir: Option<&Path>) -> io::Re
         .map(|dir| Path::new(dir).join(program))
         .find(|candidate| executable(candidate))
         .ok_or_else(not_found)
-}
-
-/// util-linux's setpriv, if this host has it.
-fn setpriv() -> Option<&'static Path> {
-    static SETPRIV: OnceLock<Option<PathBuf>> = OnceLock::new();
-    SETPRIV
-        .get_or_init(|| {
-            ["/usr/bin/setpriv", "/bin/setpriv"]
-                .iter()
-                .map(PathBuf::from)
-                .find(|path| path.exists())
-        })
-        .as_deref()
-}
-
-#[expect(
-    unsafe_code,
-    reason = "prctl in the child between fork and exec is the only way to set a parent-death signal"
-)]
-fn prepare_child(command: &mut tokio::process::Command, switch: Option<users::Switch>) {
-    // SAFETY: the closure only makes async-signal-safe syscalls (prctl,
-    // setgroups, setgid, setuid) on values resolved before the fork.
-    unsafe {
-        command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
-            match &switch {
-                Some(switch) => users::switch_in_child(switch),
-                None => Ok(()),
-            }
-        });
-    }
 }
 
 impl Running {

@@ -2,8 +2,6 @@
 //! switch made in the child before it execs, and the capabilities the
 //! switch needs, checked before a daemon that lacks them starts.
 
-use std::io;
-
 use nix::unistd::{Gid, Group, Uid, User};
 
 use crate::config::RunAs;
@@ -101,34 +99,6 @@ pub(crate) fn cannot_switch() -> Option<String> {
     })
 }
 
-/// setpriv's arguments that make the switch (before `--`).
-pub(crate) fn setpriv_args(switch: &Switch) -> Vec<String> {
-    let groups = if switch.groups.is_empty() {
-        "--clear-groups".to_string()
-    } else {
-        let list: Vec<String> = switch
-            .groups
-            .iter()
-            .map(|g| g.as_raw().to_string())
-            .collect();
-        format!("--groups={}", list.join(","))
-    };
-    vec![
-        format!("--reuid={}", switch.uid.as_raw()),
-        format!("--regid={}", switch.gid.as_raw()),
-        groups,
-    ]
-}
-
-/// The switch, in a child between fork and exec: groups, group, user, in
-/// that order (after the user, the others are no longer allowed).
-pub(crate) fn switch_in_child(switch: &Switch) -> io::Result<()> {
-    nix::unistd::setgroups(&switch.groups)?;
-    nix::unistd::setgid(switch.gid)?;
-    nix::unistd::setuid(switch.uid)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,26 +129,6 @@ mod tests {
             resolve(&run_as("root", Some("no-such-group"))),
             Err("no group \"no-such-group\" on this host".to_string())
         );
-    }
-
-    #[test]
-    fn setpriv_is_told_the_user_its_group_and_its_groups() {
-        let switch = Switch {
-            name: "www-data".to_string(),
-            uid: Uid::from_raw(33),
-            gid: Gid::from_raw(33),
-            groups: vec![Gid::from_raw(33), Gid::from_raw(4)],
-            home: "/var/www".into(),
-        };
-        assert_eq!(
-            setpriv_args(&switch),
-            ["--reuid=33", "--regid=33", "--groups=33,4"]
-        );
-        let alone = Switch {
-            groups: Vec::new(),
-            ..switch
-        };
-        assert_eq!(setpriv_args(&alone)[2], "--clear-groups");
     }
 
     #[test]
