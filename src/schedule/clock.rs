@@ -13,6 +13,13 @@ use chrono::{DateTime, TimeDelta, Utc};
 pub(crate) trait Clock: Send + Sync + 'static {
     /// The current wall-clock time.
     fn now(&self) -> DateTime<Utc>;
+
+    /// Whether this clock runs in real time (not a test's virtual one), so
+    /// that an instant's last stretch may be waited for on the precise
+    /// [`super::alarm`] rather than on tokio's timer.
+    fn is_real(&self) -> bool {
+        false
+    }
 }
 
 /// The system's wall clock.
@@ -22,6 +29,10 @@ pub(crate) struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now()
+    }
+
+    fn is_real(&self) -> bool {
+        true
     }
 }
 
@@ -110,5 +121,9 @@ impl DatabaseClock {
 impl Clock for DatabaseClock {
     fn now(&self) -> DateTime<Utc> {
         self.host.now() + TimeDelta::microseconds(self.offset_us.load(Ordering::Relaxed))
+    }
+
+    fn is_real(&self) -> bool {
+        self.host.is_real()
     }
 }

@@ -12,6 +12,7 @@
 //! fall-back overlap fires once at its first occurrence, and interval
 //! schedules keep firing on the real timeline.
 
+mod alarm;
 mod clock;
 mod ticker;
 
@@ -19,6 +20,8 @@ mod ticker;
 pub(crate) use self::clock::TokioClock;
 pub(crate) use self::clock::{Clock, DatabaseClock, Offset, SystemClock};
 pub(crate) use self::ticker::{LATE_LIMIT, Ticker};
+
+use std::sync::Arc;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use chrono_tz::Tz;
@@ -31,8 +34,9 @@ use croner::parser::{CronParser, Seconds};
 pub(crate) struct Schedule {
     expression: String,
     zone: Tz,
-    /// `None` for `@reboot`: no instant but the replica's start.
-    cron: Option<Cron>,
+    /// `None` for `@reboot`: no instant but the replica's start. Shared by
+    /// the schedule's clones: a parsed expression is some kilobytes.
+    cron: Option<Arc<Cron>>,
     jitter: Option<Jitter>,
 }
 
@@ -125,7 +129,7 @@ impl Schedule {
         let schedule = Schedule {
             expression: expression.trim().to_string(),
             zone,
-            cron: Some(cron),
+            cron: Some(Arc::new(cron)),
             jitter: None,
         };
         // A valid pattern that never matches (`0 0 30 2 *`) is a mistake,

@@ -8,11 +8,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{Clock, Schedule};
+use super::{Clock, Schedule, alarm};
 
 /// The longest single sleep: a wall-clock step (NTP, suspend) is noticed at
 /// least this often even while a daily job waits for its instant.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
+
+/// On the real clock, the last stretch before an instant waited for on the
+/// precise [`alarm`]: tokio's timer may wake up to 2 ms past its deadline.
+const PRECISE_STRETCH: Duration = Duration::from_millis(4);
 
 /// How late the [`Ticker`] still hands out an instant that came while its
 /// caller was busy; older instants are skipped (after a clock step forward,
@@ -103,8 +107,16 @@ impl Ticker {
                 self.last = Some(target);
                 return Some(target);
             }
-            let wait = (start - now).to_std().unwrap_or_default().min(MAX_SLEEP);
-            tokio::time::sleep(wait).await;
+            let wait = (start - now).to_std().unwrap_or_default();
+            if !self.clock.is_real() {
+                tokio::time::sleep(wait.min(MAX_SLEEP)).await;
+            } else if wait <= PRECISE_STRETCH {
+                alarm::until(std::time::Instant::now() + wait).await;
+            } else {
+                // Woken by tokio's timer up to 2 ms past its deadline: still
+                // before the instant, whose last stretch is the alarm's.
+                tokio::time::sleep((wait - PRECISE_STRETCH / 2).min(MAX_SLEEP)).await;
+            }
         }
     }
 }

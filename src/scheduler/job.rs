@@ -280,7 +280,7 @@ impl Job {
             run_on: job.run_on,
             digest: Some(crate::schedule::digest(&job.definition())),
             // The whole definition: any change to it is a change of the job.
-            fingerprint: format!("{job:?}"),
+            fingerprint: fingerprint(job),
         }
     }
 
@@ -323,4 +323,25 @@ impl Job {
         }
         Ok(())
     }
+}
+
+/// A digest (SHA-256, hex) of `value`'s debug form, written straight into
+/// the hash: the form of a parsed schedule runs to tens of kilobytes.
+fn fingerprint(value: &impl std::fmt::Debug) -> String {
+    use sha2::Digest as _;
+    struct Hashing(sha2::Sha256);
+    impl std::fmt::Write for Hashing {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.update(s.as_bytes());
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(sha2::Sha256::new());
+    let _ = std::fmt::write(&mut hashing, format_args!("{value:?}"));
+    hashing
+        .0
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
