@@ -39,13 +39,16 @@ macro_rules! claimable {
             )
             .and($scheduled.le(DbNow))
     };
-    // A scheduled claim also needs the job not paused for `$scheduled`:
-    // no instant earlier than `paused_until` is claimed.
+    // A scheduled claim also needs `$scheduled` outside the job's last
+    // pause, `[paused_at, paused_until)`: the instants the check for missed
+    // instants leaves out, no more. An instant due before the pause (its
+    // claim delayed past it) is still run, never silently dropped.
     ($names:expr, $scheduled:expr, unless_paused) => {
         claimable!($names, $scheduled).and(
             locks::paused_until
                 .is_null()
-                .or(locks::paused_until.le($scheduled.nullable())),
+                .or(locks::paused_until.le($scheduled.nullable()))
+                .or(locks::paused_at.gt($scheduled.nullable())),
         )
     };
 }
@@ -123,12 +126,24 @@ pub(crate) struct LockRow {
     pub(crate) missed_checked_until: Option<NaiveDateTime>,
     /// When the job was last paused.
     pub(crate) paused_at: Option<NaiveDateTime>,
-    /// No instant earlier than this is claimed by the scheduler.
+    /// The pause's end: the scheduler claims no instant from `paused_at`
+    /// up to (not including) this.
     pub(crate) paused_until: Option<NaiveDateTime>,
     /// Who paused it.
     pub(crate) paused_by: Option<String>,
     /// Why.
     pub(crate) paused_reason: Option<String>,
+}
+
+/// Whether a pause from `paused_at` until `paused_until` (the lease row's
+/// columns) covers instant `t`: `paused_at <= t < paused_until`, the rule
+/// of the scheduler's claims and of the check for missed instants alike.
+pub(crate) fn pause_covers(
+    paused_at: Option<NaiveDateTime>,
+    paused_until: Option<NaiveDateTime>,
+    t: NaiveDateTime,
+) -> bool {
+    paused_until.is_some_and(|until| t < until) && paused_at.is_none_or(|at| at <= t)
 }
 
 impl LockRow {
@@ -342,7 +357,7 @@ fn claim_one(
 
 /// What a claim reads back of a lease row: its name, holder, last claimed
 /// instant, fence, claim time and end, the database's clock, and its pause
-/// (until, by, why).
+/// (since, until, by, why).
 type RowState = (
     String,
     Option<String>,
@@ -351,11 +366,21 @@ type RowState = (
     Option<NaiveDateTime>,
     NaiveDateTime,
     NaiveDateTime,
-    (Option<NaiveDateTime>, Option<String>, Option<String>),
+    (
+        Option<NaiveDateTime>,
+        Option<NaiveDateTime>,
+        Option<String>,
+        Option<String>,
+    ),
 );
 
 /// The pause columns a claim reads back.
-type PauseColumns = (locks::paused_until, locks::paused_by, locks::paused_reason);
+type PauseColumns = (
+    locks::paused_at,
+    locks::paused_until,
+    locks::paused_by,
+    locks::paused_reason,
+);
 
 const ROW_STATE: (
     locks::name,
@@ -374,7 +399,12 @@ const ROW_STATE: (
     locks::locked_at,
     locks::lock_until,
     DbNow,
-    (locks::paused_until, locks::paused_by, locks::paused_reason),
+    (
+        locks::paused_at,
+        locks::paused_until,
+        locks::paused_by,
+        locks::paused_reason,
+    ),
 );
 
 /// What a claim of `scheduled` that was not won came to, given the row as
@@ -383,10 +413,11 @@ const ROW_STATE: (
 /// held if the lease has not ended, else contended. A claim that heeds
 /// pauses is paused if the row's pause covers `scheduled`.
 fn not_won(row: &RowState, scheduled: At, pauses: Pauses) -> Claim {
-    let (_, _, last_claimed, fence, locked_at, lock_until, now, (paused_until, by, reason)) = row;
+    let (_, _, last_claimed, fence, locked_at, lock_until, now, pause) = row;
+    let (paused_at, paused_until, by, reason) = pause;
     match last_claimed {
         Some(last) if *last >= scheduled.0 => Claim::Taken,
-        _ if pauses == Pauses::Heeded && paused_until.is_some_and(|until| until > scheduled.0) => {
+        _ if pauses == Pauses::Heeded && pause_covers(*paused_at, *paused_until, scheduled.0) => {
             Claim::Paused {
                 by: by.clone(),
                 reason: reason.clone(),
@@ -654,7 +685,7 @@ pub(crate) fn force_unlock(conn: &mut DbConnection, job: &str) -> QueryResult<bo
 }
 
 /// Pauses `job` from the database's now until `until` (`None`: until
-/// resumed): the scheduler claims no instant of it earlier than that.
+/// resumed): the scheduler claims no instant of it in between.
 /// Returns `false` if the job has no lease row.
 pub(crate) fn pause(
     conn: &mut DbConnection,

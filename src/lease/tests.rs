@@ -466,22 +466,35 @@ backend_test! {
 }
 
 backend_test! {
+    /// A pause covers the instants from its start to its end: those are
+    /// never claimed, not even after the resume. An instant due before the
+    /// pause whose claim comes late is still claimed (the check for missed
+    /// instants would count it missed otherwise).
     fn a_paused_job_is_not_claimed_and_its_instants_stay_unrun_after_resume(db: &TestDb) {
         let pool = db.pool(1);
         let mut conn = pool.get().expect("conn");
         ensure_rows(&mut conn, &["job", "other"]).expect("rows");
-        let before = crate::db::clock::database_now(&mut conn).expect("now") - TimeDelta::seconds(2);
+        let due = crate::db::clock::database_now(&mut conn).expect("now") - TimeDelta::seconds(2);
         assert!(lease::pause(&mut conn, "job", None, "ops@host", Some("migration")).expect("pause"));
+        std::thread::sleep(Duration::from_millis(20));
+        let during = crate::db::clock::database_now(&mut conn).expect("now");
         let paused = Claim::Paused {
             by: Some("ops@host".to_string()),
             reason: Some("migration".to_string()),
         };
-        assert_eq!(claim(&mut conn, "job", "a", before, LONG).expect("claim"), paused);
+        assert_eq!(claim(&mut conn, "job", "a", during, LONG).expect("claim"), paused);
         // A batch heeds it too; the other job is not paused.
-        let claims = lease::claim_many(&mut conn, &[("job", LONG), ("other", LONG)], "a", before)
+        let claims = lease::claim_many(&mut conn, &[("job", LONG), ("other", LONG)], "a", during)
             .expect("batch");
         assert_eq!(claims[0], paused);
         assert!(matches!(&claims[1], Claim::Won(l) if l.job == "other"), "{claims:?}");
+        // The instant due before the pause is not the pause's.
+        let lease = claim(&mut conn, "job", "a", due, LONG)
+            .expect("claim")
+            .won()
+            .expect("an instant due before the pause is claimed");
+        assert!(release(&mut conn, &lease, Duration::ZERO).expect("release"));
+        assert_eq!(claim(&mut conn, "job", "a", during, LONG).expect("claim"), paused);
         let row = find_lock(&mut conn, "job").expect("read").expect("row");
         let now = crate::db::clock::database_now(&mut conn).expect("now").naive_utc();
         assert_eq!(row.paused_at_time(now), Some(None), "{row:?}");
@@ -494,7 +507,7 @@ backend_test! {
         let now = crate::db::clock::database_now(&mut conn).expect("now");
         assert_eq!(row.paused_at_time(now.naive_utc()), None, "{row:?}");
         // An instant of the pause is never claimed; one after it is.
-        assert_eq!(claim(&mut conn, "job", "a", before, LONG).expect("claim"), paused);
+        assert_eq!(claim(&mut conn, "job", "a", during, LONG).expect("claim"), paused);
         let lease = claim(&mut conn, "job", "a", now, LONG)
             .expect("claim")
             .won()

@@ -167,9 +167,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     };
     // The instants of the job's last pause were not to run.
     let paused = |t: DateTime<Utc>| {
-        row.paused_at
-            .zip(row.paused_until)
-            .is_some_and(|(from, until)| from.and_utc() <= t && t < until.and_utc())
+        crate::lease::pause_covers(row.paused_at, row.paused_until, t.naive_utc())
     };
     let missed: Vec<DateTime<Utc>> = instants
         .into_iter()

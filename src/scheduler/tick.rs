@@ -485,9 +485,11 @@ fn start(
 async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
     match engine.store.find_lock(&job.name).await {
         Ok(Some(row))
-            if row
-                .paused_until
-                .is_some_and(|until| until > crate::db::clock::to_db_time(instant).0) =>
+            if crate::lease::pause_covers(
+                row.paused_at,
+                row.paused_until,
+                crate::db::clock::to_db_time(instant).0,
+            ) =>
         {
             telemetry::skipped(&job.name, "paused", 1);
             return Attempt::Paused {
