@@ -1,7 +1,8 @@
-//! History writes that must not be lost. A run's end (and the marking of
-//! abandoned runs) is queued here and written in order by one task; a write
-//! that fails because the database is away is retried until it lands, so a
-//! run that finished during an outage still gets its status, output and
+//! History writes that must not be lost. A run's end that could not be
+//! written at once, its lease confirmations and the marking of abandoned
+//! runs are queued here and written in order by one task; a write that
+//! fails because the database is away is retried until it lands, so a run
+//! that finished during an outage still gets its status, output and
 //! `finished_at`. The queue is bounded; at shutdown what cannot be written
 //! is reported by name.
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::Phase;
 use super::engine::Engine;
@@ -302,16 +302,18 @@ async fn record_skipped(
         exit_code: None,
         output: format!("replicron: {why}\n"),
     };
-    engine.journal.push(Write::Finished {
-        job: job.name.clone(),
-        id: run_id,
-        finish: RunFinish {
+    record_end(
+        engine,
+        &job.name,
+        run_id,
+        RunFinish {
             status: outcome.status,
             exit_code: None,
             output: outcome.output.clone(),
             duration: Duration::ZERO,
         },
-    });
+    )
+    .await;
     telemetry::run_finished(
         &job.name,
         outcome.status,
@@ -481,16 +483,18 @@ async fn run_attempt(
         error!(job = %job.name, run_id, "cannot start the run: {}", ending.output.trim());
     }
     let duration = began.elapsed();
-    engine.journal.push(Write::Finished {
-        job: job.name.clone(),
-        id: run_id,
-        finish: RunFinish {
+    record_end(
+        engine,
+        &job.name,
+        run_id,
+        RunFinish {
             status,
             exit_code: ending.exit_code,
             output: ending.output.clone(),
             duration,
         },
-    });
+    )
+    .await;
     telemetry::run_finished(&job.name, status, duration, engine.clock.now());
     info!(
         job = %job.name,
@@ -521,6 +525,34 @@ async fn run_attempt(
             instant,
         },
     ))
+}
+
+/// Records how run `id` of `job` ended, before anything else is done with
+/// its lease: the next claimant's sweep must find the run ended, not still
+/// `running` under an older fence, which it would mark `abandoned` (and
+/// tell) though its holder released the lease in good order. An end the
+/// database does not take now goes to the journal, which retries it until
+/// it lands.
+async fn record_end(engine: &Engine, job: &str, id: i64, finish: RunFinish) {
+    let write = Write::Finished {
+        job: job.to_string(),
+        id,
+        finish: finish.clone(),
+    };
+    match engine
+        .store
+        .call("recording a run's end", move |conn| {
+            crate::history::record_run_finished(conn, id, &finish)
+        })
+        .await
+    {
+        Ok(_) => engine.health.report_ok(),
+        Err(e) => {
+            // The journal's retries say the rest (and the health state).
+            debug!(job, run_id = id, "the run's end goes to the journal: {e}");
+            engine.journal.push(write);
+        }
+    }
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.

@@ -139,6 +139,75 @@ backend_test! {
     }
 }
 
+/// One job scheduled in this process by an embedded scheduler (instance
+/// `embedded`), on a runtime of its own.
+struct Embedded {
+    runtime: tokio::runtime::Runtime,
+    stop: watch::Sender<bool>,
+    scheduler: tokio::task::JoinHandle<Result<(), replicron::Error>>,
+}
+
+impl Embedded {
+    fn start(url: String, job: Job) -> Embedded {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (stop_tx, mut stop) = watch::channel(false);
+        let scheduler = runtime.spawn(async move {
+            let scheduler = Scheduler::builder(url)
+                .instance_id("embedded")
+                .job(job)
+                .build()
+                .await?;
+            scheduler
+                .run_until(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        Embedded {
+            runtime,
+            stop: stop_tx,
+            scheduler,
+        }
+    }
+
+    /// The first value `watch` takes, within `within`.
+    fn first<T: Clone>(
+        &self,
+        watch: &mut watch::Receiver<Option<T>>,
+        within: Duration,
+        what: &str,
+    ) -> T {
+        self.runtime.block_on(async {
+            tokio::time::timeout(within, watch.wait_for(Option::is_some))
+                .await
+                .unwrap_or_else(|_| panic!("{what}: not within {within:?}"))
+                .expect("watch")
+                .clone()
+                .expect("some")
+        })
+    }
+
+    /// Stops the scheduler; it must stop cleanly.
+    fn stop(self) {
+        self.stop.send_replace(true);
+        self.runtime
+            .block_on(self.scheduler)
+            .expect("joined")
+            .expect("the scheduler ran and stopped cleanly");
+    }
+}
+
+/// Run `id` among `rows` (`history --format json`).
+fn run_row(rows: &[serde_json::Value], id: i64) -> &serde_json::Value {
+    rows.iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("no row {id}: {rows:?}"))
+}
+
 /// An async job is running when the database becomes unreachable (a proxy
 /// between the scheduler and the server cuts every connection). Its lease
 /// of 4 s cannot be confirmed: the run's cancellation fires two thirds of
@@ -170,41 +239,13 @@ fn cancelled_when_the_lease_is_lost(kind: Kind) {
                 Err("stopped: the lease was lost")
             }
         });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (stop_tx, mut stop) = watch::channel(false);
-    let scheduler = runtime.spawn(async move {
-        let scheduler = Scheduler::builder(url)
-            .instance_id("embedded")
-            .job(job)
-            .build()
-            .await?;
-        scheduler
-            .run_until(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
-    let (instant, run_id) = runtime.block_on(async {
-        tokio::time::timeout(Duration::from_secs(20), started.wait_for(Option::is_some))
-            .await
-            .expect("the job started")
-            .expect("watch")
-            .expect("some")
-    });
+    let embedded = Embedded::start(url, job);
+    let (instant, run_id) =
+        embedded.first(&mut started, Duration::from_secs(20), "the job started");
     std::thread::sleep(Duration::from_millis(300));
     let cut_at = Utc::now();
     proxy.cut();
-    let cancelled_at = runtime.block_on(async {
-        tokio::time::timeout(lease * 2, cancelled.wait_for(Option::is_some))
-            .await
-            .expect("the run was cancelled")
-            .expect("watch")
-            .expect("some")
-    });
+    let cancelled_at = embedded.first(&mut cancelled, lease * 2, "the run was cancelled");
     let after_cut = (cancelled_at - cut_at).as_seconds_f64();
     let lease_ends = instant + TimeDelta::from_std(lease).expect("lease");
     eprintln!(
@@ -223,17 +264,10 @@ fn cancelled_when_the_lease_is_lost(kind: Kind) {
     std::thread::sleep(Duration::from_secs(1));
     proxy.restore();
     std::thread::sleep(Duration::from_secs(3));
-    stop_tx.send_replace(true);
-    runtime
-        .block_on(scheduler)
-        .expect("joined")
-        .expect("the scheduler ran through the outage and stopped cleanly");
+    embedded.stop();
     let config = db.config("");
     let rows = history_json(&config, "long");
-    let row = rows
-        .iter()
-        .find(|r| r["id"] == run_id)
-        .unwrap_or_else(|| panic!("no row {run_id}: {rows:?}"));
+    let row = run_row(&rows, run_id);
     assert_eq!(row["status"], "lost_lock", "{row}");
     assert!(
         row["output"]
@@ -264,4 +298,120 @@ fn an_async_job_is_cancelled_when_its_lease_is_lost_mysql() {
 )]
 fn an_async_job_is_cancelled_when_its_lease_is_lost_postgres() {
     cancelled_when_the_lease_is_lost(Kind::Postgres);
+}
+
+/// Whether `job`'s lease is held at the database's now, and its fence.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+fn lease_of(db: &TestDb, job: &str) -> (bool, i64) {
+    use crate::databases::RawConnection;
+    use diesel::RunQueryDsl;
+
+    #[derive(diesel::QueryableByName)]
+    struct Lease {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        held: i32,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        fence: i64,
+    }
+    let now = match db.kind {
+        Kind::Mysql => "UTC_TIMESTAMP(3)",
+        _ => "(clock_timestamp() AT TIME ZONE 'UTC')",
+    };
+    let query = diesel::sql_query(format!(
+        "SELECT CASE WHEN lock_until > {now} THEN 1 ELSE 0 END AS held, fence \
+         FROM replicron_locks WHERE name = '{job}'"
+    ));
+    let lease: Lease = match db.raw() {
+        #[cfg(feature = "mysql")]
+        RawConnection::Mysql(mut conn) => query.get_result(&mut conn),
+        #[cfg(feature = "postgres")]
+        RawConnection::Postgres(mut conn) => query.get_result(&mut conn),
+        #[cfg(feature = "sqlite")]
+        RawConnection::Sqlite(_) => panic!("a server backend only"),
+    }
+    .expect("the lease row");
+    (lease.held == 1, lease.fence)
+}
+
+/// A run's lease is released only once its end is in the history. A
+/// transaction of the test holds the run's row locked while the run ends:
+/// its lease stays held for as long, so no later claim can find the run
+/// `running` under an older fence and mark it `abandoned` (and tell) though
+/// it ended in good order. Then the row is let go: the run is recorded
+/// `succeeded`, and nothing is marked abandoned.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+fn released_after_its_end_is_recorded(kind: Kind) {
+    use diesel::connection::SimpleConnection;
+
+    let db = TestDb::new(kind);
+    db.migrate();
+    let (started_tx, mut started) = watch::channel(None::<i64>);
+    let (end_tx, end) = watch::channel(false);
+    let started_tx = Arc::new(started_tx);
+    let job = Job::new("quick", "* * * * * *")
+        .expect("a valid job")
+        .run(move |ctx| {
+            let (started_tx, mut end) = (started_tx.clone(), end.clone());
+            async move {
+                // Only the first run waits for the test; the others end at once.
+                if started_tx.borrow().is_none() {
+                    started_tx.send_replace(Some(ctx.run_id()));
+                    let _ = end.wait_for(|e| *e).await;
+                }
+                Ok::<(), String>(())
+            }
+        });
+    let embedded = Embedded::start(db.url.clone(), job);
+    let run_id = embedded.first(&mut started, Duration::from_secs(20), "the job started");
+    let (held, fence) = lease_of(&db, "quick");
+    assert!(held, "the run's lease is held while it runs");
+
+    let mut locker = db.raw();
+    locker
+        .batch_execute(&format!(
+            "BEGIN; SELECT id FROM replicron_runs WHERE id = {run_id} FOR UPDATE"
+        ))
+        .expect("lock the run's row");
+    end_tx.send_replace(true);
+    // Long enough for the run to end and, were it released, for the next
+    // instants to be claimed.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        lease_of(&db, "quick"),
+        (true, fence),
+        "the lease was released (or claimed again) before the run's end was recorded"
+    );
+    locker.batch_execute("COMMIT").expect("let the row go");
+    std::thread::sleep(Duration::from_secs(3));
+    embedded.stop();
+
+    let config = db.config("");
+    let rows = history_json(&config, "quick");
+    let first = run_row(&rows, run_id);
+    assert_eq!(first["status"], "succeeded", "{first}");
+    assert!(rows.iter().all(|r| r["status"] == "succeeded"), "{rows:?}");
+    assert!(
+        rows.iter().any(|r| r["id"].as_i64() > Some(run_id)),
+        "the job ran again once its end was recorded: {rows:?}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+fn a_runs_lease_is_released_after_its_end_is_recorded_mysql() {
+    released_after_its_end_is_recorded(Kind::Mysql);
+}
+
+#[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+fn a_runs_lease_is_released_after_its_end_is_recorded_postgres() {
+    released_after_its_end_is_recorded(Kind::Postgres);
 }
