@@ -112,7 +112,7 @@ mod the_dashboard_in_a_browser {
         ignore = "needs Debian's chromium and chromium-driver"
     )]
     #[cfg_attr(
-        replicron_no_mysql_server,
+        all(replicron_no_mysql_server, not(replicron_no_chromium)),
         ignore = "REPLICRON_TEST_MYSQL_URL is not set"
     )]
     fn mysql() {
@@ -126,7 +126,7 @@ mod the_dashboard_in_a_browser {
         ignore = "needs Debian's chromium and chromium-driver"
     )]
     #[cfg_attr(
-        replicron_no_postgres_server,
+        all(replicron_no_postgres_server, not(replicron_no_chromium)),
         ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
     )]
     fn postgres() {
