@@ -17,8 +17,10 @@ use crate::config::Backend;
 use crate::db::{DbConnection, Pool};
 use crate::lease;
 
+/// The first instant: in the past, as a claim's instant must be by the
+/// database's clock.
 fn base() -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z")
+    DateTime::parse_from_rfc3339("2020-01-01T00:00:00Z")
         .map_or(DateTime::<Utc>::UNIX_EPOCH, |t| t.with_timezone(&Utc))
 }
 /// `next` numbers the instants, across calls: each is claimed once.
@@ -45,15 +47,15 @@ fn plain_sql(backend: Backend, n: u64) -> (String, String) {
     let t = (base() + TimeDelta::milliseconds(n as i64)).format("%Y-%m-%d %H:%M:%S%.3f");
     match backend {
         Backend::Mysql => (
-            format!("UPDATE replicron_locks SET lock_until = UTC_TIMESTAMP(3) + INTERVAL 600000000 MICROSECOND, locked_at = UTC_TIMESTAMP(3), locked_by = 'bench', last_scheduled_at = '{t}', fence = fence + 1 WHERE name = 'bench-plain' AND lock_until <= UTC_TIMESTAMP(3) AND (last_scheduled_at IS NULL OR last_scheduled_at < '{t}')"),
+            format!("UPDATE replicron_locks SET lock_until = UTC_TIMESTAMP(3) + INTERVAL 600000000 MICROSECOND, locked_at = UTC_TIMESTAMP(3), locked_by = 'bench', last_scheduled_at = '{t}', fence = fence + 1 WHERE name = 'bench-plain' AND lock_until <= UTC_TIMESTAMP(3) AND (last_scheduled_at IS NULL OR last_scheduled_at < '{t}') AND '{t}' <= UTC_TIMESTAMP(3)"),
             "UPDATE replicron_locks SET lock_until = GREATEST(UTC_TIMESTAMP(3), locked_at) WHERE name = 'bench-plain' AND locked_by = 'bench'".to_string(),
         ),
         Backend::Postgres => (
-            format!("UPDATE replicron_locks SET lock_until = date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC') + INTERVAL '600 seconds', locked_at = date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC'), locked_by = 'bench', last_scheduled_at = '{t}', fence = fence + 1 WHERE name = 'bench-plain' AND lock_until <= date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC') AND (last_scheduled_at IS NULL OR last_scheduled_at < '{t}')"),
+            format!("UPDATE replicron_locks SET lock_until = date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC') + INTERVAL '600 seconds', locked_at = date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC'), locked_by = 'bench', last_scheduled_at = '{t}', fence = fence + 1 WHERE name = 'bench-plain' AND lock_until <= date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC') AND (last_scheduled_at IS NULL OR last_scheduled_at < '{t}') AND '{t}' <= date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC')"),
             "UPDATE replicron_locks SET lock_until = GREATEST(date_trunc('milliseconds', clock_timestamp() AT TIME ZONE 'UTC'), locked_at) WHERE name = 'bench-plain' AND locked_by = 'bench'".to_string(),
         ),
         Backend::Sqlite => (
-            format!("UPDATE replicron_locks SET lock_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+600 seconds'), locked_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), locked_by = 'bench', last_scheduled_at = '{t}', fence = fence + 1 WHERE name = 'bench-plain' AND lock_until <= strftime('%Y-%m-%d %H:%M:%f', 'now') AND (last_scheduled_at IS NULL OR last_scheduled_at < '{t}')"),
+            format!("UPDATE replicron_locks SET lock_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+600 seconds'), locked_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), locked_by = 'bench', last_scheduled_at = '{t}', fence = fence + 1 WHERE name = 'bench-plain' AND lock_until <= strftime('%Y-%m-%d %H:%M:%f', 'now') AND (last_scheduled_at IS NULL OR last_scheduled_at < '{t}') AND '{t}' <= strftime('%Y-%m-%d %H:%M:%f', 'now')"),
             "UPDATE replicron_locks SET lock_until = max(strftime('%Y-%m-%d %H:%M:%f', 'now'), locked_at) WHERE name = 'bench-plain' AND locked_by = 'bench'".to_string(),
         ),
     }
