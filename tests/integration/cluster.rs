@@ -3,7 +3,6 @@
 //! Galera cluster. Each gets its own data directory and ports under a
 //! temporary folder, starts with `--no-defaults`, and is stopped by PID.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,14 +15,6 @@ use crate::databases::{RawConnection, raw_try_connect};
 const MARIADBD: &str = "/usr/sbin/mariadbd";
 const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
 const GALERA: &str = "/usr/lib/galera/libgalera_smm.so";
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// Whether this machine can start private servers; in CI it must.
 fn available(galera: bool) -> bool {
@@ -209,7 +200,8 @@ impl Server {
         let data = dir.path().join("data");
         install(&data);
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let node = Node::start(&data, free_port(), &extra);
+        let [port] = crate::web::free_ports();
+        let node = Node::start(&data, port, &extra);
         let deadline = Instant::now() + Duration::from_secs(30);
         while node.connect().is_none() {
             assert!(
@@ -252,9 +244,8 @@ impl Galera {
         }
         let started = Instant::now();
         let dir = tempfile::tempdir().expect("temp dir");
-        let ports: Vec<[u16; 4]> = (0..3)
-            .map(|_| [free_port(), free_port(), free_port(), free_port()])
-            .collect();
+        let all: [u16; 12] = crate::web::free_ports();
+        let ports: Vec<[u16; 4]> = all.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
         let members: Vec<String> = ports
             .iter()
             .map(|p| format!("127.0.0.1:{}", p[1]))

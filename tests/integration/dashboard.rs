@@ -13,7 +13,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
 use crate::support::{TestDb, run, wait_until};
-use crate::web::{TOKEN, free_port, get_json, http, start_web, web_config};
+use crate::web::{TOKEN, free_port, free_ports, get_json, http, start_web, web_config};
 
 /// A chromedriver process, killed on drop.
 struct Driver {
@@ -135,10 +135,9 @@ mod the_dashboard_in_a_browser {
 
     fn check(db: &TestDb) {
         let kind = format!("{:?}", db.kind).to_lowercase();
-        let port = free_port();
+        let [port, read_only_port] = free_ports();
         let config = web_config(db, port, true);
         let replica = start_web(&config, "web-browser", port, true);
-        let read_only_port = free_port();
         let read_only_config = web_config(db, read_only_port, false);
         let read_only =
             crate::support::Replica::start(&read_only_config, "web-read-only", None, &[]);

@@ -17,14 +17,7 @@ use crate::support::{
     Kind, Replica, TestDb, backend_test, binary, history_json, replicron, run, sql_time, text,
     wait_until,
 };
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
+use crate::web::free_port;
 
 fn http_get(port: u16, path: &str) -> (u16, String) {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {

@@ -14,11 +14,17 @@ use crate::support::{Replica, TestDb, backend_test, run, wait_until};
 pub(crate) const TOKEN: &str = "a-test-token-of-32-characters-00";
 
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    let [port] = free_ports();
+    port
+}
+
+/// `N` distinct free ports: their listeners are all held open until every
+/// port is chosen (one released at once could be handed out again).
+pub(crate) fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().expect("addr").port())
 }
 
 /// One HTTP/1.1 request: its status, headers (lower-case names) and body.
