@@ -137,11 +137,12 @@ fn second(t: DateTime<Utc>) -> DateTime<Utc> {
 /// Three replicas, 10 per-second jobs with a 3 s lease; node 3 is killed
 /// (SIGKILL) mid-run. Galera then blocks commits while it evicts the node:
 /// the instants wait and run late. No instant runs twice; an instant that
-/// did not run at all must be within a few seconds of the kill, and have
-/// come while a lease taken by the replica on the killed node just before
-/// the kill was still held (its release could not reach the cluster), or
-/// be one that replica was claiming as its node died (the cluster may
-/// commit such a claim without the replica hearing it won).
+/// did not run at all must be within a few seconds of the kill, and be one
+/// the replica on the killed node was claiming as its node died (the
+/// cluster may commit such a claim without the replica hearing it won), or
+/// have come while a lease that replica took just before the kill was
+/// still held: the lease of a run it started (its release could not reach
+/// the cluster) or of a claim it had in flight, committed unheard.
 fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
     const JOBS: usize = 10;
     cluster.nodes[0].execute("CREATE DATABASE killing");
@@ -179,18 +180,6 @@ fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
     }
     let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "instants run twice: {twice:?}");
-    // Runs of the killed node's replica going as its node died: a lease it
-    // took then may never have been released, and holds its job for the
-    // lease's 3 s (and the cluster's pause while it evicts the node).
-    let held_by_killed: BTreeSet<(String, DateTime<Utc>)> = lines
-        .iter()
-        .filter(|l| {
-            l.instance == "g3"
-                && l.instant >= killed_at - TimeDelta::seconds(2)
-                && l.instant <= killed_at
-        })
-        .map(|l| (l.job.clone(), l.instant))
-        .collect();
     // Only instants around the kill may be lost at all.
     let around_kill = |t: DateTime<Utc>| {
         t >= killed_at - TimeDelta::seconds(1) && t <= killed_at + TimeDelta::seconds(8)
@@ -213,6 +202,20 @@ fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
             Some((l["job"].as_str()?.to_string(), at.with_timezone(&Utc)))
         })
         .collect();
+    // The leases the killed node's replica may have held as its node died:
+    // those of the runs it started just before, and those of its claims in
+    // flight. Such a lease was never released; it holds its job for the
+    // lease's 3 s (and the cluster's pause while it evicts the node).
+    let held_by_killed: BTreeSet<(String, DateTime<Utc>)> = lines
+        .iter()
+        .filter(|l| {
+            l.instance == "g3"
+                && l.instant >= killed_at - TimeDelta::seconds(2)
+                && l.instant <= killed_at
+        })
+        .map(|l| (l.job.clone(), l.instant))
+        .chain(in_flight.iter().cloned())
+        .collect();
     let (mut expected, mut missed, mut unexplained) = (0, Vec::new(), Vec::new());
     for n in 0..JOBS {
         let job = format!("job-{n:02}");
@@ -222,10 +225,9 @@ fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
             if !count.contains_key(&(job.clone(), t)) {
                 missed.push((job.clone(), t));
                 let explained = around_kill(t)
-                    && (in_flight.contains(&(job.clone(), t))
-                        || (1..=4).any(|back| {
-                            held_by_killed.contains(&(job.clone(), t - TimeDelta::seconds(back)))
-                        }));
+                    && (0..=4).any(|back| {
+                        held_by_killed.contains(&(job.clone(), t - TimeDelta::seconds(back)))
+                    });
                 if !explained {
                     unexplained.push((job.clone(), t));
                 }
@@ -261,34 +263,33 @@ fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
             .join(" ")
     );
     if !unexplained.is_empty() {
-        let instants: BTreeSet<String> = unexplained
-            .iter()
-            .map(|(_, t)| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-            .collect();
+        let millis = |t: &DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        // The lines that tell what became of the lost instants: every
+        // warning, and every line naming one of them.
         let relevant: Vec<&str> = logs
             .lines()
             .filter(|l| {
                 l.starts_with("---")
                     || l.contains("WARN")
                     || l.contains("ERROR")
-                    || instants.iter().any(|t| l.contains(t.as_str()))
+                    || unexplained.iter().any(|(job, t)| {
+                        l.contains(&format!("\"job\":\"{job}\"")) && l.contains(&millis(t))
+                    })
             })
             .collect();
-        let history = crate::support::history_json(&configs[0], &unexplained[0].0);
-        let rows: Vec<String> = history
+        // Each lost instant's job's history from the kill on.
+        let jobs: BTreeSet<&str> = unexplained.iter().map(|(job, _)| job.as_str()).collect();
+        let history: Vec<String> = jobs
             .iter()
+            .flat_map(|job| crate::support::history_json(&configs[0], job))
             .filter(|r| {
-                instants
-                    .iter()
-                    .any(|t| r["scheduled_at"].as_str() == Some(t.as_str()))
+                r["scheduled_at"]
+                    .as_str()
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                    .is_some_and(|t| around_kill(t.with_timezone(&Utc)))
             })
             .map(|r| r.to_string())
             .collect();
-        // Everything, for a post-mortem: the replicas' logs and the
-        // history around the lost instants.
-        let saved =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/galera-failure.log");
-        let all_rows = crate::support::history_json(&configs[0], &unexplained[0].0);
         let status = crate::support::replicron(&[
             "status",
             "--config",
@@ -296,22 +297,29 @@ fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
             "--format",
             "json",
         ]);
-        let logs = format!(
-            "status: {}\n{logs}",
-            String::from_utf8_lossy(&status.stdout)
+        // The verdict last: a log shown from its end shows it first.
+        let verdict = format!(
+            "node 3 killed at {}; instants lost that no lease or claim of the killed node's \
+             replica covered: {unexplained:?}; claims it had in flight: {in_flight:?}; runs it \
+             started just before: {:?}",
+            millis(&killed_at),
+            held_by_killed.difference(&in_flight).collect::<Vec<_>>()
         );
+        let saved =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/galera-failure.log");
         let _ = std::fs::write(
             &saved,
             format!(
-                "killed at {killed_at}\nunexplained {unexplained:?}\nhistory of job-00: {all_rows:#?}\n{logs}"
+                "{logs}\nstatus: {}\nhistory around the kill:\n{}\n{verdict}\n",
+                String::from_utf8_lossy(&status.stdout),
+                history.join("\n")
             ),
         );
         panic!(
-            "instants lost that no lease of the killed node's replica covered: {unexplained:?}\n\
-             history of {} at those instants: {rows:?}\n(all logs in {})\n{}",
-            unexplained[0].0,
-            saved.display(),
-            relevant.join("\n")
+            "{}\nhistory around the kill:\n{}\n(all logs in {})\n{verdict}",
+            relevant.join("\n"),
+            history.join("\n"),
+            saved.display()
         );
     }
     assert!(
