@@ -129,9 +129,21 @@ fn create_lock_table(conn: &mut DbConnection) -> Result<(), String> {
              locked_by VARCHAR(255))"
         }
     };
+    // On every start but the first the table exists: no DDL then, which a
+    // Galera cluster replicates in total order, aborting what other
+    // replicas are doing on the table at that moment.
+    let exists = lock::replicron_migration_lock
+        .select(lock::name)
+        .limit(1)
+        .load::<String>(conn)
+        .is_ok();
     // PostgreSQL can fail two concurrent `CREATE TABLE IF NOT EXISTS` with
     // a duplicate key in its catalog: the table then exists, so try again.
-    let mut result = diesel::sql_query(ddl).execute(conn);
+    let mut result = if exists {
+        Ok(0)
+    } else {
+        diesel::sql_query(ddl).execute(conn)
+    };
     for _ in 0..5 {
         if result.is_ok() {
             break;
@@ -200,18 +212,35 @@ fn acquire(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
     }
 }
 
-/// Keeps the lock for another lease, before each migration.
+/// How often an extension of the migration lock is tried when the cluster
+/// aborted it.
+const EXTEND_TRIES: u32 = 20;
+
+/// Keeps the lock for another lease, before each migration. On a Galera
+/// cluster a write can be aborted with a deadlock error though nothing here
+/// is contended: another replica's `CREATE TABLE IF NOT EXISTS` of the lock
+/// table, replicated in total order, aborts the transactions on that table
+/// going on at that moment. Such an extension is tried again: the lock is
+/// still this replica's until a try says it was taken over.
 fn extend(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
-    let changed = diesel::update(lock::replicron_migration_lock)
-        .filter(lock::name.eq(LOCK_NAME))
-        .filter(lock::locked_by.eq(holder))
-        .set(lock::lock_until.eq(DbNowPlus::new(LOCK_LEASE)))
-        .execute(conn)
-        .map_err(|e| format!("extending the migration lock: {e}"))?;
-    if changed == 1 {
-        Ok(())
-    } else {
-        Err("the migration lock was taken over by another replica".to_string())
+    let mut backoff =
+        Backoff::new(Duration::from_millis(20), Duration::from_millis(200)).jitter(0.5);
+    let mut tries = 1;
+    loop {
+        let changed = diesel::update(lock::replicron_migration_lock)
+            .filter(lock::name.eq(LOCK_NAME))
+            .filter(lock::locked_by.eq(holder))
+            .set(lock::lock_until.eq(DbNowPlus::new(LOCK_LEASE)))
+            .execute(conn);
+        match changed {
+            Ok(1) => return Ok(()),
+            Ok(_) => return Err("the migration lock was taken over by another replica".to_string()),
+            Err(e) if crate::db::is_contention(&e) && tries < EXTEND_TRIES => {
+                tries += 1;
+                std::thread::sleep(backoff.next_pause());
+            }
+            Err(e) => return Err(format!("extending the migration lock: {e}")),
+        }
     }
 }
 
