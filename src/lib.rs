@@ -82,13 +82,17 @@ mod error;
 mod history;
 mod lease;
 mod notify;
+mod ops;
 mod registry;
+mod run;
 mod runner;
 mod schedule;
 mod scheduler;
+mod secrets;
 mod telemetry;
 #[cfg(test)]
 mod testing;
+mod text;
 mod web;
 
 pub use self::db::Pool;

@@ -8,7 +8,7 @@ mod databases;
 use std::path::Path;
 
 pub(crate) use self::databases::{TestDb, backend_test};
-use crate::config::DatabaseUrl;
+use crate::db::DatabaseUrl;
 use crate::db::{DbConnection, Pool};
 
 impl TestDb {

@@ -23,7 +23,7 @@ pub(crate) struct CheckArgs {
 
 pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
-    config.check_host()?;
+    crate::runner::users::check_host(&config)?;
     // `run` refuses to start without the token; here (often a shell
     // without the unit's environment) that is only said.
     if let Err(e) = config.web.token(&config.path) {
@@ -91,7 +91,7 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
 /// SQLite file's clock is this host's (and `check` does not create the
 /// file); an unreachable server is no error for a check.
 fn now_for_check(config: &Config) -> (DateTime<Utc>, Option<String>) {
-    if config.database.url.backend() == crate::config::Backend::Sqlite {
+    if config.database.url.backend() == crate::db::Backend::Sqlite {
         return (Utc::now(), None);
     }
     let estimate = crate::db::establish(&config.database.url).and_then(|mut conn| {

@@ -213,9 +213,13 @@ fn environment() -> String {
         "NO_COLOR",
         "When set, logs carry no colour even on a terminal (they never do elsewhere).",
     );
+    item(
+        crate::secrets::CREDENTIALS_DIRECTORY,
+        "systemd's folder of the unit's credentials: each file named like a variable (LoadCredential=REPLICRON_DATABASE_URL:/etc/replicron/credentials/database-url) sets that variable, over the environment; an empty file sets nothing.",
+    );
     out.push_str(".PP\n");
     out.push_str(&escape(
-        "A run gets the daemon's environment, the job's env, and REPLICRON_JOB, REPLICRON_SCHEDULED_AT (RFC 3339, UTC, milliseconds), REPLICRON_RUN_ID, REPLICRON_FENCE, REPLICRON_INSTANCE and REPLICRON_ATTEMPT. replicron's own settings (REPLICRON_CONFIG and every variable above that overrides a key, the database URL and its password among them) are removed from it: a job that needs one sets it in its env.",
+        "A run gets the daemon's environment, the job's env, and REPLICRON_JOB, REPLICRON_SCHEDULED_AT (RFC 3339, UTC, milliseconds), REPLICRON_RUN_ID, REPLICRON_FENCE, REPLICRON_INSTANCE and REPLICRON_ATTEMPT. replicron's own settings (REPLICRON_CONFIG and every variable above that overrides a key, the database URL and its password among them), the web token's and the notifications' variables, and every variable read from a credential are removed from it: a job that needs one sets it in its env. At start replicron overwrites the environment block that /proc/PID/environ shows and makes itself non-dumpable, so that no job finds the secrets there either; root can still read its memory, and a job running as replicron's own user the files it reads.",
     ));
     out.push('\n');
     out

@@ -15,6 +15,7 @@ pub(crate) mod status;
 mod table;
 mod trigger;
 mod unlock;
+mod verify;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -72,6 +73,9 @@ pub(crate) enum Command {
     Pause(pause::PauseArgs),
     /// Resume a paused JOB on every replica.
     Resume(pause::ResumeArgs),
+    /// Check the history against the job file: every instant due ran once or
+    /// is accounted for.
+    Verify(verify::VerifyArgs),
     /// Run a command while holding a lease: a distributed flock(1).
     Exec(exec::ExecArgs),
     /// Print crontabs (files or folders) as one replicron TOML.
@@ -132,9 +136,11 @@ fn parse_status(text: &str) -> Result<RunStatus, String> {
 }
 
 fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
-    DateTime::parse_from_rfc3339(text)
+    let at = DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("{e}: expected RFC 3339, such as 2027-03-28T00:00:00Z"))
+        .map_err(|e| format!("{e}: expected RFC 3339, such as 2027-03-28T00:00:00Z"))?;
+    crate::db::clock::storable(at)?;
+    Ok(at)
 }
 
 /// The status the process ends with: 0 success, 1 runtime failure, 2
@@ -190,8 +196,11 @@ pub fn main() -> ExitCode {
         crate::runner::guard();
         return ExitCode::SUCCESS;
     }
+    // No other thread exists yet: nothing before has started one.
+    let protected = crate::secrets::protect();
     let cli = Cli::parse();
-    // The daemon's guard, forked while this process is small and alone.
+    // The daemon's guard, forked while this process is small and alone
+    // (and after the environment block is scrubbed: it shares the block).
     if matches!(cli.command, Command::Run(_))
         && let Err(e) = crate::runner::fork_early_guard()
     {
@@ -204,6 +213,15 @@ pub fn main() -> ExitCode {
         "warn"
     };
     init_logging(cli.log_format, default_level);
+    for problem in &protected.problems {
+        tracing::warn!("{problem}");
+    }
+    if !protected.credentials.is_empty() && matches!(cli.command, Command::Run(_)) {
+        tracing::info!(
+            "read from systemd credentials (never passed on to jobs): {}",
+            protected.credentials.join(", ")
+        );
+    }
     match dispatch(cli) {
         Ok(code) => code,
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
@@ -266,6 +284,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pause(args) => pause::pause(&args),
         Command::Resume(args) => pause::resume(&args),
         Command::Exec(args) => exec::exec(&args),
+        Command::Verify(args) => verify::verify(&args),
         Command::ImportCrontab(args) => import::import_crontab(&args),
         Command::Completions(args) => {
             use clap::CommandFactory as _;
@@ -294,7 +313,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 /// SQLite file that does not exist) is an error that says to migrate.
 fn open_for_command(config: &Config) -> anyhow::Result<Pool> {
     let url = &config.database.url;
-    if url.backend() == crate::config::Backend::Sqlite
+    if url.backend() == crate::db::Backend::Sqlite
         && !std::path::Path::new(url.connection_string()).exists()
     {
         anyhow::bail!(

@@ -2,12 +2,9 @@
 //! stored in the job's lease row, which every replica's next claim reads
 //! (no reload). A paused job's instants are neither run nor missed.
 
-use chrono::{DateTime, Utc};
-
 use super::{ConfigArg, ExitCode, UsageError, find_job, load, open_for_command};
-use crate::db::DbError;
-use crate::history;
-use crate::lease;
+use crate::history::rfc3339;
+use crate::ops::actions::{self, Refused};
 
 /// Arguments of `pause`.
 #[derive(Debug, clap::Args)]
@@ -17,7 +14,7 @@ pub(crate) struct PauseArgs {
     pub(crate) config: ConfigArg,
     /// The job to pause on every replica.
     pub(crate) job: String,
-    /// Why, shown by `status`.
+    /// Why, shown by `status` (at most 500 characters).
     #[arg(long, value_name = "TEXT")]
     pub(crate) reason: Option<String>,
     /// Resume by itself at this time: RFC 3339 (`2026-12-01T06:00:00Z`) or
@@ -36,34 +33,6 @@ pub(crate) struct ResumeArgs {
     pub(crate) job: String,
 }
 
-/// `--until`'s time, which must be after `now` (the database's).
-pub(crate) fn parse_future_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-    let until = parse_until(text, now)?;
-    if until <= now {
-        return Err(format!(
-            "--until {text:?} is not in the future (the database's clock says {})",
-            history::rfc3339(now.naive_utc())
-        ));
-    }
-    Ok(until)
-}
-
-/// `--until`'s time: an RFC 3339 time, or a duration after `now`.
-fn parse_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
-        return Ok(at.with_timezone(&Utc));
-    }
-    match humantime::parse_duration(text) {
-        Ok(after) => chrono::TimeDelta::from_std(after)
-            .ok()
-            .and_then(|after| now.checked_add_signed(after))
-            .ok_or_else(|| format!("--until {text:?} is too far away")),
-        Err(_) => Err(format!(
-            "--until {text:?} is neither an RFC 3339 time (2026-12-01T06:00:00Z) nor a duration (2h, 30m)"
-        )),
-    }
-}
-
 /// Who pauses: the login name (`SUDO_USER` first) and this host.
 fn who() -> String {
     let user = ["SUDO_USER", "USER", "LOGNAME"]
@@ -79,29 +48,26 @@ fn who() -> String {
 pub(super) fn pause(args: &PauseArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     find_job(&config, &args.job)?;
-    let pool = open_for_command(&config)?;
-    let mut conn = pool.get()?;
-    let query = |what: &str, e| DbError::query(what, e);
-    let now = crate::db::clock::database_now(&mut conn)
-        .map_err(|e| query("reading the database's clock", e))?;
-    let until = match &args.until {
-        Some(text) => Some(parse_future_until(text, now).map_err(UsageError)?),
-        None => None,
-    };
-    lease::ensure_rows(&mut conn, &[args.job.as_str()])
-        .map_err(|e| query("creating the lease row", e))?;
-    lease::pause(&mut conn, &args.job, until, &who(), args.reason.as_deref())
-        .map_err(|e| query("pausing the job", e))?;
-    match until {
-        Some(until) => println!(
+    let store = crate::db::Store::new(open_for_command(&config)?);
+    let paused = super::command_runtime()?.block_on(actions::pause(
+        &store,
+        &args.job,
+        args.until.as_deref(),
+        who(),
+        args.reason.clone(),
+    ));
+    match paused {
+        Ok(Some(until)) => println!(
             "{}: paused on every replica until {} (a run already going finishes)",
             args.job,
-            history::rfc3339(until.naive_utc())
+            rfc3339(until.naive_utc())
         ),
-        None => println!(
+        Ok(None) => println!(
             "{}: paused on every replica until `replicron resume {}` (a run already going finishes)",
             args.job, args.job
         ),
+        Err(Refused::Db(e)) => return Err(e.into()),
+        Err(refused) => return Err(UsageError(refused.to_string()).into()),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -109,11 +75,8 @@ pub(super) fn pause(args: &PauseArgs) -> anyhow::Result<ExitCode> {
 pub(super) fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     find_job(&config, &args.job)?;
-    let pool = open_for_command(&config)?;
-    let mut conn = pool.get()?;
-    let resumed =
-        lease::resume(&mut conn, &args.job).map_err(|e| DbError::query("resuming the job", e))?;
-    if resumed {
+    let store = crate::db::Store::new(open_for_command(&config)?);
+    if super::command_runtime()?.block_on(actions::resume(&store, &args.job))? {
         println!(
             "{}: resumed; its next instant runs (the instants of the pause do not)",
             args.job
@@ -126,30 +89,25 @@ pub(super) fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_future_until, parse_until};
     use chrono::{TimeZone, Utc};
 
     #[test]
-    fn until_is_a_time_or_a_duration_from_now() {
+    fn since_is_bounded_to_what_is_stored() {
+        use crate::web::data::parse_since;
         let now = Utc.with_ymd_and_hms(2026, 11, 24, 12, 0, 0).unwrap();
         assert_eq!(
-            parse_until("2026-12-01T06:00:00Z", now),
-            Ok(Utc.with_ymd_and_hms(2026, 12, 1, 6, 0, 0).unwrap())
+            parse_since("1h", now).map(|t| t.and_utc()),
+            Ok(Utc.with_ymd_and_hms(2026, 11, 24, 11, 0, 0).unwrap())
         );
-        assert_eq!(
-            parse_until("2026-12-01T07:00:00+01:00", now),
-            Ok(Utc.with_ymd_and_hms(2026, 12, 1, 6, 0, 0).unwrap())
-        );
-        assert_eq!(
-            parse_until("90m", now),
-            Ok(Utc.with_ymd_and_hms(2026, 11, 24, 13, 30, 0).unwrap())
-        );
-        let past = parse_future_until("2026-11-24T11:00:00Z", now).unwrap_err();
-        assert!(past.contains("not in the future"), "{past}");
-        let error = parse_until("tomorrow", now).unwrap_err();
-        assert!(
-            error.contains("\"tomorrow\"") && error.contains("RFC 3339"),
-            "{error}"
-        );
+        // Before anything stored: everything is since then.
+        for old in ["999999h", "0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z"] {
+            assert_eq!(
+                parse_since(old, now).map(|t| t.and_utc().timestamp()),
+                Ok(0),
+                "{old}"
+            );
+        }
+        let error = parse_since("9999-12-31T12:00:00Z", now).unwrap_err();
+        assert!(error.contains("latest time"), "{error}");
     }
 }

@@ -30,13 +30,16 @@ pub(crate) struct RunArgs {
 
 pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
-    config.check_host()?;
+    crate::runner::users::check_host(&config)?;
     let token = config.web.token(&config.path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("replicron")
         .build()
         .context("starting the async runtime")?;
+    // Before anything opens a descriptor: the HTTP listener's share of the
+    // limit is set from it, and the rest is the scheduler's.
+    let descriptors = crate::web::listener::raise_descriptor_limit();
     runtime.block_on(async {
         let handle = telemetry::install();
         let liveness = Arc::new(Liveness::new());
@@ -73,8 +76,14 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 liveness: liveness.clone(),
                 triggers: trigger_tx,
                 loopback: listen.ip().is_loopback(),
+                public: config.web.public_url.clone(),
+                cookie: crate::web::CookieSettings::of(&config.web),
+                throttle: Default::default(),
+                trusted_proxies: config.web.trusted_proxies.clone(),
+                notifications: scheduler.notifications(),
             };
-            tokio::spawn(crate::web::serve(listener, Arc::new(web)));
+            let cap = crate::web::listener::connection_cap(descriptors);
+            tokio::spawn(crate::web::serve(listener, Arc::new(web), cap));
         }
         let (phase_tx, phase) = watch::channel(Phase::Running);
         tokio::spawn(drive_shutdown(phase_tx, config.daemon.shutdown_grace));
@@ -139,10 +148,10 @@ async fn watch_reloads(
         return;
     };
     while hangups.recv().await.is_some() {
-        telemetry::notify_systemd("reloading");
+        telemetry::notify_systemd(telemetry::SystemdState::Reloading);
         info!(config = %path.display(), "SIGHUP: reloading the config");
         let loaded = Config::load(&path, &crate::config::Environment::from_process())
-            .and_then(|new| new.check_host().map(|()| new));
+            .and_then(|new| crate::runner::users::check_host(&new).map(|()| new));
         match loaded {
             Ok(new) => {
                 if current.database.url != new.database.url
@@ -167,7 +176,7 @@ async fn watch_reloads(
                     error!("{line}");
                 }
                 error!("the new config is invalid; the old one keeps running");
-                telemetry::notify_systemd("ready");
+                telemetry::notify_systemd(telemetry::SystemdState::Ready);
             }
         }
     }
@@ -188,7 +197,10 @@ pub(super) fn one_off_engine(
         crate::scheduler::default_instance_id(),
         std::sync::Arc::new(crate::schedule::SystemClock),
         phase,
-        std::sync::Arc::new(crate::telemetry::Liveness::new()),
+        (
+            std::sync::Arc::new(crate::telemetry::Liveness::new()),
+            crate::notify::SentLog::default(),
+        ),
         Some(guard),
     ))
 }

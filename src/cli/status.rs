@@ -2,13 +2,12 @@
 //! what looks wrong (a failed last run, a stuck lease, a run whose lease
 //! ended), with this host's clock against the database's.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::SecondsFormat;
 
 use super::table::print_table;
 use super::{ConfigArg, ExitCode, OutputFormat, load, open_for_command};
-use crate::history::{self, RunRecord, RunStatus};
-use crate::lease;
-use crate::schedule::SystemClock;
+use crate::history::{RunRecord, rfc3339};
+use crate::ops::fleet;
 
 /// Arguments of `status`.
 #[derive(Debug, clap::Args)]
@@ -89,92 +88,61 @@ struct JobStatus {
 
 pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
-    let pool = open_for_command(&config)?;
-    let mut conn = pool.get()?;
-    let query = |what: &str, e| crate::db::DbError::query(what, e);
-    let now = crate::db::clock::database_now(&mut conn)
-        .map_err(|e| query("reading the database clock", e))?;
-    let offset = crate::db::clock::estimate_offset(&mut conn, &SystemClock, 5)
-        .map_err(|e| query("reading the database clock", e))?;
-    let locks = lease::list_locks(&mut conn).map_err(|e| query("reading the leases", e))?;
-    let instances =
-        crate::registry::list_instances(&mut conn).map_err(|e| query("reading the replicas", e))?;
-    let drifted = crate::scheduler::drift::among(&instances);
-    let names = job_names(&config, &locks);
+    let store = crate::db::Store::new(open_for_command(&config)?);
+    let (fleet, offset, lasts) = super::command_runtime()?.block_on(async {
+        let fleet = fleet::read(&store, &config, 1, None).await?;
+        let offset = fleet::clock_offset(&store, 5).await?;
+        let lasts = fleet::with_output(&store, &fleet).await?;
+        anyhow::Ok((fleet, offset, lasts))
+    })?;
+    let now = fleet.now;
     let mut rows = Vec::new();
-    for name in names {
-        let job = config.job(&name);
-        let lock = locks.iter().find(|l| l.name == name);
-        let last =
-            history::latest_run(&mut conn, &name).map_err(|e| query("reading the history", e))?;
-        let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
-        let brief = last.as_ref().map(history::RunBrief::from);
-        let problem = problem(
-            job,
-            lock,
-            brief.as_ref(),
-            held,
-            now,
-            &instances,
-            drifted.get(&name),
-        );
+    for (state, last) in fleet.jobs.iter().zip(lasts) {
+        let job = config.job(&state.name);
+        let lock = state.lock.as_ref();
         rows.push(JobStatus {
-            job: name.clone(),
+            job: state.name.clone(),
             enabled: job.map(|j| j.enabled),
             next: job
                 .filter(|j| j.enabled)
                 .and_then(|j| j.schedule.next_after(now))
                 .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
-            lease_held: held,
+            lease_held: state.held,
             locked_by: lock.and_then(|l| l.locked_by.clone()),
-            lock_until: lock.map(|l| history::rfc3339(l.lock_until)),
+            lock_until: lock.map(|l| rfc3339(l.lock_until)),
             fence: lock.map_or(0, |l| l.fence),
-            paused: lock.and_then(|l| {
-                let until = l.paused_at_time(now.naive_utc())?;
-                Some(PauseStatus {
-                    by: l.paused_by.clone(),
-                    since: l.paused_at.map(history::rfc3339),
-                    until: until.map(|u| history::rfc3339(u.naive_utc())),
-                    reason: l.paused_reason.clone(),
-                    text: l.describe_pause(until),
-                })
+            paused: state.pause.as_ref().map(|pause| PauseStatus {
+                by: pause.by.clone(),
+                since: pause.since.map(rfc3339),
+                until: pause.until.map(|u| rfc3339(u.naive_utc())),
+                reason: pause.reason.clone(),
+                text: pause.to_string(),
             }),
             last_run: last.map(RunRecord::from),
-            problem,
+            problem: state.problem.clone(),
         });
     }
     let stuck_count = rows.iter().filter(|r| r.problem.is_some()).count();
-    let mut shared: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-    for job in &config.jobs {
-        for lock in &job.locks {
-            shared.entry(lock).or_default().push(job.name.clone());
-        }
-    }
-    let lock_rows: Vec<LockStatus> = shared
-        .into_iter()
-        .map(|(lock, jobs)| {
-            let row_name = format!("{}{lock}", crate::config::LOCK_ROW_PREFIX);
-            let held = locks
-                .iter()
-                .find(|l| l.name == row_name)
-                .filter(|l| l.lock_until.and_utc() > now);
-            LockStatus {
-                lock: lock.to_string(),
-                jobs,
-                held_by: held.and_then(|l| l.locked_by.clone()),
-                held_until: held.map(|l| history::rfc3339(l.lock_until)),
-            }
+    let lock_rows: Vec<LockStatus> = fleet
+        .locks
+        .iter()
+        .map(|l| LockStatus {
+            lock: l.lock.clone(),
+            jobs: l.jobs.clone(),
+            held_by: l.held.as_ref().and_then(|(by, _)| by.clone()),
+            held_until: l.held.as_ref().map(|(_, until)| rfc3339(*until)),
         })
         .collect();
-    let replicas: Vec<ReplicaStatus> = instances
+    let replicas: Vec<ReplicaStatus> = fleet
+        .instances
         .iter()
         .map(|i| ReplicaStatus {
             id: i.row.id.clone(),
             host: i.row.host.clone(),
             pid: i.row.pid,
             version: i.row.version.clone(),
-            started_at: history::rfc3339(i.row.started_at),
-            last_seen: history::rfc3339(i.row.last_seen),
+            started_at: rfc3339(i.row.started_at),
+            last_seen: rfc3339(i.row.last_seen),
             alive: i.alive,
             clock_offset_seconds: i.row.clock_offset_us.map(|us| us as f64 / 1e6),
         })
@@ -276,140 +244,4 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// The jobs `status` shows: those of the job file in its order, then the
-/// lease rows of jobs no longer in it (not replicron's own rows, nor those
-/// of `exec` locks).
-pub(crate) fn job_names(config: &crate::config::Config, locks: &[lease::LockRow]) -> Vec<String> {
-    let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
-    for lock in locks {
-        let own =
-            lock.name.starts_with(crate::config::RESERVED_PREFIX) || lock.name.contains(".once.");
-        if !own && !names.contains(&lock.name) {
-            names.push(lock.name.clone());
-        }
-    }
-    names
-}
-
-/// What an operator should look at for a job, the first that applies: a
-/// stuck or orphaned lease, a definition that drifted between replicas, a
-/// last run that ended badly.
-pub(crate) fn problem(
-    job: Option<&crate::config::Job>,
-    lock: Option<&lease::LockRow>,
-    last: Option<&history::RunBrief>,
-    held: bool,
-    now: DateTime<Utc>,
-    instances: &[crate::registry::Instance],
-    drift: Option<&crate::scheduler::drift::Drift>,
-) -> Option<String> {
-    stuck(job, lock, last, held, now, instances)
-        .or_else(|| {
-            drift.map(|drift| {
-                format!(
-                    "DRIFT: live replicas define it differently: {}",
-                    drift.describe()
-                )
-            })
-        })
-        .or_else(|| failed(last))
-}
-
-/// Whether the job's last run ended badly: an operator should look.
-fn failed(last: Option<&history::RunBrief>) -> Option<String> {
-    let run = last?;
-    let status = run.status;
-    let bad = matches!(
-        status,
-        RunStatus::Failed
-            | RunStatus::TimedOut
-            | RunStatus::LostLock
-            | RunStatus::Abandoned
-            | RunStatus::Error
-    );
-    bad.then(|| {
-        let how = match run.exit_code {
-            Some(code) => format!("{status} (exit {code})"),
-            None => status.to_string(),
-        };
-        format!(
-            "FAILED: last run {} {how} at {} on {}; `replicron history --job {}` shows its output",
-            run.id,
-            history::rfc3339(run.started_at),
-            run.instance,
-            run.job
-        )
-    })
-}
-
-/// Why a job's lease looks stuck, if it does (see README, "status").
-fn stuck(
-    job: Option<&crate::config::Job>,
-    lock: Option<&lease::LockRow>,
-    last: Option<&history::RunBrief>,
-    held: bool,
-    now: DateTime<Utc>,
-    instances: &[crate::registry::Instance],
-) -> Option<String> {
-    let holder = last.and_then(|run| instances.iter().find(|i| i.row.id == run.instance));
-    let lock = lock?;
-    let current = last.filter(|run| run.fence == lock.fence);
-    let running = current.filter(|run| run.status == RunStatus::Running);
-    match (held, running) {
-        (true, Some(run)) => {
-            let job = job?;
-            let allowed = job.timeout + job.kill_grace + job.lock_at_most_for;
-            let age = (now - run.started_at.and_utc())
-                .to_std()
-                .unwrap_or_default();
-            (age > allowed).then(|| {
-                format!(
-                    "STUCK: running {} (timeout {}); its holder may be frozen",
-                    humantime::format_duration(std::time::Duration::from_secs(age.as_secs())),
-                    humantime::format_duration(job.timeout)
-                )
-            })
-        }
-        (true, None) => {
-            let locked_at = lock.locked_at?.and_utc();
-            let expected = job.map_or(std::time::Duration::ZERO, |j| {
-                j.lock_at_least_for + j.retry_backoff * j.retries
-            }) + std::time::Duration::from_secs(60);
-            let age = (now - locked_at).to_std().unwrap_or_default();
-            (age > expected).then(|| {
-                "STUCK: lease held with no run recorded running; `replicron unlock` ends it"
-                    .to_string()
-            })
-        }
-        (false, Some(run)) => {
-            let ended = (now - lock.lock_until.and_utc())
-                .to_std()
-                .unwrap_or_default();
-            let ended = humantime::format_duration(std::time::Duration::from_secs(ended.as_secs()));
-            Some(match holder {
-                // The holder runs on: it finds its lease gone when it next
-                // confirms it, and stops the run (recorded lost_lock).
-                Some(alive) if alive.alive => format!(
-                    "LEASE ENDED: run {} is recorded running, but its lease ended {ended} ago (unlocked, or lost); \
-                     its holder is alive ({}) and stops the run when it next confirms the lease",
-                    run.id, run.instance
-                ),
-                Some(gone) => format!(
-                    "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
-                     was last seen at {}: it vanished; the next claim marks the run abandoned",
-                    run.id,
-                    run.instance,
-                    history::rfc3339(gone.row.last_seen)
-                ),
-                None => format!(
-                    "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
-                     is not a running replica; the next claim marks the run abandoned",
-                    run.id, run.instance
-                ),
-            })
-        }
-        (false, None) => None,
-    }
 }

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::history::RunStatus;
 use crate::scheduler::Job;
-use crate::scheduler::trigger::Started;
+use crate::scheduler::trigger::{Refusal, Started};
 
 /// `--config FILE JOB`.
 #[derive(Debug, clap::Args)]
@@ -44,7 +44,7 @@ fn output_tail(output: &str, lines: usize) -> String {
 
 pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
-    config.check_host()?;
+    crate::runner::users::check_host(&config)?;
     let job = find_job(&config, &args.job)?.clone();
     let pool = open_for_command(&config)?;
     let runtime = command_runtime()?;
@@ -56,8 +56,8 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
                 .await?;
         let ran = match started {
             Started::Running { handle, .. } => handle.await.ok(),
-            Started::Paused(paused) => return Ok(Err(paused)),
-            Started::Held | Started::NotRunnable => None,
+            Started::Refused(Refusal::Paused(pause)) => return Ok(Err(pause)),
+            Started::Refused(Refusal::Held | Refusal::NotRunnable) => None,
         };
         let unwritten = engine.journal.flush(Duration::from_secs(10)).await;
         for write in &unwritten {

@@ -2,8 +2,7 @@
 //! for `--force` while the holder's run is recorded running.
 
 use super::{ConfigArg, ExitCode, load, open_for_command};
-use crate::history;
-use crate::lease;
+use crate::ops::actions::{self, Refused, Unlocked};
 
 /// Arguments of `unlock`.
 #[derive(Debug, clap::Args)]
@@ -20,41 +19,30 @@ pub(crate) struct UnlockArgs {
 }
 
 pub(super) fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
+    if args.job.starts_with(crate::config::RESERVED_PREFIX) {
+        return Err(super::UsageError(Refused::Reserved(args.job.clone()).to_string()).into());
+    }
     let config = load(&args.config)?;
-    let pool = open_for_command(&config)?;
-    let mut conn = pool.get()?;
-    let query = |what: &str, e| crate::db::DbError::query(what, e);
-    let Some(lock) =
-        lease::find_lock(&mut conn, &args.job).map_err(|e| query("reading the lease", e))?
-    else {
-        eprintln!("replicron: {:?} has no lease row", args.job);
-        return Ok(ExitCode::from(1));
-    };
-    if !lease::is_held(&mut conn, &args.job).map_err(|e| query("reading the lease", e))? {
-        println!("{}: not held", args.job);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let running = history::running_under(&mut conn, &args.job, lock.fence)
-        .map_err(|e| query("reading the history", e))?;
-    if let Some(run) = &running
-        && !args.force
-    {
-        eprintln!(
-            "replicron: {} is held by {} whose run {} (started {}) is still recorded running; \
-             add --force to end the lease anyway (that run is then stopped by its holder)",
+    let store = crate::db::Store::new(open_for_command(&config)?);
+    match super::command_runtime()?.block_on(actions::unlock(&store, &args.job, args.force)) {
+        Ok(Unlocked::NotHeld) => println!("{}: not held", args.job),
+        Ok(Unlocked::Ended { holder, fence }) => println!(
+            "{}: lease of {} (fence {fence}) ended",
             args.job,
-            run.instance,
-            run.id,
-            history::rfc3339(run.started_at)
-        );
-        return Ok(ExitCode::from(1));
+            holder.as_deref().unwrap_or("?"),
+        ),
+        Err(Refused::NoRow(job)) => {
+            eprintln!("replicron: {job:?} has no lease row");
+            return Ok(ExitCode::from(1));
+        }
+        Err(refused @ Refused::Running { .. }) => {
+            eprintln!(
+                "replicron: {refused}; add --force to end the lease anyway (that run is then stopped by its holder)"
+            );
+            return Ok(ExitCode::from(1));
+        }
+        Err(Refused::Db(e)) => return Err(e.into()),
+        Err(refused) => return Err(super::UsageError(refused.to_string()).into()),
     }
-    lease::force_unlock(&mut conn, &args.job).map_err(|e| query("ending the lease", e))?;
-    println!(
-        "{}: lease of {} (fence {}) ended",
-        args.job,
-        lock.locked_by.as_deref().unwrap_or("?"),
-        lock.fence
-    );
     Ok(ExitCode::SUCCESS)
 }

@@ -146,7 +146,7 @@ pub(crate) fn all() -> Vec<Key> {
             "database",
             "url",
             None,
-            "Where leases and history live: sqlite://PATH (one host), mysql://USER:PASS@HOST:PORT/DB or postgres://USER:PASS@HOST:PORT/DB. Required; REPLICRON_DATABASE_URL overrides it. A relative SQLite path is relative to the file's folder.",
+            "Where leases and history live: sqlite://PATH (one host), mysql://USER:PASS@HOST:PORT/DB or postgres://USER:PASS@HOST:PORT/DB. Required; REPLICRON_DATABASE_URL overrides it. A relative SQLite path is relative to the file's folder. A MariaDB/MySQL URL may list several hosts, HOST1:PORT,HOST2:PORT, tried in order (the nodes of a Galera cluster).",
         ),
         key(
             "database",
@@ -177,6 +177,36 @@ pub(crate) fn all() -> Vec<Key> {
             "token_env",
             None,
             "The environment variable holding the bearer token that allows actions (trigger, pause, resume, unlock) from the dashboard and the API. Unset, both are read-only and actions answer 403. The variable must be set when replicron starts; no job inherits it.",
+        ),
+        key(
+            "web",
+            "public_url",
+            None,
+            "The origin browsers reach the dashboard at through a reverse proxy, https://HOST[:PORT] (no path): requests naming that host are answered on a loopback listener, sign-in and forms from that origin are accepted whether the proxy passes Host on or rewrites it, and with https the session cookie is Secure.",
+        ),
+        key(
+            "web",
+            "cookie_name",
+            Some("\"replicron_session\""),
+            "The session cookie's name. Browsers keep one cookie per host whatever its port: give replicas that share a host name different ones. A __Host- name needs cookie_secure and path /.",
+        ),
+        key(
+            "web",
+            "cookie_path",
+            Some("\"/\""),
+            "The session cookie's path.",
+        ),
+        key(
+            "web",
+            "cookie_secure",
+            None,
+            "Whether the session cookie is Secure (sent over https only). Unset: true when public_url is https.",
+        ),
+        key(
+            "web",
+            "trusted_proxies",
+            Some("[]"),
+            "IP addresses of the reverse proxies in front of the listener: from one of them, the client is the last address of X-Forwarded-For that is not a trusted proxy (sign-in is throttled and logged by it). From any other peer the header is ignored.",
         ),
     ];
     keys.extend(

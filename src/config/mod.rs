@@ -10,10 +10,10 @@
 
 mod check;
 pub(crate) mod keys;
+pub(crate) mod notify;
 mod raw;
 #[cfg(test)]
 mod tests;
-mod url;
 mod value;
 
 use std::collections::BTreeMap;
@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use chrono_tz::Tz;
 
-pub(crate) use self::url::{Backend, DatabaseUrl, redact};
 pub(crate) use self::value::{Zero, parse_duration, parse_size};
+pub(crate) use crate::db::DatabaseUrl;
 use crate::schedule::Schedule;
 
 /// The environment variable that overrides `[database] url`.
@@ -86,10 +86,83 @@ pub(crate) struct DaemonConfig {
 }
 
 /// `[web]`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct WebConfig {
     /// The variable holding the bearer token that allows actions.
     pub(crate) token_env: Option<TokenEnv>,
+    /// Where browsers reach the dashboard through a reverse proxy.
+    pub(crate) public_url: Option<PublicUrl>,
+    /// The session cookie's name.
+    pub(crate) cookie_name: String,
+    /// The session cookie's path.
+    pub(crate) cookie_path: String,
+    /// Whether the session cookie is `Secure` (sent over https only).
+    pub(crate) cookie_secure: bool,
+    /// The reverse proxies whose `X-Forwarded-For` names the client.
+    pub(crate) trusted_proxies: Vec<std::net::IpAddr>,
+}
+
+/// `[web] public_url`: the origin browsers reach the dashboard at, through
+/// a reverse proxy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PublicUrl {
+    /// `scheme://host[:port]` (the scheme's own port left out), as
+    /// browsers send it in `Origin`.
+    pub(crate) origin: String,
+    /// `host[:port]`, as a proxy that passes it on sends it in `Host`.
+    pub(crate) host: String,
+    /// `https`: the session cookie is `Secure`.
+    pub(crate) secure: bool,
+}
+
+impl PublicUrl {
+    /// Reads `text`: `http://` or `https://`, a host, a port if any, and no
+    /// path, query or user.
+    pub(crate) fn parse(text: &str) -> Result<PublicUrl, String> {
+        let text = text.trim();
+        let (scheme, rest) = text
+            .split_once("://")
+            .ok_or_else(|| format!("{text:?} is not a URL: write https://HOST[:PORT]"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        let default_port = match scheme.as_str() {
+            "https" => "443",
+            "http" => "80",
+            _ => return Err(format!("{text:?}: the scheme must be https or http")),
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
+            return Err(format!(
+                "{text:?} must be an origin, https://HOST[:PORT], with no path, query or user: the dashboard is served at the root of its host"
+            ));
+        }
+        let host = rest.to_ascii_lowercase();
+        // An IPv6 address is bracketed: its port follows the bracket.
+        let split = match host.strip_prefix('[') {
+            Some(v6) => v6
+                .split_once(']')
+                .map(|(address, after)| (format!("[{address}]"), after.strip_prefix(':'))),
+            None => Some(match host.split_once(':') {
+                Some((name, port)) => (name.to_string(), Some(port)),
+                None => (host.clone(), None),
+            }),
+        };
+        let Some((name, port)) = split.filter(|(name, _)| name.len() > 2 || !name.starts_with('['))
+        else {
+            return Err(format!("{text:?}: the host is not readable"));
+        };
+        if name.is_empty() || port.is_some_and(|p| p.parse::<u16>().is_err()) {
+            return Err(format!("{text:?}: the host or its port is not readable"));
+        }
+        let host = match port {
+            Some(port) if port != default_port => format!("{name}:{port}"),
+            _ => name,
+        };
+        Ok(PublicUrl {
+            origin: format!("{scheme}://{host}"),
+            host,
+            secure: scheme == "https",
+        })
+    }
 }
 
 /// `[web] token_env`: a variable's name, and its line in the file.
@@ -101,8 +174,24 @@ pub(crate) struct TokenEnv {
     pub(crate) line: Option<usize>,
 }
 
+/// The session cookie's name unless `[web] cookie_name` says otherwise.
+pub(crate) const DEFAULT_COOKIE: &str = "replicron_session";
+
 /// The shortest token `[web] token_env` may hold.
 pub(crate) const MIN_TOKEN_LEN: usize = 16;
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            token_env: None,
+            public_url: None,
+            cookie_name: DEFAULT_COOKIE.to_string(),
+            cookie_path: "/".to_string(),
+            cookie_secure: false,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
 
 impl WebConfig {
     /// The bearer token from the process environment, if `[web] token_env`
@@ -191,7 +280,7 @@ pub(crate) struct Job {
     /// interval; zero: never.
     pub(crate) missed_after: Option<Duration>,
     /// Where its notifications go, if anywhere.
-    pub(crate) notify: Option<std::sync::Arc<crate::notify::Notify>>,
+    pub(crate) notify: Option<std::sync::Arc<notify::Notify>>,
     /// Variables of replicron's environment its runs do not see (the ones
     /// notifications read secrets from).
     pub(crate) hidden_env: Vec<String>,
@@ -432,44 +521,6 @@ impl Config {
     /// The job called `name`.
     pub(crate) fn job(&self, name: &str) -> Option<&Job> {
         self.jobs.iter().find(|job| job.name == name)
-    }
-
-    /// What only this host can tell, for a process that runs the jobs
-    /// (`run`, `check`, `trigger`): each `user` and `group` exists here, and
-    /// this process may switch to them (`CAP_SETUID` and `CAP_SETGID`).
-    pub(crate) fn check_host(&self) -> Result<(), ConfigError> {
-        let cannot_switch = crate::runner::users::cannot_switch();
-        let mut diagnostics = Vec::new();
-        for job in &self.jobs {
-            let Some(run_as) = &job.run_as else {
-                continue;
-            };
-            let problem = match crate::runner::users::resolve(run_as) {
-                Err(e) => Some(e),
-                Ok(_) => cannot_switch.as_ref().map(|why| {
-                    format!(
-                        "its runs are to switch to user {:?}, but {why}",
-                        run_as.user
-                    )
-                }),
-            };
-            if let Some(message) = problem {
-                diagnostics.push(Diagnostic {
-                    line: run_as.line,
-                    job: Some(format!("{:?}", job.name)),
-                    key: Some("user".to_string()),
-                    message,
-                });
-            }
-        }
-        if diagnostics.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError {
-                path: self.path.clone(),
-                diagnostics,
-            })
-        }
     }
 }
 

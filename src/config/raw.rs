@@ -30,6 +30,11 @@ pub(super) struct RawDaemon {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawWeb {
     pub token_env: Option<S<String>>,
+    pub public_url: Option<S<String>>,
+    pub cookie_name: Option<S<String>>,
+    pub cookie_path: Option<S<String>>,
+    pub cookie_secure: Option<S<bool>>,
+    pub trusted_proxies: Option<S<Vec<String>>>,
 }
 
 /// The keys a job may take from `[defaults]` or set itself.

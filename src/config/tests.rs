@@ -669,3 +669,32 @@ fn the_web_token_is_named_never_shown_and_hidden_from_jobs() {
         Some(None)
     );
 }
+
+#[test]
+fn a_public_url_is_an_origin() {
+    use crate::config::PublicUrl;
+    let url = PublicUrl::parse("https://Cron.Example.com/").expect("origin");
+    assert_eq!(url.origin, "https://cron.example.com");
+    assert_eq!(url.host, "cron.example.com");
+    assert!(url.secure);
+    let url = PublicUrl::parse("https://cron.example.com:443").expect("origin");
+    assert_eq!(url.host, "cron.example.com");
+    let url = PublicUrl::parse("http://cron.test:8080").expect("origin");
+    assert_eq!(
+        (url.origin.as_str(), url.host.as_str(), url.secure),
+        ("http://cron.test:8080", "cron.test:8080", false)
+    );
+    let url = PublicUrl::parse("https://[::1]:9443").expect("origin");
+    assert_eq!(url.host, "[::1]:9443");
+    for bad in [
+        "cron.example.com",
+        "ftp://cron.example.com",
+        "https://cron.example.com/replicron",
+        "https://user@cron.example.com",
+        "https://cron.example.com:http",
+        "https://",
+        "https://[::1",
+    ] {
+        assert!(PublicUrl::parse(bad).is_err(), "{bad}");
+    }
+}

@@ -35,9 +35,9 @@ pub(crate) struct DbNowPrecise;
 impl DbNowPrecise {
     /// The backend's resolution: how much older than the true time a
     /// reading can be, since each backend truncates.
-    pub(crate) fn resolution(backend: crate::config::Backend) -> std::time::Duration {
+    pub(crate) fn resolution(backend: crate::db::Backend) -> std::time::Duration {
         match backend {
-            crate::config::Backend::Sqlite => std::time::Duration::from_millis(1),
+            crate::db::Backend::Sqlite => std::time::Duration::from_millis(1),
             _ => std::time::Duration::from_micros(1),
         }
     }
@@ -58,6 +58,31 @@ impl At {
 
 /// The latest time every backend stores (`DATETIME(3)` ends in the year
 /// 9999): the end of a pause that has none.
+/// Whether `at` is a time every backend stores and compares: from 1970 on
+/// (MariaDB's DATETIME starts at year 1000, and nothing of replicron's is
+/// older than the epoch), and before [`far_future`] (MariaDB's DATETIME
+/// ends with 9999; the latest day stands for "until resumed"). A time a
+/// person gives (a pause's end, a `since`, a range to verify) outside it
+/// is refused with this message, rather than failing the statement or, on
+/// MariaDB, being stored as a date nothing can read back.
+pub(crate) fn storable(at: chrono::DateTime<chrono::Utc>) -> Result<(), String> {
+    let latest = far_future() - chrono::TimeDelta::days(1);
+    if at.timestamp() < 0 {
+        Err(format!(
+            "{} is before 1970-01-01T00:00:00Z",
+            at.format("%Y-%m-%dT%H:%M:%SZ")
+        ))
+    } else if at.naive_utc() > latest {
+        Err(format!(
+            "{} is after {}Z, the latest time every database stores",
+            at.format("%Y-%m-%dT%H:%M:%SZ"),
+            latest.format("%Y-%m-%dT%H:%M:%S")
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 pub(crate) fn far_future() -> NaiveDateTime {
     chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
         .and_then(|d| d.and_hms_milli_opt(23, 59, 59, 0))

@@ -19,14 +19,14 @@ pub(crate) enum DbConnection {
 
 impl DbConnection {
     /// The backend this connection talks to.
-    pub(crate) fn backend(&self) -> crate::config::Backend {
+    pub(crate) fn backend(&self) -> crate::db::Backend {
         match self {
             #[cfg(feature = "sqlite")]
-            DbConnection::Sqlite(_) => crate::config::Backend::Sqlite,
+            DbConnection::Sqlite(_) => crate::db::Backend::Sqlite,
             #[cfg(feature = "mysql")]
-            DbConnection::Mysql(_) => crate::config::Backend::Mysql,
+            DbConnection::Mysql(_) => crate::db::Backend::Mysql,
             #[cfg(feature = "postgres")]
-            DbConnection::Postgres(_) => crate::config::Backend::Postgres,
+            DbConnection::Postgres(_) => crate::db::Backend::Postgres,
         }
     }
 }

@@ -121,3 +121,70 @@ impl Health {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{DbState, Health};
+    use crate::db::DbError;
+    use crate::telemetry::{Liveness, Unhealthy};
+
+    fn unreachable() -> DbError {
+        DbError::Timeout {
+            context: "claiming".to_string(),
+        }
+    }
+
+    fn refused() -> DbError {
+        DbError::query("claiming", diesel::result::Error::NotFound)
+    }
+
+    /// Only an error that says the database cannot be reached takes it
+    /// down, once however often it is said; the first answer brings it up,
+    /// once; `/healthz` follows.
+    #[tokio::test(start_paused = true)]
+    async fn unreachable_errors_take_it_down_once_and_an_answer_brings_it_up() {
+        let liveness = Arc::new(Liveness::new());
+        liveness.tick();
+        let health = Health::new(liveness.clone());
+        let mut states = health.subscribe();
+        assert!(health.is_up());
+        health.report_error(&refused());
+        assert!(health.is_up(), "a refused statement is an answer");
+        assert!(!states.has_changed().expect("open"));
+        health.report_error(&unreachable());
+        health.report_error(&unreachable());
+        assert!(!health.is_up());
+        assert!(states.has_changed().expect("open"));
+        assert_eq!(*states.borrow_and_update(), DbState::Down);
+        assert_eq!(liveness.problem(), Some(Unhealthy::DatabaseUnreachable));
+        health.report_error(&unreachable());
+        assert!(!states.has_changed().expect("open"), "said once");
+        health.report_ok();
+        health.report_ok();
+        assert_eq!(*states.borrow_and_update(), DbState::Up);
+        assert!(!states.has_changed().expect("open"), "said once");
+        assert_eq!(liveness.problem(), None);
+    }
+
+    /// A database that answers nothing for 30 s makes the replica
+    /// unhealthy even without an error; a stopped tick loop comes first.
+    #[tokio::test(start_paused = true)]
+    async fn silence_and_a_stopped_tick_loop_are_unhealthy() {
+        let liveness = Arc::new(Liveness::new());
+        let health = Health::new(liveness.clone());
+        liveness.tick();
+        tokio::time::advance(Duration::from_secs(4)).await;
+        liveness.tick();
+        assert_eq!(liveness.problem(), None);
+        tokio::time::advance(Duration::from_secs(27)).await;
+        liveness.tick();
+        assert_eq!(liveness.problem(), Some(Unhealthy::DatabaseSilent));
+        health.report_ok();
+        assert_eq!(liveness.problem(), None);
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(liveness.problem(), Some(Unhealthy::TickLoopStopped));
+    }
+}

@@ -58,6 +58,8 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-24-000000_pause",
     "2026-11-24-000001_run_on_every",
     "2026-11-24-000002_registry_drift",
+    "2026-11-25-000000_claim_nonce_and_pauses",
+    "2026-11-26-000000_web_sessions",
 );
 
 #[cfg(feature = "sqlite")]
@@ -69,6 +71,8 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-24-000000_pause",
     "2026-11-24-000001_run_on_every",
     "2026-11-24-000002_registry_drift",
+    "2026-11-25-000000_claim_nonce_and_pauses",
+    "2026-11-26-000000_web_sessions",
 );
 
 /// The row of the migration lock.

@@ -5,7 +5,7 @@
 //! database answers ([`health`]), and the embedded migrations ([`migrate`]).
 //! The tables are described in `docs/design.md#the-tables`.
 //!
-//! The backend is chosen from the URL scheme by [`crate::config::DatabaseUrl`].
+//! The backend is chosen from the URL scheme by [`DatabaseUrl`].
 
 pub(crate) mod cached;
 pub(crate) mod clock;
@@ -13,15 +13,18 @@ mod connection;
 pub(crate) mod health;
 pub(crate) mod migrate;
 mod pool;
+pub(crate) mod replication;
 pub(crate) mod schema;
 mod session;
 mod store;
+mod url;
 
 pub(crate) use self::connection::DbConnection;
 pub(crate) use self::connection::MultiBackend;
 pub use self::pool::Pool;
 pub(crate) use self::session::{establish, establish_with};
 pub(crate) use self::store::Store;
+pub(crate) use self::url::{Backend, DatabaseUrl, redact};
 
 use std::time::Duration;
 
@@ -101,11 +104,12 @@ impl DbError {
     }
 
     /// Whether this error says the database cannot be reached (as opposed
-    /// to a statement it refused).
+    /// to a statement it refused). A migration that lost its connection
+    /// (the server crashed or restarted under it) is one.
     pub fn is_unreachable(&self) -> bool {
         match self {
             DbError::Connect { .. } | DbError::Timeout { .. } | DbError::Task(_) => true,
-            DbError::Migrate { .. } => false,
+            DbError::Migrate { message, .. } => says_connection_lost(message),
             DbError::Shared { unreachable, .. } => *unreachable,
             DbError::Query { source, .. } => {
                 use diesel::result::{DatabaseErrorKind, Error};
@@ -116,27 +120,31 @@ impl DbError {
                         _,
                     )
                     | Error::BrokenTransactionManager => true,
-                    Error::DatabaseError(_, info) => {
-                        let message = info.message().to_ascii_lowercase();
-                        [
-                            "gone away",
-                            "lost connection",
-                            "connection",
-                            "server closed",
-                            "terminating",
-                            "could not receive",
-                            "could not send",
-                            "broken pipe",
-                            "shutdown",
-                        ]
-                        .iter()
-                        .any(|needle| message.contains(needle))
-                    }
+                    Error::DatabaseError(_, info) => says_connection_lost(info.message()),
                     _ => false,
                 }
             }
         }
     }
+}
+
+/// Whether a driver's message says the connection was lost or could not be
+/// used, rather than that a statement was refused.
+fn says_connection_lost(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    [
+        "gone away",
+        "lost connection",
+        "connection",
+        "server closed",
+        "terminating",
+        "could not receive",
+        "could not send",
+        "broken pipe",
+        "shutdown",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
 }
 
 /// Whether an error means another replica got there first (a duplicate

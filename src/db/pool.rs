@@ -2,12 +2,13 @@
 //! blocking diesel calls off the async runtime with a bound on each call.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use diesel::prelude::*;
 use diesel::r2d2::{self, ManageConnection, PooledConnection};
 
 use super::{CALL_TIMEOUT, CONNECT_TIMEOUT, DbConnection, DbError, establish_with};
-use crate::config::DatabaseUrl;
+use crate::db::DatabaseUrl;
 use crate::schedule::{Clock, SystemClock};
 
 /// Opens connections for the pool and prepares each session.
@@ -15,6 +16,10 @@ use crate::schedule::{Clock, SystemClock};
 pub(crate) struct Manager {
     url: DatabaseUrl,
     clock: Arc<dyn Clock>,
+    /// Counts the calls that failed because the server could not be
+    /// reached: a connection opened, or checked, before the latest one may
+    /// lead to a server that is gone.
+    outages: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -32,6 +37,9 @@ impl std::fmt::Debug for Manager {
 pub(crate) struct PoolConnection {
     conn: DbConnection,
     broken: bool,
+    /// The count of outages when this connection was opened or last
+    /// checked.
+    checked: u64,
 }
 
 impl std::ops::Deref for PoolConnection {
@@ -66,6 +74,7 @@ impl ManageConnection for Manager {
         Ok(PoolConnection {
             conn,
             broken: false,
+            checked: self.outages.load(Ordering::SeqCst),
         })
     }
 
@@ -91,6 +100,11 @@ impl ManageConnection for Manager {
 pub struct Pool {
     inner: r2d2::Pool<Manager>,
     url: DatabaseUrl,
+    /// How long a caller waits for one call ([`CALL_TIMEOUT`], shorter in
+    /// tests).
+    call_timeout: std::time::Duration,
+    /// Shared with the [`Manager`].
+    outages: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -121,9 +135,11 @@ impl Pool {
         size: u32,
         clock: Arc<dyn Clock>,
     ) -> Result<Pool, DbError> {
+        let outages = Arc::new(AtomicU64::new(0));
         let manager = Manager {
             url: url.clone(),
             clock: clock.clone(),
+            outages: outages.clone(),
         };
         let inner = r2d2::Pool::builder()
             .max_size(size.max(1))
@@ -137,10 +153,19 @@ impl Pool {
         let pool = Pool {
             inner,
             url: url.clone(),
+            call_timeout: CALL_TIMEOUT,
+            outages,
         };
         // The manager's own error says why; the pool's would only say "timed out".
         establish_with(url, &clock)?;
         Ok(pool)
+    }
+
+    /// This pool with callers waiting `timeout` for a call.
+    #[cfg(all(test, feature = "sqlite"))]
+    pub(crate) fn with_call_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.call_timeout = timeout;
+        self
     }
 
     /// The URL this pool connects to (its `Display` is redacted).
@@ -148,12 +173,37 @@ impl Pool {
         &self.url
     }
 
-    /// Takes a connection, waiting at most [`CONNECT_TIMEOUT`].
+    /// Takes a connection, waiting at most [`CONNECT_TIMEOUT`]. After a
+    /// call failed because the server could not be reached (a crash, a
+    /// failover), each idle connection is pinged once before it is handed
+    /// out, and one that does not answer is dropped: a dead connection
+    /// left in the pool fails no later statement (a release, an end
+    /// record) on its own.
     pub(crate) fn get(&self) -> Result<PooledConn, DbError> {
-        self.inner.get().map_err(|e| DbError::Connect {
+        let connect_error = |e: r2d2::PoolError| DbError::Connect {
             url: self.url.to_string(),
             message: e.to_string(),
-        })
+        };
+        // Every connection the pool holds, and one more, newly opened.
+        for _ in 0..=self.inner.max_size() {
+            let mut conn = self.inner.get().map_err(connect_error)?;
+            let outages = self.outages.load(Ordering::SeqCst);
+            if conn.checked >= outages {
+                return Ok(conn);
+            }
+            if ping(&mut conn).is_ok() {
+                conn.checked = outages;
+                return Ok(conn);
+            }
+            tracing::debug!("a pooled connection did not answer after an outage: dropped");
+            conn.mark_broken();
+        }
+        self.inner.get().map_err(connect_error)
+    }
+
+    /// Counts a call that failed because the server could not be reached.
+    fn outage(&self) {
+        self.outages.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Runs `f` with a connection on tokio's blocking pool, so that the
@@ -165,14 +215,15 @@ impl Pool {
     {
         let pool = self.clone();
         let call = tokio::task::spawn_blocking(move || {
-            let mut conn = pool.get()?;
+            let mut conn = pool.get().inspect_err(|_| pool.outage())?;
             let result = f(&mut conn);
             if result.as_ref().is_err_and(DbError::is_unreachable) {
                 conn.mark_broken();
+                pool.outage();
             }
             result
         });
-        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        match tokio::time::timeout(self.call_timeout, call).await {
             Ok(joined) => joined.map_err(|e| DbError::Task(e.to_string()))?,
             Err(_) => Err(DbError::Timeout {
                 context: format!("a call to {}", self.url),

@@ -34,6 +34,28 @@ diesel::table! {
         paused_by -> Nullable<Text>,
         /// Why, as given to `pause --reason`.
         paused_reason -> Nullable<Text>,
+        /// The number the last claim statement wrote: a claim is won when
+        /// the row holds its own.
+        claim_nonce -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    /// Every pause of a job, the current one included.
+    replicron_pauses (id) {
+        /// Auto-increment key.
+        id -> BigInt,
+        /// The job.
+        job -> Text,
+        /// Database time the pause began.
+        paused_at -> Timestamp,
+        /// Its instants end here (far in the future while paused without
+        /// end; the resume's time once resumed).
+        paused_until -> Timestamp,
+        /// Who paused it.
+        paused_by -> Nullable<Text>,
+        /// Why.
+        reason -> Nullable<Text>,
     }
 }
 
@@ -107,4 +129,25 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(replicron_locks, replicron_runs, replicron_instances);
+diesel::table! {
+    /// The dashboard's sign-in sessions, each its issuing replica's.
+    replicron_web_sessions (id) {
+        /// Hex SHA-256 of the cookie's random value.
+        id -> Text,
+        /// The replica that issued it, the only one that accepts it.
+        instance -> Text,
+        /// The session's CSRF token.
+        csrf -> Text,
+        /// Database time it was issued.
+        created_at -> Timestamp,
+        /// Database time it ends.
+        expires_at -> Timestamp,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    replicron_locks,
+    replicron_runs,
+    replicron_instances,
+    replicron_pauses
+);

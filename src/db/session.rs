@@ -10,10 +10,10 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 
+use super::{Backend, DatabaseUrl};
 #[cfg(feature = "postgres")]
 use super::{CALL_TIMEOUT, CONNECT_TIMEOUT};
 use super::{DbConnection, DbError};
-use crate::config::{Backend, DatabaseUrl};
 use crate::schedule::Clock;
 
 /// How long SQLite waits for another replica's write before giving up.
@@ -52,7 +52,7 @@ pub(crate) fn establish_with(
     {
         let connect_error = |e: ConnectionError| DbError::Connect {
             url: url.to_string(),
-            message: crate::config::redact(&e.to_string()),
+            message: crate::db::redact(&e.to_string()),
         };
         let setup_error = |e: diesel::result::Error| DbError::Connect {
             url: url.to_string(),
@@ -98,8 +98,24 @@ pub(crate) fn establish_with(
             }
             #[cfg(feature = "mysql")]
             Backend::Mysql => {
-                let mut conn = diesel::MysqlConnection::establish(url.connection_string())
-                    .map_err(connect_error)?;
+                // Each host of the URL in turn: a node of a cluster that is
+                // down refuses at once, and the next one serves.
+                let mut failed = None;
+                let mut conn = None;
+                for host in url.alternatives() {
+                    match diesel::MysqlConnection::establish(host) {
+                        Ok(connected) => {
+                            conn = Some(connected);
+                            break;
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                let Some(mut conn) = conn else {
+                    return Err(connect_error(failed.unwrap_or_else(|| {
+                        ConnectionError::BadConnection("no host to connect to".to_string())
+                    })));
+                };
                 // A claim must not wait long behind another replica's row lock.
                 conn.batch_execute("SET SESSION innodb_lock_wait_timeout = 10")
                     .map_err(setup_error)?;

@@ -37,6 +37,33 @@ impl Store {
             .await
     }
 
+    /// [`Store::call`], tried again while the database cannot be reached,
+    /// until `deadline`: each try takes a connection of its own, and one
+    /// that failed so is dropped from the pool, so a dead pooled connection
+    /// (after a failover, or a server restart) fails one try, not the call.
+    pub(crate) async fn call_until<T, F>(
+        &self,
+        doing: &'static str,
+        deadline: tokio::time::Instant,
+        f: F,
+    ) -> Result<T, DbError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut DbConnection) -> QueryResult<T> + Clone + Send + 'static,
+    {
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            match self.call(doing, f.clone()).await {
+                Err(e) if e.is_unreachable() && tokio::time::Instant::now() + pause < deadline => {
+                    tracing::debug!("{doing}: trying again on a fresh connection: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+                result => return result,
+            }
+        }
+    }
+
     /// Runs `f`, which may send several statements and say itself what
     /// failed, on a pooled connection off the runtime.
     pub(crate) async fn run<T, F>(&self, f: F) -> Result<T, DbError>

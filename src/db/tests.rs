@@ -3,6 +3,7 @@
 
 use diesel::{QueryDsl, RunQueryDsl};
 
+use super::DbError;
 use crate::testing::{TestDb, backend_test};
 
 backend_test! {
@@ -76,7 +77,7 @@ mod zones {
             zone: String,
         }
         let sql = match conn.backend() {
-            crate::config::Backend::Mysql => "SELECT @@session.time_zone AS zone",
+            crate::db::Backend::Mysql => "SELECT @@session.time_zone AS zone",
             _ => "SELECT current_setting('TimeZone') AS zone",
         };
         diesel::sql_query(sql)
@@ -145,6 +146,7 @@ mod zones {
                 fence: held.fence,
                 once_key: None,
                 scope: String::new(),
+                lease_row: None,
             },
         )
         .expect("start");
@@ -200,4 +202,114 @@ mod zones {
             "America/New_York",
         );
     }
+}
+
+/// After a failure because the server could not be reached, the pool's
+/// other idle connections are checked before use: when every server
+/// process behind the pool died (a failover, a restart), one statement
+/// fails, not one per pooled connection.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+mod outage {
+    use diesel::RunQueryDsl;
+    use diesel::connection::SimpleConnection;
+
+    use crate::testing::TestDb;
+
+    async fn one_failure_after_every_connection_died(db: &TestDb) {
+        let pool = db.pool(4);
+        // Four connections, each in use once, then idle in the pool.
+        let held: Vec<_> = (0..4).map(|_| pool.get().expect("connection")).collect();
+        drop(held);
+        // Every session on this database but the killer's own dies.
+        let mut killer = db.connect();
+        match killer.backend() {
+            crate::db::Backend::Mysql => {
+                #[derive(diesel::QueryableByName)]
+                struct Session {
+                    #[diesel(sql_type = diesel::sql_types::BigInt)]
+                    id: i64,
+                }
+                let sessions: Vec<Session> = diesel::sql_query(
+                    "SELECT CAST(id AS SIGNED) AS id FROM information_schema.PROCESSLIST \
+                     WHERE db = DATABASE() AND id <> CONNECTION_ID()",
+                )
+                .load(&mut killer)
+                .expect("sessions");
+                assert!(sessions.len() >= 4, "{} sessions", sessions.len());
+                for session in sessions {
+                    killer
+                        .batch_execute(&format!("KILL {}", session.id))
+                        .expect("kill");
+                }
+            }
+            _ => killer
+                .batch_execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                )
+                .expect("terminate"),
+        }
+        let mut failures = 0;
+        for _ in 0..8 {
+            let answered = pool
+                .run_blocking(|conn| {
+                    diesel::sql_query("SELECT 1")
+                        .execute(conn)
+                        .map_err(|e| crate::db::DbError::query("selecting one", e))
+                })
+                .await;
+            if answered.is_err() {
+                failures += 1;
+            }
+        }
+        assert_eq!(
+            failures, 1,
+            "one failure, then fresh or checked connections"
+        );
+    }
+
+    #[cfg(feature = "mysql")]
+    #[tokio::test]
+    #[cfg_attr(
+        replicron_no_mysql_server,
+        ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+    )]
+    async fn dead_pooled_connections_fail_one_statement_not_each_mysql() {
+        one_failure_after_every_connection_died(&TestDb::mysql()).await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    #[cfg_attr(
+        replicron_no_postgres_server,
+        ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+    )]
+    async fn dead_pooled_connections_fail_one_statement_not_each_postgres() {
+        one_failure_after_every_connection_died(&TestDb::postgres()).await;
+    }
+}
+
+/// A migration that lost its connection (the server crashed or restarted
+/// under it) is the database being unreachable, which a starting replica
+/// waits out; one the database refused is not.
+#[test]
+fn a_migration_that_lost_its_connection_is_unreachable() {
+    let migrate = |message: &str| DbError::Migrate {
+        url: "mysql://root@127.0.0.1:3306/test".to_string(),
+        message: message.to_string(),
+    };
+    assert!(
+        migrate("taking the migration lock: Lost connection to server during query")
+            .is_unreachable()
+    );
+    assert!(
+        migrate(
+            "running 2026-11-26-000000_web_sessions: server closed the connection unexpectedly"
+        )
+        .is_unreachable()
+    );
+    assert!(
+        !migrate("running 2026-11-26-000000_web_sessions: syntax error at or near \"(\"")
+            .is_unreachable()
+    );
 }

@@ -7,13 +7,10 @@ pub(crate) mod journal;
 pub(crate) mod retention;
 mod store;
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
-use diesel::{AsExpression, FromSqlRow};
 use serde::Serialize;
 
 use crate::db::DbConnection;
@@ -21,111 +18,7 @@ use crate::db::cached;
 use crate::db::clock::to_db_time;
 use crate::db::clock::{DbNow, DbNowPlus, FinishedAt};
 use crate::db::schema::replicron_runs::dsl as runs;
-
-/// How a run ended, or that it has not yet: the `status` column, typed
-/// from the database to the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, AsExpression, FromSqlRow)]
-#[diesel(sql_type = diesel::sql_types::Text)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum RunStatus {
-    /// Still going.
-    Running,
-    /// Exited 0.
-    Succeeded,
-    /// Exited non-zero, or was killed by a signal it did not get from us.
-    Failed,
-    /// Stopped after its `timeout`.
-    TimedOut,
-    /// Stopped because its lease could not be kept.
-    LostLock,
-    /// Stopped at shutdown after `shutdown_grace`.
-    Killed,
-    /// Its holder vanished; another replica has since claimed the job.
-    Abandoned,
-    /// Could not be started.
-    Error,
-    /// No replica claimed the instant in time: recorded by the fleet-wide
-    /// check, with attempt 0 (a catch-up run of the instant is attempt 1).
-    Missed,
-    /// Not run: one of the job's shared `locks` stayed held by another run
-    /// past the wait an overrun gets.
-    Skipped,
-}
-
-impl RunStatus {
-    /// Every status.
-    pub(crate) const ALL: [RunStatus; 10] = [
-        RunStatus::Running,
-        RunStatus::Succeeded,
-        RunStatus::Failed,
-        RunStatus::TimedOut,
-        RunStatus::LostLock,
-        RunStatus::Killed,
-        RunStatus::Abandoned,
-        RunStatus::Error,
-        RunStatus::Missed,
-        RunStatus::Skipped,
-    ];
-
-    /// The name stored in the `status` column.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
-            RunStatus::TimedOut => "timed_out",
-            RunStatus::LostLock => "lost_lock",
-            RunStatus::Killed => "killed",
-            RunStatus::Abandoned => "abandoned",
-            RunStatus::Error => "error",
-            RunStatus::Missed => "missed",
-            RunStatus::Skipped => "skipped",
-        }
-    }
-}
-
-impl fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for RunStatus
-where
-    DB: diesel::backend::Backend,
-    String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
-{
-    fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
-        let text = String::from_sql(bytes)?;
-        // A status this build does not know (one a newer replica wrote)
-        // reads as `error` rather than failing the whole read.
-        Ok(text.parse().unwrap_or(RunStatus::Error))
-    }
-}
-
-impl<DB> diesel::serialize::ToSql<diesel::sql_types::Text, DB> for RunStatus
-where
-    DB: diesel::backend::Backend,
-    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
-{
-    fn to_sql<'b>(
-        &'b self,
-        out: &mut diesel::serialize::Output<'b, '_, DB>,
-    ) -> diesel::serialize::Result {
-        self.as_str().to_sql(out)
-    }
-}
-
-impl FromStr for RunStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunStatus::ALL
-            .into_iter()
-            .find(|status| status.as_str() == s)
-            .ok_or_else(|| format!("unknown run status {s:?}"))
-    }
-}
+pub(crate) use crate::run::RunStatus;
 
 /// A run's identity and owner, written when it starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,6 +38,10 @@ pub(crate) struct NewRun {
     /// Empty for a run of the fleet's; the instance id for a run of a
     /// `run_on = "every"` job, which every replica records.
     pub(crate) scope: String,
+    /// The lease row the run is held under: its start is recorded only
+    /// while that row still names `instance` under `fence` (`None`: a run
+    /// of this replica's own, which holds no row).
+    pub(crate) lease_row: Option<String>,
 }
 
 /// A row of `replicron_runs`.
@@ -257,33 +154,125 @@ pub(crate) struct RunFilter {
 
 /// Writes a `running` row for a run that is starting; returns its id.
 /// A second row for the same job, instant and attempt is refused by the
-/// table's unique key.
+/// table's unique key. A run held under a lease row is recorded only while
+/// that row still names its instance under its fence and its lease has not
+/// run out (an INSERT … SELECT from the row): a replica whose lease ran out
+/// or was claimed away meanwhile (its statement waited in a stalled server)
+/// records nothing, and gets `NotFound`.
 pub(crate) fn record_run_started(conn: &mut DbConnection, run: &NewRun) -> QueryResult<i64> {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    use diesel::sql_types::{BigInt, Integer, Nullable, Text};
     let scheduled = to_db_time(run.scheduled_at);
-    diesel::insert_into(runs::replicron_runs)
-        .values((
-            runs::job.eq(&run.job),
-            runs::scheduled_at.eq(scheduled),
-            runs::attempt.eq(run.attempt),
-            runs::instance.eq(&run.instance),
-            runs::fence.eq(run.fence),
-            runs::started_at.eq(DbNow),
-            runs::finished_at.eq(None::<NaiveDateTime>),
-            runs::status.eq(RunStatus::Running),
-            runs::exit_code.eq(None::<i32>),
-            runs::output.eq(""),
-            runs::once_key.eq(&run.once_key),
-            runs::scope.eq(&run.scope),
-        ))
-        .execute(conn)?;
-    // RETURNING is not portable to MariaDB/MySQL; the unique key is.
+    match &run.lease_row {
+        Some(row) => {
+            let values = locks::replicron_locks
+                .filter(locks::name.eq(row))
+                .filter(locks::fence.eq(run.fence))
+                .filter(locks::locked_by.eq(&run.instance))
+                .filter(locks::lock_until.gt(DbNow))
+                .select((
+                    run.job.clone().into_sql::<Text>(),
+                    scheduled,
+                    run.attempt.into_sql::<Integer>(),
+                    run.instance.clone().into_sql::<Text>(),
+                    run.fence.into_sql::<BigInt>(),
+                    DbNow,
+                    RunStatus::Running.into_sql::<Text>(),
+                    "".into_sql::<Text>(),
+                    run.once_key.clone().into_sql::<Nullable<Text>>(),
+                    run.scope.clone().into_sql::<Text>(),
+                ));
+            diesel::insert_into(runs::replicron_runs)
+                .values(values)
+                .into_columns((
+                    runs::job,
+                    runs::scheduled_at,
+                    runs::attempt,
+                    runs::instance,
+                    runs::fence,
+                    runs::started_at,
+                    runs::status,
+                    runs::output,
+                    runs::once_key,
+                    runs::scope,
+                ))
+                .execute(conn)?;
+        }
+        None => {
+            diesel::insert_into(runs::replicron_runs)
+                .values((
+                    runs::job.eq(&run.job),
+                    runs::scheduled_at.eq(scheduled),
+                    runs::attempt.eq(run.attempt),
+                    runs::instance.eq(&run.instance),
+                    runs::fence.eq(run.fence),
+                    runs::started_at.eq(DbNow),
+                    runs::finished_at.eq(None::<NaiveDateTime>),
+                    runs::status.eq(RunStatus::Running),
+                    runs::exit_code.eq(None::<i32>),
+                    runs::output.eq(""),
+                    runs::once_key.eq(&run.once_key),
+                    runs::scope.eq(&run.scope),
+                ))
+                .execute(conn)?;
+        }
+    }
+    // RETURNING is not portable to MariaDB/MySQL; the unique key is, and the
+    // fence tells this run's row from another's.
     runs::replicron_runs
         .select(runs::id)
         .filter(runs::job.eq(&run.job))
         .filter(runs::scheduled_at.eq(scheduled))
         .filter(runs::attempt.eq(run.attempt))
         .filter(runs::scope.eq(&run.scope))
+        .filter(runs::fence.eq(run.fence))
+        .filter(runs::instance.eq(&run.instance))
         .first(conn)
+}
+
+/// Records that `run`'s instant, claimed under its lease but never run, is
+/// `skipped`, with `output` saying why: the `running` row its claim
+/// recorded is ended so, or a row is written for it. Returns the row's id
+/// if this call recorded it (`None`: the instant's row had ended already,
+/// or the lease no longer holds, so the row cannot be written).
+pub(crate) fn record_unrun(
+    conn: &mut DbConnection,
+    run: &NewRun,
+    output: &str,
+) -> QueryResult<Option<i64>> {
+    let existing: Option<(i64, RunStatus)> = runs::replicron_runs
+        .select((runs::id, runs::status))
+        .filter(runs::job.eq(&run.job))
+        .filter(runs::scheduled_at.eq(to_db_time(run.scheduled_at)))
+        .filter(runs::attempt.eq(run.attempt))
+        .filter(runs::scope.eq(&run.scope))
+        .first(conn)
+        .optional()?;
+    let id = match existing {
+        Some((id, RunStatus::Running)) => id,
+        Some(_) => return Ok(None),
+        None => match record_run_started(conn, run) {
+            Ok(id) => id,
+            Err(diesel::result::Error::NotFound)
+            | Err(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::UniqueViolation,
+                _,
+            )) => return Ok(None),
+            Err(e) => return Err(e),
+        },
+    };
+    let changed = diesel::update(
+        runs::replicron_runs
+            .filter(runs::id.eq(id))
+            .filter(runs::status.eq(RunStatus::Running)),
+    )
+    .set((
+        runs::finished_at.eq(FinishedAt::after(Duration::ZERO).nullable()),
+        runs::status.eq(RunStatus::Skipped),
+        runs::output.eq(output),
+    ))
+    .execute(conn)?;
+    Ok((changed == 1).then_some(id))
 }
 
 /// Moves run `id`'s start to the database's now: a run recorded when its
@@ -315,7 +304,35 @@ pub(crate) fn record_run_finished(
         runs::id.eq(id),
     )
     .execute(conn)?;
+    if changed == 1 {
+        rewind_missed_check(conn, id)?;
+    }
     Ok(changed == 1)
+}
+
+/// Takes the check for missed instants of run `id`'s job back to the run's
+/// end, if it had gone past it. While a run's end is not known the check
+/// counts the instants after its start as its overruns; an end recorded
+/// late (its replica was cut off, or frozen, when the run ended) may show
+/// that the run had ended before some of them, and those, unless they ran,
+/// are misses: the next round judges them again.
+fn rewind_missed_check(conn: &mut DbConnection, id: i64) -> QueryResult<usize> {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    let end = runs::replicron_runs
+        .select(runs::finished_at)
+        .filter(runs::id.eq(id))
+        .single_value()
+        .assume_not_null();
+    let job = runs::replicron_runs
+        .select(runs::job)
+        .filter(runs::id.eq(id))
+        .single_value()
+        .assume_not_null();
+    diesel::update(locks::replicron_locks)
+        .filter(locks::name.eq(job))
+        .filter(locks::missed_checked_until.gt(end.nullable()))
+        .set(locks::missed_checked_until.eq(end.nullable()))
+        .execute(conn)
 }
 
 /// Notes that run `id`'s holder has just confirmed its lease: were the
@@ -445,12 +462,49 @@ pub(crate) fn record_missed(
     }
 }
 
-/// An attempt that was going: its instant, start and end (if it ended).
-pub(crate) type Going = (DateTime<Utc>, DateTime<Utc>, Option<DateTime<Utc>>);
+/// An attempt that may have held its job's lease in a span of time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Going {
+    /// Its instant.
+    pub(crate) instant: DateTime<Utc>,
+    /// When it started.
+    pub(crate) started_at: DateTime<Utc>,
+    /// When it ended, if it is known to have.
+    pub(crate) finished_at: Option<DateTime<Utc>>,
+    /// Its status.
+    pub(crate) status: RunStatus,
+    /// Its holder's last recorded confirmation of its lease.
+    pub(crate) confirmed_at: Option<DateTime<Utc>>,
+    /// Its lease's fence.
+    pub(crate) fence: i64,
+}
+
+impl Going {
+    /// Until when it may have held its job's lease: its end, if it ended;
+    /// else (abandoned, or still `running`) until its lease could have run
+    /// out, `lock_at_most_for` after its last confirmation, unless it holds
+    /// the lease right now (`holds_now`: the lease row is still its own and
+    /// unexpired), when it is still going.
+    pub(crate) fn held_until(
+        &self,
+        lock_at_most_for: chrono::TimeDelta,
+        holds_now: bool,
+    ) -> Option<DateTime<Utc>> {
+        match self.finished_at {
+            Some(end) => Some(end),
+            None if self.status == RunStatus::Running && holds_now => None,
+            None => Some(
+                self.confirmed_at
+                    .map_or(self.started_at, |c| c.max(self.started_at))
+                    + lock_at_most_for,
+            ),
+        }
+    }
+}
 
 /// The instants of `job` in `[from, to]` with a history row (any attempt),
-/// and the attempts that were going in that span: each one's instant, start
-/// and end (database time; no end: still going).
+/// and the attempts that may have held its lease in that span (a run
+/// whose end is not known counts from its start on).
 pub(crate) fn accounted_between(
     conn: &mut DbConnection,
     job: &str,
@@ -463,8 +517,23 @@ pub(crate) fn accounted_between(
         .filter(runs::scheduled_at.ge(to_db_time(from)))
         .filter(runs::scheduled_at.le(to_db_time(to)))
         .load(conn)?;
-    let going: Vec<(NaiveDateTime, NaiveDateTime, Option<NaiveDateTime>)> = runs::replicron_runs
-        .select((runs::scheduled_at, runs::started_at, runs::finished_at))
+    #[expect(clippy::type_complexity, reason = "one row's columns, named below")]
+    let going: Vec<(
+        NaiveDateTime,
+        NaiveDateTime,
+        Option<NaiveDateTime>,
+        RunStatus,
+        Option<NaiveDateTime>,
+        i64,
+    )> = runs::replicron_runs
+        .select((
+            runs::scheduled_at,
+            runs::started_at,
+            runs::finished_at,
+            runs::status,
+            runs::confirmed_at,
+            runs::fence,
+        ))
         .filter(runs::job.eq(job))
         .filter(runs::attempt.gt(0))
         .filter(runs::started_at.le(to_db_time(to)))
@@ -478,8 +547,13 @@ pub(crate) fn accounted_between(
         recorded.into_iter().map(|t| t.and_utc()).collect(),
         going
             .into_iter()
-            .map(|(instant, start, end)| {
-                (instant.and_utc(), start.and_utc(), end.map(|e| e.and_utc()))
+            .map(|(instant, start, end, status, confirmed, fence)| Going {
+                instant: instant.and_utc(),
+                started_at: start.and_utc(),
+                finished_at: end.map(|e| e.and_utc()),
+                status,
+                confirmed_at: confirmed.map(|c| c.and_utc()),
+                fence,
             })
             .collect(),
     ))

@@ -16,6 +16,18 @@ impl Store {
         .await
     }
 
+    /// [`super::record_unrun`].
+    pub(crate) async fn record_unrun(
+        &self,
+        run: NewRun,
+        output: String,
+    ) -> Result<Option<i64>, DbError> {
+        self.call("recording an instant that did not run", move |conn| {
+            super::record_unrun(conn, &run, &output)
+        })
+        .await
+    }
+
     /// [`super::restart_run`].
     pub(crate) async fn restart_run(&self, id: i64) -> Result<usize, DbError> {
         self.call("recording the run's start", move |conn| {

@@ -33,6 +33,7 @@ fn new_run(job: &str, at: i64, attempt: i32, fence: i64) -> NewRun {
         fence,
         once_key: None,
         scope: String::new(),
+        lease_row: None,
     }
 }
 

@@ -13,7 +13,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use diesel::RunQueryDsl;
 use diesel::connection::SimpleConnection;
 
-use crate::config::Backend;
+use crate::db::Backend;
 use crate::db::{DbConnection, Pool};
 use crate::lease;
 

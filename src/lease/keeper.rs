@@ -17,7 +17,6 @@ use tracing::warn;
 use super::Lease;
 use crate::db::Store;
 use crate::db::health::Health;
-use crate::runner::Deadlines;
 
 /// What the keeper knows of its lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +25,18 @@ pub(crate) enum LeaseState {
     Held(Instant),
     /// Lost, or not confirmed in time.
     Lost,
+}
+
+/// When the runner's guard stops a run on its own: SIGTERM after `term`, SIGKILL
+/// after `kill`, both counted from when the guard hears of them. The daemon
+/// pushes them back each time it confirms the run's lease, so they only
+/// fall due when the daemon cannot (frozen, partitioned or dead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Deadlines {
+    /// Until SIGTERM to the group.
+    pub(crate) term: Duration,
+    /// Until SIGKILL to the group.
+    pub(crate) kill: Duration,
 }
 
 /// The timings of one lease.
@@ -69,16 +80,28 @@ impl LeaseTimes {
 pub(crate) struct Keeper {
     /// The leases kept: the job's own, then the shared locks it took.
     leases: Arc<std::sync::Mutex<Vec<Lease>>>,
+    /// Written by the keeping task, and by the checks before a start and
+    /// before a record ([`Keeper::confirm_for_start`], [`Keeper::verify`])
+    /// when they confirm the lease themselves.
+    sender: Arc<watch::Sender<LeaseState>>,
     state: watch::Receiver<LeaseState>,
     task: JoinHandle<()>,
     times: LeaseTimes,
     /// A run of this host's alone (`run_on = "every"`): no lease row, so
     /// nothing to lose; it is confirmed by the clock.
     local: bool,
+    /// Whether [`Keeper::changed`] has told of the loss already.
+    told_lost: bool,
+    /// The last confirmation, kept when the lease is lost.
+    last_confirmed: Arc<std::sync::Mutex<Instant>>,
 }
 
 impl Keeper {
-    /// Starts keeping `lease`, confirmed (claimed) at `claimed`.
+    /// Starts keeping `lease`, whose claim was sent at `claimed`: its first
+    /// confirmation counts from when it was asked for, not from the answer
+    /// (the database counts the lease from when the statement began, which
+    /// is no earlier; a claim that waited in the server, or a reply read
+    /// late, must not stretch the lease on this side).
     pub(crate) fn start(
         store: Store,
         health: Arc<Health>,
@@ -86,15 +109,27 @@ impl Keeper {
         times: LeaseTimes,
         claimed: Instant,
     ) -> Keeper {
-        let (sender, state) = watch::channel(LeaseState::Held(claimed));
+        let sender = Arc::new(watch::Sender::new(LeaseState::Held(claimed)));
+        let state = sender.subscribe();
         let leases = Arc::new(std::sync::Mutex::new(vec![lease]));
-        let task = tokio::spawn(keep(store, health, leases.clone(), times, claimed, sender));
+        let last_confirmed = Arc::new(std::sync::Mutex::new(claimed));
+        let task = tokio::spawn(keep(
+            store,
+            health,
+            leases.clone(),
+            times,
+            sender.clone(),
+            last_confirmed.clone(),
+        ));
         Keeper {
             leases,
+            sender,
             state,
             task,
             times,
             local: false,
+            told_lost: false,
+            last_confirmed,
         }
     }
 
@@ -103,21 +138,26 @@ impl Keeper {
     /// `times.every`, never lost, so that only the run's own timeout stops
     /// it, whatever the database does.
     pub(crate) fn local(times: LeaseTimes, claimed: Instant) -> Keeper {
-        let (sender, state) = watch::channel(LeaseState::Held(claimed));
+        let sender = Arc::new(watch::Sender::new(LeaseState::Held(claimed)));
+        let state = sender.subscribe();
+        let beat = sender.clone();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(times.every).await;
-                if sender.send(LeaseState::Held(Instant::now())).is_err() {
+                if beat.send(LeaseState::Held(Instant::now())).is_err() {
                     return;
                 }
             }
         });
         Keeper {
             leases: Arc::default(),
+            sender,
             state,
             task,
             times,
             local: true,
+            told_lost: false,
+            last_confirmed: Arc::new(std::sync::Mutex::new(claimed)),
         }
     }
 
@@ -144,12 +184,22 @@ impl Keeper {
         *self.state.borrow()
     }
 
-    /// Waits for the next change of state.
+    /// Waits for the next change of state. The loss is told once: after
+    /// that this never resolves, so that a caller that waits for changes in
+    /// a loop acts on the loss once instead of spinning on it.
     pub(crate) async fn changed(&mut self) -> LeaseState {
-        if self.state.changed().await.is_err() {
-            return LeaseState::Lost;
+        if self.told_lost {
+            return std::future::pending().await;
         }
-        *self.state.borrow_and_update()
+        let state = if self.state.changed().await.is_err() {
+            LeaseState::Lost
+        } else {
+            *self.state.borrow_and_update()
+        };
+        if state == LeaseState::Lost {
+            self.told_lost = true;
+        }
+        state
     }
 
     /// Whether the lease is lost or its last confirmation is older than it
@@ -161,24 +211,73 @@ impl Keeper {
         }
     }
 
-    /// Whether the lease is still this replica's right now: confirmed
-    /// recently enough, or confirmed again by asking the database. Checked
-    /// before a run's success is recorded, so that a replica that was frozen
-    /// past its lease does not claim a success it had no right to.
-    pub(crate) async fn verify(&self, store: &Store, health: &Health) -> bool {
+    /// Records a confirmation asked for at `sent`, unless a later one is
+    /// known or the lease is lost.
+    fn confirmed(&self, sent: Instant) {
+        confirm(&self.sender, &self.last_confirmed, sent);
+    }
+
+    /// When the guard kills a run of this lease at the latest: its last
+    /// confirmation plus the confirmation deadline and the stop grace
+    /// (`None` for a run of this host's own, which nothing kills for its
+    /// lease).
+    pub(crate) fn kill_deadline(&self) -> Option<Instant> {
+        if self.local {
+            return None;
+        }
+        let last = self.last_confirmed.lock().map(|l| *l).ok()?;
+        Some(last + self.times.must_confirm_within + self.times.stop_grace)
+    }
+
+    /// Confirms the lease by asking the database, if its last confirmation
+    /// is a third of the lease old or more: `Some(true)` held, `Some(false)`
+    /// lost (and the keeper knows it), `None` not known (the database did
+    /// not answer).
+    async fn confirm_now(&self, store: &Store, health: &Health) -> Option<bool> {
         match self.state() {
-            _ if self.local => true,
-            LeaseState::Lost => false,
-            LeaseState::Held(confirmed) if confirmed.elapsed() < self.times.every => true,
-            LeaseState::Held(confirmed) => {
+            _ if self.local => Some(true),
+            LeaseState::Lost => Some(false),
+            LeaseState::Held(confirmed) if confirmed.elapsed() < self.times.every => Some(true),
+            LeaseState::Held(_) => {
+                let sent = Instant::now();
                 match extend_all(store, &self.leases, self.times).await {
-                    Ok(held) => held,
+                    Ok(true) => {
+                        health.report_ok();
+                        self.confirmed(sent);
+                        Some(true)
+                    }
+                    Ok(false) => {
+                        health.report_ok();
+                        self.sender.send_replace(LeaseState::Lost);
+                        Some(false)
+                    }
                     Err(e) => {
                         health.report_error(&e);
-                        confirmed.elapsed() < self.times.must_confirm_within
+                        None
                     }
                 }
             }
+        }
+    }
+
+    /// Whether a run may be started now, after its start record: the lease
+    /// was confirmed within the last third of it, or is confirmed again by
+    /// asking the database. A start record that was slow (a stall) cannot
+    /// let a run start under a lease that is gone, or about to go.
+    pub(crate) async fn confirm_for_start(&self, store: &Store, health: &Health) -> bool {
+        self.confirm_now(store, health).await == Some(true)
+    }
+
+    /// Whether the lease is still this replica's right now: confirmed
+    /// recently enough, or confirmed again by asking the database (or, if
+    /// the database does not answer, still within its confirmation
+    /// deadline). Checked before a run's success is recorded, so that a
+    /// replica that was frozen past its lease does not claim a success it
+    /// had no right to.
+    pub(crate) async fn verify(&self, store: &Store, health: &Health) -> bool {
+        match self.confirm_now(store, health).await {
+            Some(held) => held,
+            None => !self.past_confirmation_deadline(),
         }
     }
 
@@ -186,6 +285,21 @@ impl Keeper {
     pub(crate) fn stop(self) {
         self.task.abort();
     }
+}
+
+/// Records in `state` a confirmation asked for at `sent`, unless a later one
+/// is known or the lease is lost; `last` keeps it past a loss.
+fn confirm(state: &watch::Sender<LeaseState>, last: &std::sync::Mutex<Instant>, sent: Instant) {
+    state.send_if_modified(|current| match current {
+        LeaseState::Held(known) if *known < sent => {
+            *current = LeaseState::Held(sent);
+            if let Ok(mut last) = last.lock() {
+                *last = sent;
+            }
+            true
+        }
+        _ => false,
+    });
 }
 
 /// Extends every lease of `leases`: `Ok(false)` if one of them was lost.
@@ -208,8 +322,8 @@ async fn keep(
     health: Arc<Health>,
     leases: Arc<std::sync::Mutex<Vec<Lease>>>,
     times: LeaseTimes,
-    claimed: Instant,
-    state: watch::Sender<LeaseState>,
+    state: Arc<watch::Sender<LeaseState>>,
+    last_confirmed: Arc<std::sync::Mutex<Instant>>,
 ) {
     // The job's own lease names it in logs and metrics.
     let (job, fence) = leases
@@ -217,7 +331,15 @@ async fn keep(
         .ok()
         .and_then(|l| l.first().map(|lease| (lease.job.clone(), lease.fence)))
         .unwrap_or_default();
-    let mut confirmed = claimed;
+    // The last confirmation: this task's, or a check's (before a start or a
+    // record) that confirmed the lease itself.
+    let last = || match *state.borrow() {
+        LeaseState::Held(confirmed) => Some(confirmed),
+        LeaseState::Lost => None,
+    };
+    let Some(mut confirmed) = last() else {
+        return;
+    };
     let mut next = confirmed + times.every;
     loop {
         // The deadline holds however the database fails: between attempts
@@ -226,7 +348,18 @@ async fn keep(
         // stopped before the lease can expire.
         let give_up_at = confirmed + times.must_confirm_within;
         tokio::time::sleep_until(next.min(give_up_at)).await;
-        let extended = if Instant::now() >= give_up_at {
+        match last() {
+            None => return,
+            // Confirmed meanwhile by a check: count from there.
+            Some(later) if later > confirmed => {
+                confirmed = later;
+                next = next.max(confirmed + times.every);
+                continue;
+            }
+            Some(_) => {}
+        }
+        let sent = Instant::now();
+        let extended = if sent >= give_up_at {
             None
         } else {
             tokio::select! {
@@ -239,14 +372,16 @@ async fn keep(
         };
         let Some(extended) = extended else {
             warn!(job = %job, fence, "lease not confirmed in time: giving it up before it can expire");
-            let _ = state.send(LeaseState::Lost);
+            state.send_replace(LeaseState::Lost);
             return;
         };
         match extended {
             Ok(true) => {
                 health.report_ok();
-                confirmed = Instant::now();
-                let _ = state.send(LeaseState::Held(confirmed));
+                // Counted from when the extension was asked for: time it
+                // spent waiting in the server, or unread, is not the lease's.
+                confirmed = confirmed.max(sent);
+                confirm(&state, &last_confirmed, confirmed);
                 next = confirmed + times.every;
                 continue;
             }
@@ -254,7 +389,7 @@ async fn keep(
                 health.report_ok();
                 crate::telemetry::extension_failed(&job);
                 warn!(job = %job, fence, "lease lost: it expired or another replica holds it");
-                let _ = state.send(LeaseState::Lost);
+                state.send_replace(LeaseState::Lost);
                 return;
             }
             Err(e) => {
@@ -265,5 +400,96 @@ async fn keep(
         }
         // After a failure, try again soon rather than a third later.
         next = Instant::now() + times.every.min(Duration::from_secs(1));
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+    use crate::lease::{claim, ensure_rows, force_unlock};
+    use crate::testing::TestDb;
+    use chrono::{DateTime, Utc};
+
+    fn kept(db: &TestDb, lease_for: Duration) -> (Store, Arc<Health>, Lease) {
+        let pool = db.pool(2);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["job"]).expect("rows");
+        let instant: DateTime<Utc> = crate::db::clock::database_now(&mut conn).expect("now");
+        let lease = claim(&mut conn, "job", "me", instant, lease_for)
+            .expect("claim")
+            .won()
+            .expect("won");
+        drop(conn);
+        (
+            Store::new(pool),
+            Arc::new(Health::new(Arc::default())),
+            lease,
+        )
+    }
+
+    /// Takes `job`'s lease away, as another replica that claims it does.
+    fn claim_away(db: &TestDb) {
+        force_unlock(&mut db.connect(), "job").expect("unlock");
+        let now = crate::db::clock::database_now(&mut db.connect()).expect("now");
+        claim(
+            &mut db.connect(),
+            "job",
+            "other",
+            now,
+            Duration::from_secs(60),
+        )
+        .expect("claim")
+        .won()
+        .expect("won");
+    }
+
+    /// A lost lease is told once: a watcher that waits for changes in a
+    /// loop is not woken again and again by the same loss.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_is_told_once() {
+        let db = TestDb::sqlite();
+        let (store, health, lease) = kept(&db, Duration::from_secs(3));
+        let times = LeaseTimes::new(Duration::from_secs(3), Duration::from_secs(10));
+        // Claimed by another replica meanwhile: the next extension fails.
+        claim_away(&db);
+        let mut keeper = Keeper::start(store, health, lease, times, Instant::now());
+        assert_eq!(keeper.changed().await, LeaseState::Lost);
+        let again = tokio::time::timeout(Duration::from_secs(60), keeper.changed()).await;
+        assert!(again.is_err(), "the loss was told again: {again:?}");
+        assert!(keeper.past_confirmation_deadline());
+        keeper.stop();
+    }
+
+    /// Before a run starts, a lease last confirmed a third of it ago or more
+    /// is confirmed again: held, the run may start (and the confirmation
+    /// counts); claimed away meanwhile, it may not, and the keeper knows it
+    /// is lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_starts_only_under_a_lease_confirmed_after_its_record() {
+        let db = TestDb::sqlite();
+        let (store, health, lease) = kept(&db, Duration::from_secs(30));
+        let times = LeaseTimes::new(Duration::from_secs(30), Duration::from_secs(10));
+        // Confirmed just now: no question asked.
+        let sent = Instant::now();
+        let keeper = Keeper::start(store.clone(), health.clone(), lease.clone(), times, sent);
+        assert!(keeper.confirm_for_start(&store, &health).await);
+        assert_eq!(keeper.state(), LeaseState::Held(sent));
+        // Its start record took longer than a third of the lease (and no
+        // extension came meanwhile): asked again, and held; the answer
+        // counts as a confirmation from when it was asked.
+        keeper.task.abort();
+        tokio::time::advance(Duration::from_secs(11)).await;
+        let asked = Instant::now();
+        assert!(keeper.confirm_for_start(&store, &health).await);
+        assert_eq!(keeper.state(), LeaseState::Held(asked));
+        // Another keeper whose lease is claimed away before its start:
+        // no start, and lost.
+        let old = Instant::now();
+        let stale = Keeper::start(store.clone(), health.clone(), lease, times, old);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        stale.task.abort();
+        claim_away(&db);
+        assert!(!stale.confirm_for_start(&store, &health).await);
+        assert_eq!(stale.state(), LeaseState::Lost);
     }
 }

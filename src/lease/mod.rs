@@ -54,28 +54,43 @@ macro_rules! claimable {
 }
 
 /// What a claim writes: the lease until the database's now plus `$length`,
-/// the claimant, the instant, the next fence.
+/// the claimant, the instant, the next fence, and the statement's nonce.
 macro_rules! claim_changes {
-    ($instance:expr, $scheduled:expr, $length:expr) => {
+    ($instance:expr, $scheduled:expr, $length:expr, $nonce:expr) => {
         (
             locks::lock_until.eq(DbNowPlus::new($length)),
             locks::locked_at.eq(DbNow.nullable()),
             locks::locked_by.eq($instance),
             locks::last_scheduled_at.eq($scheduled.nullable()),
             locks::fence.eq(locks::fence + 1),
+            locks::claim_nonce.eq(Some($nonce)),
         )
     };
 }
 
 /// The single claim's conditional UPDATE of one row, kept prepared.
 macro_rules! claim_statement {
-    ($name:expr, $instance:expr, $scheduled:expr, $length:expr $(, $pause:ident)?) => {
+    ($name:expr, $instance:expr, $scheduled:expr, $length:expr, $nonce:expr $(, $pause:ident)?) => {
         cached::update(
             locks::replicron_locks,
-            claim_changes!($instance, $scheduled, $length),
+            claim_changes!($instance, $scheduled, $length, $nonce),
             claimable!(locks::name.eq($name), $scheduled $(, $pause)?),
         )
     };
+}
+
+/// A claim statement's own number, written with its claim: the claim is
+/// won exactly when the row holds it afterwards. Random, so that no other
+/// statement (of another replica, of a process started again under the
+/// same instance id, or of this one asking again) writes the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Nonce(pub(crate) i64);
+
+impl Nonce {
+    /// A fresh one.
+    pub(crate) fn new() -> Self {
+        Nonce((rand::random::<u64>() >> 1) as i64)
+    }
 }
 
 /// Whether a claim heeds the job's pause: the scheduler's claims of
@@ -101,6 +116,9 @@ pub(crate) struct Lease {
     pub(crate) instance: String,
     /// The fencing token: the row's `fence` after this claim.
     pub(crate) fence: i64,
+    /// The claim statement's nonce (0 for a lease of this replica's own,
+    /// which has no row).
+    pub(crate) nonce: i64,
 }
 
 /// A lease row as stored.
@@ -133,6 +151,8 @@ pub(crate) struct LockRow {
     pub(crate) paused_by: Option<String>,
     /// Why.
     pub(crate) paused_reason: Option<String>,
+    /// The nonce of the last claim.
+    pub(crate) claim_nonce: Option<i64>,
 }
 
 /// Whether a pause from `paused_at` until `paused_until` (the lease row's
@@ -154,27 +174,65 @@ impl LockRow {
         Some((until < crate::db::clock::far_future()).then(|| until.and_utc()))
     }
 
-    /// "paused by … since … until …: reason", for messages.
-    pub(crate) fn describe_pause(&self, until: Option<DateTime<Utc>>) -> String {
-        let mut text = format!(
-            "paused by {} since {}",
-            self.paused_by.as_deref().unwrap_or("?"),
-            self.paused_at
-                .map_or_else(|| "?".to_string(), crate::history::rfc3339)
-        );
-        match until {
-            Some(until) => text.push_str(&format!(
-                " until {}",
-                crate::history::rfc3339(until.naive_utc())
-            )),
-            None => text.push_str(" until resumed"),
-        }
-        if let Some(reason) = self.paused_reason.as_deref().filter(|r| !r.is_empty()) {
-            text.push_str(&format!(" ({reason})"));
-        }
-        text
+    /// The job's pause in force at database time `now`, if any.
+    pub(crate) fn pause_at(&self, now: DateTime<Utc>) -> Option<Pause> {
+        let until = self.paused_at_time(now.naive_utc())?;
+        Some(Pause {
+            by: self.paused_by.clone(),
+            since: self.paused_at,
+            until,
+            reason: self.paused_reason.clone(),
+        })
     }
 }
+
+/// A job's pause in force: who paused it, since and until when, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pause {
+    /// Who paused it.
+    pub(crate) by: Option<String>,
+    /// Since when (database time).
+    pub(crate) since: Option<NaiveDateTime>,
+    /// Until when; `None` until resumed.
+    pub(crate) until: Option<DateTime<Utc>>,
+    /// Why, as it was said.
+    pub(crate) reason: Option<String>,
+}
+
+impl std::fmt::Display for Pause {
+    /// "paused by … since … until …: (reason)", for messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "paused by {} since {}",
+            self.by.as_deref().unwrap_or("?"),
+            self.since
+                .map_or_else(|| "?".to_string(), crate::history::rfc3339)
+        )?;
+        match self.until {
+            Some(until) => write!(f, " until {}", crate::history::rfc3339(until.naive_utc()))?,
+            None => f.write_str(" until resumed")?,
+        }
+        if let Some(reason) = self.reason.as_deref().filter(|r| !r.is_empty()) {
+            write!(f, " ({reason})")?;
+        }
+        Ok(())
+    }
+}
+
+/// The lease row of `exec --lock LOCK --once KEY`: the lock's name, then
+/// the key's instant (`key_instant`) in hex milliseconds.
+pub(crate) fn once_row(lock: &str, key_instant: DateTime<Utc>) -> String {
+    format!("{lock}{ONCE_INFIX}{:x}", key_instant.timestamp_millis())
+}
+
+/// Whether lease row `name` is an `exec --once` key's, not a job's.
+pub(crate) fn is_once_row(name: &str) -> bool {
+    name.contains(ONCE_INFIX)
+}
+
+/// Between the lock's name and the key in an `exec --once` row's name.
+const ONCE_INFIX: &str = ".once.";
 
 /// Creates the lease row of each job that has none. Safe when every replica
 /// starts at once: a row another replica inserted first counts as created.
@@ -204,6 +262,9 @@ fn insert_row(conn: &mut DbConnection, job: &str) -> QueryResult<usize> {
             locks::last_scheduled_at.eq(None::<NaiveDateTime>),
             locks::fence.eq(0_i64),
             locks::created_at.eq(DbNow.nullable()),
+            // The check for missed instants starts where the job does: its
+            // first instants (an outage at a fleet's start) are told too.
+            locks::missed_checked_until.eq(DbNow.nullable()),
         ))
         .execute(conn);
     match result {
@@ -273,12 +334,14 @@ impl Claim {
 }
 
 /// Claims instant `instant` of `job` for `instance`: the one conditional
-/// UPDATE of the lease protocol (`docs/design.md`). Only [`Claim::Won`] lets this replica run it. On
-/// PostgreSQL and SQLite the UPDATE returns the new fence; on MariaDB/MySQL
-/// its row count decides and the fence is read back.
+/// UPDATE of the lease protocol (`docs/design.md`). Only [`Claim::Won`]
+/// lets this replica run it. On PostgreSQL and SQLite the UPDATE returns
+/// the new fence; on MariaDB/MySQL the row is read back, and it is this
+/// claim's exactly when it holds this statement's nonce.
 ///
 /// A row found missing is created and the claim tried once more; a
-/// contention error is [`Claim::Taken`]; any other error is returned.
+/// contention error is not a win; any other error is returned.
+#[cfg(test)]
 pub(crate) fn claim(
     conn: &mut DbConnection,
     job: &str,
@@ -293,10 +356,39 @@ pub(crate) fn claim(
         instant,
         lock_at_most_for,
         Pauses::Heeded,
+        Nonce::new(),
         true,
     )
 }
 
+/// [`claim`] of `instant`, heeding pauses or not, with `nonce`: a claim
+/// whose answer may be lost is made with a nonce its caller keeps, so that
+/// it can ask the row afterwards whether the claim committed.
+pub(crate) fn claim_with(
+    conn: &mut DbConnection,
+    job: &str,
+    instance: &str,
+    instant: DateTime<Utc>,
+    lock_at_most_for: Duration,
+    pauses: Pauses,
+    nonce: Nonce,
+) -> QueryResult<Claim> {
+    claim_one(
+        conn,
+        job,
+        instance,
+        instant,
+        lock_at_most_for,
+        pauses,
+        nonce,
+        true,
+    )
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one claim's inputs, passed on unchanged"
+)]
 fn claim_one(
     conn: &mut DbConnection,
     job: &str,
@@ -304,18 +396,28 @@ fn claim_one(
     instant: DateTime<Utc>,
     lock_at_most_for: Duration,
     pauses: Pauses,
+    nonce: Nonce,
     create_missing: bool,
 ) -> QueryResult<Claim> {
     let scheduled = to_db_time(instant);
-    let Some(fence) = claim_returning(conn, job, instance, scheduled, lock_at_most_for, pauses)?
+    let Some(fence) = claim_returning(
+        conn,
+        job,
+        instance,
+        scheduled,
+        lock_at_most_for,
+        pauses,
+        nonce,
+    )?
     else {
-        // No RETURNING (MariaDB/MySQL): the UPDATE, then a read of the fence.
+        // No RETURNING (MariaDB/MySQL): the UPDATE, then a read of the row.
         let mut claims = claim_rows(
             conn,
             &[(job, lock_at_most_for)],
             instance,
             instant,
             pauses,
+            nonce,
             create_missing,
         )?;
         return Ok(claims.pop().unwrap_or(Claim::Taken));
@@ -326,6 +428,7 @@ fn claim_one(
             instant,
             instance: instance.to_string(),
             fence,
+            nonce: nonce.0,
         }));
     }
     // Not won: the row tells whether the instant is taken, not yet due, or
@@ -348,6 +451,7 @@ fn claim_one(
                 instant,
                 lock_at_most_for,
                 pauses,
+                nonce,
                 false,
             )?
         }
@@ -356,8 +460,8 @@ fn claim_one(
 }
 
 /// What a claim reads back of a lease row: its name, holder, last claimed
-/// instant, fence, claim time and end, the database's clock, and its pause
-/// (since, until, by, why).
+/// instant, fence, claim time and end, the database's clock, its pause
+/// (since, until, by, why) and the last claim's nonce.
 type RowState = (
     String,
     Option<String>,
@@ -372,6 +476,7 @@ type RowState = (
         Option<String>,
         Option<String>,
     ),
+    Option<i64>,
 );
 
 /// The pause columns a claim reads back.
@@ -391,6 +496,7 @@ const ROW_STATE: (
     locks::lock_until,
     DbNow,
     PauseColumns,
+    locks::claim_nonce,
 ) = (
     locks::name,
     locks::locked_by,
@@ -405,6 +511,7 @@ const ROW_STATE: (
         locks::paused_by,
         locks::paused_reason,
     ),
+    locks::claim_nonce,
 );
 
 /// What a claim of `scheduled` that was not won came to, given the row as
@@ -413,7 +520,7 @@ const ROW_STATE: (
 /// held if the lease has not ended, else contended. A claim that heeds
 /// pauses is paused if the row's pause covers `scheduled`.
 fn not_won(row: &RowState, scheduled: At, pauses: Pauses) -> Claim {
-    let (_, _, last_claimed, fence, locked_at, lock_until, now, pause) = row;
+    let (_, _, last_claimed, fence, locked_at, lock_until, now, pause, _) = row;
     let (paused_at, paused_until, by, reason) = pause;
     match last_claimed {
         Some(last) if *last >= scheduled.0 => Claim::Taken,
@@ -449,15 +556,19 @@ fn claim_returning(
     scheduled: At,
     length: Duration,
     pauses: Pauses,
+    nonce: Nonce,
 ) -> QueryResult<Option<Option<i64>>> {
+    let nonce = nonce.0;
     macro_rules! update_returning_fence {
         ($conn:expr) => {
             match pauses {
-                Pauses::Heeded => claim_statement!(job, instance, scheduled, length, unless_paused)
-                    .returning(locks::fence)
-                    .get_result::<i64>($conn)
-                    .optional(),
-                Pauses::Ignored => claim_statement!(job, instance, scheduled, length)
+                Pauses::Heeded => {
+                    claim_statement!(job, instance, scheduled, length, nonce, unless_paused)
+                        .returning(locks::fence)
+                        .get_result::<i64>($conn)
+                        .optional()
+                }
+                Pauses::Ignored => claim_statement!(job, instance, scheduled, length, nonce)
                     .returning(locks::fence)
                     .get_result::<i64>($conn)
                     .optional(),
@@ -488,6 +599,7 @@ fn claim_returning(
     _scheduled: At,
     _length: Duration,
     _pauses: Pauses,
+    _nonce: Nonce,
 ) -> QueryResult<Option<Option<i64>>> {
     Ok(None)
 }
@@ -514,6 +626,7 @@ pub(crate) fn claim_at_database_now(
             now,
             lock_at_most_for,
             Pauses::Ignored,
+            Nonce::new(),
             true,
         )?;
         if claimed != Claim::Contended {
@@ -526,21 +639,17 @@ pub(crate) fn claim_at_database_now(
 /// Claims `instant` of several jobs at once, for replicas where many jobs
 /// share an instant: one conditional UPDATE per lease length over all the
 /// names (each row under exactly the conditions of [`claim`]), then one read
-/// of which leases this instance won, by fence. Returns one [`Claim`] per
-/// job, in order.
-///
-/// A row this instance won shows its id and the instant; so would a row it
-/// had won for the same instant before, so a batch must not ask again for
-/// an instant this instance already won (the daemon never does). A single
-/// claim is decided by its own UPDATE (the fence it returns, or its row
-/// count) and has no such limit.
+/// of the rows. A job is won exactly when its row holds `nonce` afterwards:
+/// this call's own change, whatever else names this instance. Returns one
+/// [`Claim`] per job, in order.
 pub(crate) fn claim_many(
     conn: &mut DbConnection,
     jobs: &[(&str, Duration)],
     instance: &str,
     instant: DateTime<Utc>,
+    nonce: Nonce,
 ) -> QueryResult<Vec<Claim>> {
-    claim_rows(conn, jobs, instance, instant, Pauses::Heeded, true)
+    claim_rows(conn, jobs, instance, instant, Pauses::Heeded, nonce, true)
 }
 
 fn claim_rows(
@@ -549,13 +658,13 @@ fn claim_rows(
     instance: &str,
     instant: DateTime<Utc>,
     pauses: Pauses,
+    nonce: Nonce,
     create_missing: bool,
 ) -> QueryResult<Vec<Claim>> {
     let scheduled = to_db_time(instant);
     let mut lengths: Vec<Duration> = jobs.iter().map(|(_, d)| *d).collect();
     lengths.sort();
     lengths.dedup();
-    let mut changed = 0;
     for length in lengths {
         let names: Vec<&str> = jobs
             .iter()
@@ -566,10 +675,11 @@ fn claim_rows(
         // SQL has as many shapes as there are batch sizes: prepared each time.
         let result = match (&names[..], pauses) {
             ([name], Pauses::Heeded) => {
-                claim_statement!(*name, instance, scheduled, length, unless_paused).execute(conn)
+                claim_statement!(*name, instance, scheduled, length, nonce.0, unless_paused)
+                    .execute(conn)
             }
             ([name], Pauses::Ignored) => {
-                claim_statement!(*name, instance, scheduled, length).execute(conn)
+                claim_statement!(*name, instance, scheduled, length, nonce.0).execute(conn)
             }
             (_, Pauses::Heeded) => diesel::update(locks::replicron_locks)
                 .filter(claimable!(
@@ -577,15 +687,15 @@ fn claim_rows(
                     scheduled,
                     unless_paused
                 ))
-                .set(claim_changes!(instance, scheduled, length))
+                .set(claim_changes!(instance, scheduled, length, nonce.0))
                 .execute(conn),
             (_, Pauses::Ignored) => diesel::update(locks::replicron_locks)
                 .filter(claimable!(locks::name.eq_any(&names), scheduled))
-                .set(claim_changes!(instance, scheduled, length))
+                .set(claim_changes!(instance, scheduled, length, nonce.0))
                 .execute(conn),
         };
         match result {
-            Ok(n) => changed += n,
+            Ok(_) => {}
             // Another replica's write got in the way: for these rows this
             // round is lost; the read below tells each row's state.
             Err(e) if is_contention(&e) => {}
@@ -606,17 +716,17 @@ fn claim_rows(
     let mut claims = Vec::with_capacity(jobs.len());
     for (job, length) in jobs {
         let claim = match rows.iter().find(|(name, ..)| name == job) {
-            // The instant is this instance's exactly when the row names it
-            // and this instance: instants only grow, so no one else's claim
-            // and no earlier claim of ours can look like this.
-            Some((_, Some(by), Some(last), fence, ..))
-                if by == instance && *last == scheduled.0 && (jobs.len() > 1 || changed == 1) =>
+            // This statement's own change: the row holds its nonce (and,
+            // since instants only grow, still this instant).
+            Some((_, Some(by), Some(last), fence, .., Some(held)))
+                if *held == nonce.0 && by == instance && *last == scheduled.0 =>
             {
                 Claim::Won(Lease {
                     job: (*job).to_string(),
                     instant,
                     instance: instance.to_string(),
                     fence: *fence,
+                    nonce: nonce.0,
                 })
             }
             Some(state) => not_won(state, scheduled, pauses),
@@ -624,8 +734,15 @@ fn claim_rows(
             // claim tried once more.
             None if create_missing => {
                 insert_row(conn, job)?;
-                let retried =
-                    claim_rows(conn, &[(job, *length)], instance, instant, pauses, false)?;
+                let retried = claim_rows(
+                    conn,
+                    &[(job, *length)],
+                    instance,
+                    instant,
+                    pauses,
+                    nonce,
+                    false,
+                )?;
                 retried.into_iter().next().unwrap_or(Claim::Taken)
             }
             None => Claim::Taken,
@@ -633,6 +750,81 @@ fn claim_rows(
         claims.push(claim);
     }
     Ok(claims)
+}
+
+/// What became of a claim whose answer was lost, as its row tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Committed {
+    /// The row holds the claim's nonce: it committed, and nobody has
+    /// claimed the job since. The lease is this replica's (revived if it
+    /// had run out), under its fence.
+    Held(Lease),
+    /// It committed, but the job was claimed again since (its lease ran
+    /// out): the instant is this replica's and it ran nowhere.
+    Superseded {
+        /// The claim's fence.
+        fence: i64,
+    },
+    /// It did not commit: the row holds no claim of this instant.
+    No,
+    /// It did not commit, and another replica claimed this instant or a
+    /// later one.
+    Taken,
+}
+
+/// Learns from `job`'s row whether the claim of `instant` with `nonce` (its
+/// answer lost) committed, and if so takes the lease up again for
+/// `lock_at_most_for`, whether or not it had run out, as claimed now:
+/// nobody has claimed the job since (the row still holds the nonce), so
+/// nobody else ran anything under it.
+pub(crate) fn take_up_unanswered(
+    conn: &mut DbConnection,
+    job: &str,
+    instance: &str,
+    instant: DateTime<Utc>,
+    nonce: Nonce,
+    lock_at_most_for: Duration,
+) -> QueryResult<Committed> {
+    let scheduled = to_db_time(instant);
+    let Some(row) = find_lock(conn, job)? else {
+        return Ok(Committed::No);
+    };
+    let claimed = row.last_scheduled_at;
+    if row.claim_nonce != Some(nonce.0) || row.locked_by.as_deref() != Some(instance) {
+        return Ok(match claimed {
+            Some(last) if last >= scheduled.0 => Committed::Taken,
+            _ => Committed::No,
+        });
+    }
+    if claimed != Some(scheduled.0) {
+        // Instants only grow: a row with our nonce names our instant.
+        return Ok(Committed::No);
+    }
+    // Taken up now: `locked_at` says so, and an instant that came since
+    // waits for the run rather than counting as its overrun.
+    let changed = cached::update(
+        locks::replicron_locks,
+        (
+            locks::lock_until.eq(DbNowPlus::new(lock_at_most_for)),
+            locks::locked_at.eq(DbNow.nullable()),
+        ),
+        locks::name
+            .eq(job)
+            .and(locks::claim_nonce.eq(nonce.0))
+            .and(locks::fence.eq(row.fence)),
+    )
+    .execute(conn)?;
+    Ok(if changed == 1 {
+        Committed::Held(Lease {
+            job: job.to_string(),
+            instant,
+            instance: instance.to_string(),
+            fence: row.fence,
+            nonce: nonce.0,
+        })
+    } else {
+        Committed::Superseded { fence: row.fence }
+    })
 }
 
 /// Keeps a held lease alive for another `lock_at_most_for`. `false` means
@@ -685,8 +877,11 @@ pub(crate) fn force_unlock(conn: &mut DbConnection, job: &str) -> QueryResult<bo
 }
 
 /// Pauses `job` from the database's now until `until` (`None`: until
-/// resumed): the scheduler claims no instant of it in between.
-/// Returns `false` if the job has no lease row.
+/// resumed): the scheduler claims no instant of it in between. A job that
+/// is paused already keeps its pause's start (only its end, who and why
+/// change), so that its instants since then stay the pause's. Every pause
+/// is kept whole in `replicron_pauses`. Returns `false` if the job has no
+/// lease row.
 pub(crate) fn pause(
     conn: &mut DbConnection,
     job: &str,
@@ -695,14 +890,33 @@ pub(crate) fn pause(
     reason: Option<&str>,
 ) -> QueryResult<bool> {
     let until = until.map_or(At(crate::db::clock::far_future()), to_db_time);
-    let changed = diesel::update(locks::replicron_locks.filter(locks::name.eq(job)))
-        .set((
-            locks::paused_at.eq(DbNow.nullable()),
-            locks::paused_until.eq(until.nullable()),
-            locks::paused_by.eq(by),
-            locks::paused_reason.eq(reason),
-        ))
-        .execute(conn)?;
+    let kept = diesel::update(
+        locks::replicron_locks
+            .filter(locks::name.eq(job))
+            .filter(locks::paused_at.is_not_null())
+            .filter(locks::paused_until.gt(DbNow.nullable())),
+    )
+    .set((
+        locks::paused_until.eq(until.nullable()),
+        locks::paused_by.eq(by),
+        locks::paused_reason.eq(reason),
+    ))
+    .execute(conn)?;
+    let changed = if kept == 1 {
+        kept
+    } else {
+        diesel::update(locks::replicron_locks.filter(locks::name.eq(job)))
+            .set((
+                locks::paused_at.eq(DbNow.nullable()),
+                locks::paused_until.eq(until.nullable()),
+                locks::paused_by.eq(by),
+                locks::paused_reason.eq(reason),
+            ))
+            .execute(conn)?
+    };
+    if changed == 1 {
+        record_pause(conn, job)?;
+    }
     Ok(changed == 1)
 }
 
@@ -717,7 +931,81 @@ pub(crate) fn resume(conn: &mut DbConnection, job: &str) -> QueryResult<bool> {
     )
     .set(locks::paused_until.eq(DbNow.nullable()))
     .execute(conn)?;
+    if changed == 1 {
+        record_pause(conn, job)?;
+    }
     Ok(changed == 1)
+}
+
+/// Copies `job`'s current pause, as its lease row holds it, into
+/// `replicron_pauses`: the row of the pause that began at the same
+/// `paused_at`, or a new one.
+fn record_pause(conn: &mut DbConnection, job: &str) -> QueryResult<()> {
+    use crate::db::schema::replicron_pauses::dsl as pauses;
+    let Some(row) = find_lock(conn, job)? else {
+        return Ok(());
+    };
+    let (Some(at), Some(until)) = (row.paused_at, row.paused_until) else {
+        return Ok(());
+    };
+    let updated = diesel::update(
+        pauses::replicron_pauses
+            .filter(pauses::job.eq(job))
+            .filter(pauses::paused_at.eq(At(at))),
+    )
+    .set((
+        pauses::paused_until.eq(At(until)),
+        pauses::paused_by.eq(&row.paused_by),
+        pauses::reason.eq(&row.paused_reason),
+    ))
+    .execute(conn)?;
+    if updated == 0 {
+        diesel::insert_into(pauses::replicron_pauses)
+            .values((
+                pauses::job.eq(job),
+                pauses::paused_at.eq(At(at)),
+                pauses::paused_until.eq(At(until)),
+                pauses::paused_by.eq(&row.paused_by),
+                pauses::reason.eq(&row.paused_reason),
+            ))
+            .execute(conn)?;
+    }
+    Ok(())
+}
+
+/// The pauses of `job` that cover some of `[from, to]`: `(paused_at,
+/// paused_until)` each, the current one (as its lease row holds it)
+/// included.
+pub(crate) fn pauses_between(
+    conn: &mut DbConnection,
+    job: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> QueryResult<Vec<(NaiveDateTime, NaiveDateTime)>> {
+    use crate::db::schema::replicron_pauses::dsl as pauses;
+    let mut found: Vec<(NaiveDateTime, NaiveDateTime)> = pauses::replicron_pauses
+        .select((pauses::paused_at, pauses::paused_until))
+        .filter(pauses::job.eq(job))
+        .filter(pauses::paused_at.le(to_db_time(to)))
+        .filter(pauses::paused_until.gt(to_db_time(from)))
+        .load(conn)?;
+    if let Some(row) = find_lock(conn, job)?
+        && let (Some(at), Some(until)) = (row.paused_at, row.paused_until)
+        && !found.contains(&(at, until))
+    {
+        found.push((at, until));
+    }
+    Ok(found)
+}
+
+/// Deletes the pauses that ended more than `older_than` ago (database
+/// time); returns how many.
+pub(crate) fn prune_pauses(conn: &mut DbConnection, older_than: Duration) -> QueryResult<usize> {
+    use crate::db::schema::replicron_pauses::dsl as pauses;
+    diesel::delete(
+        pauses::replicron_pauses.filter(pauses::paused_until.lt(DbNowPlus::minus(older_than))),
+    )
+    .execute(conn)
 }
 
 /// The jobs among `jobs` paused at the database's now.
@@ -761,11 +1049,22 @@ pub(crate) fn is_held(conn: &mut DbConnection, job: &str) -> QueryResult<bool> {
 pub(crate) fn set_missed_checked(
     conn: &mut DbConnection,
     job: &str,
+    read: Option<NaiveDateTime>,
     until: DateTime<Utc>,
 ) -> QueryResult<usize> {
-    diesel::update(locks::replicron_locks.filter(locks::name.eq(job)))
-        .set(locks::missed_checked_until.eq(to_db_time(until).nullable()))
-        .execute(conn)
+    // Not if the mark went back since the round read it: a run's end
+    // recorded meanwhile took it back (see `history::record_run_finished`),
+    // and its instants are the next round's.
+    let update = diesel::update(locks::replicron_locks.filter(locks::name.eq(job)))
+        .set(locks::missed_checked_until.eq(to_db_time(until).nullable()));
+    match read {
+        Some(read) => update
+            .filter(locks::missed_checked_until.ge(read))
+            .execute(conn),
+        None => update
+            .filter(locks::missed_checked_until.is_null())
+            .execute(conn),
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! its fence, and the runs of holders that lost their leases marked
 //! abandoned, each in one statement for every job of an instant.
 
-use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
+use super::{Lease, Nonce};
 use crate::db::DbConnection;
 use crate::db::clock::DbNow;
 use crate::db::clock::to_db_time;
@@ -13,22 +13,31 @@ use crate::db::schema::replicron_locks::dsl as locks;
 use crate::db::schema::replicron_runs::dsl as runs;
 use crate::history::{RunRow, RunStatus};
 
-/// Writes the `running` rows of every run `instance` starts at `instant`
-/// under the leases it holds for `jobs`, in one INSERT … SELECT from those
-/// lease rows (which give each run its fence), and reads them back in one
-/// SELECT: `(job, run id)` for each lease still held.
+/// Writes the `running` rows of the runs whose leases one claim statement
+/// (`nonce`) won for `instance` at `instant`, in one INSERT … SELECT from
+/// those lease rows (which give each run its fence; a row that no longer
+/// holds the nonce, or whose lease has run out, gives no run: a record that
+/// waited in the server past the lease would otherwise stand for a run
+/// beside the next holder's), and reads them back in one SELECT: `(job,
+/// run id)` for each row recorded under its lease's fence.
 pub(crate) fn record_leased_runs_started(
     conn: &mut DbConnection,
-    jobs: &[&str],
-    instance: &str,
-    instant: DateTime<Utc>,
+    won: &[&Lease],
+    nonce: Nonce,
     attempt: i32,
 ) -> QueryResult<Vec<(String, i64)>> {
+    let Some(first) = won.first() else {
+        return Ok(Vec::new());
+    };
+    let (instance, instant) = (first.instance.as_str(), first.instant);
+    let jobs: Vec<&str> = won.iter().map(|l| l.job.as_str()).collect();
     let scheduled = to_db_time(instant);
     let held = locks::replicron_locks
-        .filter(locks::name.eq_any(jobs))
+        .filter(locks::name.eq_any(&jobs))
+        .filter(locks::claim_nonce.eq(nonce.0))
         .filter(locks::locked_by.eq(instance))
         .filter(locks::last_scheduled_at.eq(scheduled.nullable()))
+        .filter(locks::lock_until.gt(DbNow))
         .select((
             locks::name,
             locks::last_scheduled_at.assume_not_null(),
@@ -52,13 +61,18 @@ pub(crate) fn record_leased_runs_started(
             runs::output,
         ))
         .execute(conn)?;
-    runs::replicron_runs
-        .select((runs::job, runs::id))
-        .filter(runs::job.eq_any(jobs))
+    let recorded: Vec<(String, i64, i64)> = runs::replicron_runs
+        .select((runs::job, runs::id, runs::fence))
+        .filter(runs::job.eq_any(&jobs))
         .filter(runs::scheduled_at.eq(scheduled))
         .filter(runs::attempt.eq(attempt))
-        .filter(runs::instance.eq(instance))
-        .load(conn)
+        .filter(runs::scope.eq(""))
+        .load(conn)?;
+    Ok(recorded
+        .into_iter()
+        .filter(|(job, _, fence)| won.iter().any(|l| l.job == *job && l.fence == *fence))
+        .map(|(job, id, _)| (job, id))
+        .collect())
 }
 
 /// Marks `abandoned` every run of `jobs` still recorded `running` under a

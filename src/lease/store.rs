@@ -24,7 +24,21 @@ impl Store {
         .await
     }
 
-    /// [`super::claim`] of `instant`.
+    /// [`Store::release`], tried again on a fresh connection while the
+    /// database cannot be reached, until `deadline`.
+    pub(crate) async fn release_until(
+        &self,
+        lease: Lease,
+        at_least: Duration,
+        deadline: tokio::time::Instant,
+    ) -> Result<bool, DbError> {
+        self.call_until("releasing the lease", deadline, move |conn| {
+            super::release(conn, &lease, at_least)
+        })
+        .await
+    }
+
+    /// [`super::claim_with`] of `instant`, heeding pauses.
     pub(crate) async fn claim(
         &self,
         job: &str,
@@ -34,7 +48,31 @@ impl Store {
     ) -> Result<Claim, DbError> {
         let (job, instance) = (job.to_string(), instance.to_string());
         self.call("claiming the lease", move |conn| {
-            super::claim(conn, &job, &instance, instant, length)
+            super::claim_with(
+                conn,
+                &job,
+                &instance,
+                instant,
+                length,
+                super::Pauses::Heeded,
+                super::Nonce::new(),
+            )
+        })
+        .await
+    }
+
+    /// [`super::take_up_unanswered`].
+    pub(crate) async fn take_up_unanswered(
+        &self,
+        job: &str,
+        instance: &str,
+        instant: DateTime<Utc>,
+        nonce: super::Nonce,
+        length: Duration,
+    ) -> Result<super::Committed, DbError> {
+        let (job, instance) = (job.to_string(), instance.to_string());
+        self.call("asking whether a claim committed", move |conn| {
+            super::take_up_unanswered(conn, &job, &instance, instant, nonce, length)
         })
         .await
     }

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use crate::db::schema::replicron_locks;
 use crate::history::RunStatus;
-use crate::lease::{self, Claim, claim, ensure_rows, extend, find_lock, force_unlock, release};
+use crate::lease::{
+    self, Claim, Committed, Lease, Nonce, claim, ensure_rows, extend, find_lock, force_unlock,
+    release,
+};
 use crate::testing::{TestDb, backend_test};
 use chrono::{DateTime, TimeDelta, Utc};
 use diesel::prelude::*;
@@ -146,7 +149,8 @@ backend_test! {
             ("held", LONG),
             ("new", Duration::from_secs(5)),
         ];
-        let claims = lease::claim_many(&mut conn, &jobs, "me", t(5)).expect("batch");
+        let nonce = lease::Nonce::new();
+        let claims = lease::claim_many(&mut conn, &jobs, "me", t(5), nonce).expect("batch");
         assert!(
             matches!(&claims[0], Claim::Won(l) if l.job == "free" && l.fence == 1),
             "{claims:?}"
@@ -158,15 +162,27 @@ backend_test! {
             matches!(&claims[3], Claim::Won(l) if l.job == "new" && l.fence == 1),
             "{claims:?}"
         );
-        // The runs it won start in one statement, each under its lease's fence.
-        let started = crate::lease::runs::record_leased_runs_started(
-            &mut conn,
-            &["free", "new", "held"],
-            "me",
-            t(5),
-            1,
-        )
-        .expect("start");
+        // The runs it won start in one statement, each under its lease's
+        // fence; a lease this statement did not win ("held", whatever it
+        // names) starts nothing.
+        let not_won = Lease {
+            job: "held".into(),
+            instant: t(5),
+            instance: "me".into(),
+            fence: 1,
+            nonce: nonce.0,
+        };
+        let won: Vec<&Lease> = claims
+            .iter()
+            .filter_map(|c| match c {
+                Claim::Won(lease) => Some(lease),
+                _ => None,
+            })
+            .chain([&not_won])
+            .collect();
+        let started =
+            crate::lease::runs::record_leased_runs_started(&mut conn, &won, nonce, 1)
+                .expect("start");
         let mut names: Vec<&str> = started.iter().map(|(job, _)| job.as_str()).collect();
         names.sort();
         assert_eq!(
@@ -185,6 +201,7 @@ backend_test! {
                 fence: 0,
                 once_key: None,
                 scope: String::new(),
+                lease_row: None,
             },
         )
         .expect("old run");
@@ -484,8 +501,14 @@ backend_test! {
         };
         assert_eq!(claim(&mut conn, "job", "a", during, LONG).expect("claim"), paused);
         // A batch heeds it too; the other job is not paused.
-        let claims = lease::claim_many(&mut conn, &[("job", LONG), ("other", LONG)], "a", during)
-            .expect("batch");
+        let claims = lease::claim_many(
+            &mut conn,
+            &[("job", LONG), ("other", LONG)],
+            "a",
+            during,
+            lease::Nonce::new(),
+        )
+        .expect("batch");
         assert_eq!(claims[0], paused);
         assert!(matches!(&claims[1], Claim::Won(l) if l.job == "other"), "{claims:?}");
         // The instant due before the pause is not the pause's.
@@ -535,5 +558,204 @@ backend_test! {
         std::thread::sleep(Duration::from_millis(400));
         let later = crate::db::clock::database_now(&mut conn).expect("now");
         assert!(claim(&mut conn, "job", "a", later, LONG).expect("claim").won().is_some());
+    }
+}
+
+backend_test! {
+    /// A claim is won by its own change only. A row that names this
+    /// instance and the instant because an earlier claim of this instance
+    /// (a process started again under the same id, or a claim asked twice)
+    /// won it is no win, in a batch or alone.
+    fn a_claim_is_won_by_its_own_change_only(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["job", "other"]).expect("rows");
+        let first = claim(&mut conn, "job", "me", t(5), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        // The same instance asks again (its predecessor's win shows it and
+        // the instant): taken, never won a second time.
+        let again = lease::claim_many(
+            &mut conn,
+            &[("job", LONG), ("other", LONG)],
+            "me",
+            t(5),
+            Nonce::new(),
+        )
+        .expect("batch");
+        assert_eq!(again[0], Claim::Taken, "{again:?}");
+        assert!(matches!(&again[1], Claim::Won(l) if l.job == "other"), "{again:?}");
+        assert_eq!(
+            claim(&mut conn, "job", "me", t(5), LONG).expect("claim"),
+            Claim::Taken
+        );
+        // Its start is recorded under its own fence; a start record under a
+        // fence the row no longer holds writes nothing.
+        let run = |fence: i64| crate::history::NewRun {
+            job: "job".into(),
+            scheduled_at: t(5),
+            attempt: 1,
+            instance: "me".into(),
+            fence,
+            once_key: None,
+            scope: String::new(),
+            lease_row: Some("job".into()),
+        };
+        let id = crate::history::record_run_started(&mut conn, &run(first.fence)).expect("start");
+        assert!(
+            crate::history::record_run_started(&mut conn, &run(first.fence + 7)).is_err(),
+            "a start under a fence the row does not hold is not recorded"
+        );
+        release(&mut conn, &first, Duration::ZERO).expect("release");
+        let later = claim(&mut conn, "job", "else", t(6), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        let mut retry = run(first.fence);
+        retry.attempt = 2;
+        assert!(
+            crate::history::record_run_started(&mut conn, &retry).is_err(),
+            "a retry whose lease was claimed away is not recorded"
+        );
+        assert!(later.fence > first.fence);
+        assert!(id > 0);
+    }
+}
+
+backend_test! {
+    /// A claim whose answer was lost: its row tells whether it committed,
+    /// and a committed one's lease is taken up again, even after it ran
+    /// out, as long as nobody claimed the job since.
+    fn an_unanswered_claim_is_learnt_from_its_row(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["job"]).expect("rows");
+        let lost = Nonce::new();
+        // Not committed: nothing names it.
+        assert_eq!(
+            lease::take_up_unanswered(&mut conn, "job", "me", t(5), lost, LONG).expect("ask"),
+            Committed::No
+        );
+        // Committed with a short lease that then ran out.
+        let committed = lease::claim_with(
+            &mut conn,
+            "job",
+            "me",
+            t(5),
+            Duration::from_millis(50),
+            lease::Pauses::Heeded,
+            lost,
+        )
+        .expect("claim")
+        .won()
+        .expect("won");
+        std::thread::sleep(Duration::from_millis(120));
+        let Committed::Held(taken) =
+            lease::take_up_unanswered(&mut conn, "job", "me", t(5), lost, LONG).expect("ask")
+        else {
+            panic!("a committed claim nobody followed is this replica's");
+        };
+        assert_eq!(taken.fence, committed.fence);
+        // Taken up for a whole lease: nobody else may claim meanwhile.
+        assert!(matches!(
+            claim(&mut conn, "job", "else", t(6), LONG).expect("claim"),
+            Claim::Held(_)
+        ));
+        assert!(extend(&mut conn, &taken, LONG).expect("extend"));
+        release(&mut conn, &taken, Duration::ZERO).expect("release");
+        // Once another claim followed, the instant is gone.
+        claim(&mut conn, "job", "else", t(6), LONG)
+            .expect("claim")
+            .won()
+            .expect("won");
+        assert_eq!(
+            lease::take_up_unanswered(&mut conn, "job", "me", t(5), lost, LONG).expect("ask"),
+            Committed::Taken
+        );
+    }
+}
+
+backend_test! {
+    /// Every pause is kept whole: changing a pause's reason or end keeps
+    /// its start, and a pause replaced by another (resumed and paused
+    /// again) still covers its own instants.
+    fn pauses_are_kept_whole(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["job"]).expect("rows");
+        let start = crate::db::clock::database_now(&mut conn).expect("now");
+        assert!(lease::pause(&mut conn, "job", None, "a@h", Some("first")).expect("pause"));
+        let since = find_lock(&mut conn, "job").expect("read").expect("row").paused_at;
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(lease::pause(&mut conn, "job", None, "b@h", Some("new reason")).expect("pause"));
+        let row = find_lock(&mut conn, "job").expect("read").expect("row");
+        assert_eq!(row.paused_at, since, "re-pausing keeps the pause's start");
+        assert_eq!(row.paused_reason.as_deref(), Some("new reason"));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(lease::resume(&mut conn, "job").expect("resume"));
+        let resumed = find_lock(&mut conn, "job")
+            .expect("read")
+            .expect("row")
+            .paused_until
+            .expect("until");
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(lease::pause(&mut conn, "job", None, "c@h", None).expect("pause"));
+        let now = crate::db::clock::database_now(&mut conn).expect("now");
+        let pauses = lease::pauses_between(&mut conn, "job", start, now).expect("pauses");
+        assert_eq!(pauses.len(), 2, "{pauses:?}");
+        assert!(pauses.contains(&(since.expect("since"), resumed)), "{pauses:?}");
+        // An instant of the first pause is still covered after the second.
+        let during_first = since.expect("since") + TimeDelta::milliseconds(10);
+        assert!(
+            pauses
+                .iter()
+                .any(|(at, until)| lease::pause_covers(Some(*at), Some(*until), during_first))
+        );
+    }
+}
+
+backend_test! {
+    /// A start record that reaches the database after its lease ran out (it
+    /// waited in a stalled server) records nothing, even though nobody has
+    /// claimed the row since: it would stand for a run beside the next
+    /// holder's.
+    fn no_start_is_recorded_once_the_lease_has_run_out(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["job"]).expect("rows");
+        let nonce = lease::Nonce::new();
+        let claims = lease::claim_many(&mut conn, &[("job", LONG)], "me", t(0), nonce).expect("claim");
+        let Claim::Won(won) = &claims[0] else {
+            panic!("{claims:?}");
+        };
+        // The lease runs out while the record is on its way.
+        diesel::update(replicron_locks::table)
+            .filter(replicron_locks::name.eq("job"))
+            .set(replicron_locks::lock_until.eq(crate::db::clock::At::epoch()))
+            .execute(&mut **conn)
+            .expect("expire");
+        let started = crate::lease::runs::record_leased_runs_started(&mut conn, &[won], nonce, 1)
+            .expect("start");
+        assert!(started.is_empty(), "{started:?}");
+        let single = crate::history::record_run_started(
+            &mut conn,
+            &crate::history::NewRun {
+                job: "job".into(),
+                scheduled_at: t(0),
+                attempt: 1,
+                instance: "me".into(),
+                fence: won.fence,
+                once_key: None,
+                scope: String::new(),
+                lease_row: Some("job".into()),
+            },
+        );
+        assert!(matches!(single, Err(diesel::result::Error::NotFound)), "{single:?}");
+        let rows: i64 = crate::db::schema::replicron_runs::table
+            .count()
+            .get_result(&mut **conn)
+            .expect("count");
+        assert_eq!(rows, 0);
     }
 }

@@ -14,7 +14,7 @@
 
 mod send;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -25,239 +25,9 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tracing::error;
 
-use crate::config::Command;
+pub(crate) use crate::config::notify::{Notify, Template};
 use crate::history::RunStatus;
-
-/// What can be notified.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Event {
-    /// A run ended `failed` (after its retries).
-    Failed,
-    /// A run ended `timed_out` (after its retries).
-    TimedOut,
-    /// A run was stopped because its lease could not be kept.
-    LostLock,
-    /// A run could not be started (`error`: no such program, …).
-    Error,
-    /// A run's holder vanished; another replica marked it `abandoned`.
-    Abandoned,
-    /// An instant that no replica claimed, recorded `missed`.
-    Missed,
-    /// An instant not run because a shared lock of the job stayed held,
-    /// recorded `skipped`.
-    Skipped,
-    /// The first success after a failed, timed-out, lost, abandoned or
-    /// missed instant.
-    Recovered,
-}
-
-impl Event {
-    /// Every event, in the order the documentation lists them.
-    pub(crate) const ALL: [Event; 8] = [
-        Event::Failed,
-        Event::TimedOut,
-        Event::LostLock,
-        Event::Error,
-        Event::Abandoned,
-        Event::Missed,
-        Event::Skipped,
-        Event::Recovered,
-    ];
-
-    /// Its name in the job file, the payload and the metrics.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Event::Failed => "failed",
-            Event::TimedOut => "timed_out",
-            Event::LostLock => "lost_lock",
-            Event::Error => "error",
-            Event::Abandoned => "abandoned",
-            Event::Missed => "missed",
-            Event::Skipped => "skipped",
-            Event::Recovered => "recovered",
-        }
-    }
-
-    /// The event a run's final status is, if any.
-    pub(crate) fn of_status(status: RunStatus) -> Option<Event> {
-        match status {
-            RunStatus::Failed => Some(Event::Failed),
-            RunStatus::TimedOut => Some(Event::TimedOut),
-            RunStatus::LostLock => Some(Event::LostLock),
-            RunStatus::Error => Some(Event::Error),
-            RunStatus::Abandoned => Some(Event::Abandoned),
-            RunStatus::Missed => Some(Event::Missed),
-            RunStatus::Skipped => Some(Event::Skipped),
-            RunStatus::Running | RunStatus::Succeeded | RunStatus::Killed => None,
-        }
-    }
-
-    /// The events sent unless a job says otherwise: all but `recovered`.
-    pub(crate) fn defaults() -> BTreeSet<Event> {
-        Event::ALL
-            .into_iter()
-            .filter(|e| *e != Event::Recovered)
-            .collect()
-    }
-}
-
-impl std::str::FromStr for Event {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Event::ALL
-            .into_iter()
-            .find(|e| e.as_str() == text)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
-                format!(
-                    "unknown event {text:?}: expected one of {}",
-                    names.join(", ")
-                )
-            })
-    }
-}
-
-/// A string with `${VAR}` references, filled from replicron's environment
-/// when a notification is sent, so that a token or a secret URL lives in
-/// the environment (the systemd unit's environment file), not in the job
-/// file. Its `Debug` shows the references, never their values.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Template(String);
-
-impl Template {
-    /// Parses `text`; a `${` without its `}` or with an invalid name is an
-    /// error.
-    pub(crate) fn parse(text: &str) -> Result<Template, String> {
-        let template = Template(text.to_string());
-        template.pieces()?;
-        Ok(template)
-    }
-
-    /// The variables it names.
-    pub(crate) fn vars(&self) -> Vec<String> {
-        self.pieces()
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|piece| match piece {
-                Piece::Var(name) => Some(name.to_string()),
-                Piece::Text(_) => None,
-            })
-            .collect()
-    }
-
-    /// The text with each `${VAR}` replaced by its value in `env`.
-    pub(crate) fn render(&self, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-        let mut out = String::new();
-        for piece in self.pieces()? {
-            match piece {
-                Piece::Text(text) => out.push_str(text),
-                Piece::Var(name) => match env(name) {
-                    Some(value) => out.push_str(&value),
-                    None => {
-                        return Err(format!("${{{name}}} is not set in replicron's environment"));
-                    }
-                },
-            }
-        }
-        Ok(out)
-    }
-
-    fn pieces(&self) -> Result<Vec<Piece<'_>>, String> {
-        let mut pieces = Vec::new();
-        let mut rest = self.0.as_str();
-        while let Some(start) = rest.find("${") {
-            if start > 0 {
-                pieces.push(Piece::Text(&rest[..start]));
-            }
-            let after = &rest[start + 2..];
-            let end = after
-                .find('}')
-                .ok_or_else(|| format!("{:?}: a ${{ without its }}", self.0))?;
-            let name = &after[..end];
-            if name.is_empty()
-                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                || name.starts_with(|c: char| c.is_ascii_digit())
-            {
-                return Err(format!("{:?}: invalid variable name {name:?}", self.0));
-            }
-            pieces.push(Piece::Var(name));
-            rest = &after[end + 1..];
-        }
-        if !rest.is_empty() {
-            pieces.push(Piece::Text(rest));
-        }
-        Ok(pieces)
-    }
-}
-
-enum Piece<'t> {
-    Text(&'t str),
-    Var(&'t str),
-}
-
-/// Where and when a job's notifications go: `[notify]`, with a job's own
-/// `notify` keys over it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Notify {
-    /// Which events are sent.
-    pub(crate) on: BTreeSet<Event>,
-    /// POSTed a JSON document per event.
-    pub(crate) webhook: Option<Template>,
-    /// Headers of the webhook's request (an authorization token, …).
-    pub(crate) webhook_headers: BTreeMap<String, Template>,
-    /// Run per event, with the output's tail on stdin.
-    pub(crate) command: Option<Command>,
-    /// Pinged at every run's start and end (healthchecks.io convention).
-    pub(crate) ping_url: Option<Template>,
-    /// How long one delivery may take.
-    pub(crate) timeout: Duration,
-    /// How often a failed delivery is tried again.
-    pub(crate) retries: u32,
-    /// Variables removed from the command's environment (`[web]
-    /// token_env`'s).
-    pub(crate) hidden_env: Vec<String>,
-}
-
-/// `timeout` unless set.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// `retries` unless set.
-pub(crate) const DEFAULT_RETRIES: u32 = 3;
-/// The most retries a notification may ask for.
-pub(crate) const MAX_RETRIES: u32 = 10;
-
-impl Default for Notify {
-    fn default() -> Self {
-        Notify {
-            on: Event::defaults(),
-            webhook: None,
-            webhook_headers: BTreeMap::new(),
-            command: None,
-            ping_url: None,
-            timeout: DEFAULT_TIMEOUT,
-            retries: DEFAULT_RETRIES,
-            hidden_env: Vec::new(),
-        }
-    }
-}
-
-impl Notify {
-    /// Whether anything is configured to receive events or pings.
-    pub(crate) fn is_set(&self) -> bool {
-        self.webhook.is_some() || self.command.is_some() || self.ping_url.is_some()
-    }
-
-    /// Every environment variable the templates name: they are removed from
-    /// the environment of jobs, as replicron's own settings are.
-    pub(crate) fn secret_vars(&self) -> Vec<String> {
-        self.webhook
-            .iter()
-            .chain(self.webhook_headers.values())
-            .chain(self.ping_url.iter())
-            .flat_map(Template::vars)
-            .collect()
-    }
-}
+pub(crate) use crate::run::Event;
 
 /// What is sent for one event: the JSON document a webhook receives, and
 /// the `REPLICRON_*` variables and stdin of a command.
@@ -409,43 +179,49 @@ pub(crate) struct Sent {
     pub(crate) error: Option<String>,
 }
 
-/// The newest [`RECENT`] notifications of this process, oldest first.
-static SENT: std::sync::Mutex<std::collections::VecDeque<Sent>> =
-    std::sync::Mutex::new(std::collections::VecDeque::new());
+/// The newest [`RECENT`] notifications of one scheduler (a replica),
+/// oldest first: each scheduler keeps its own, so that two in one process
+/// (a library's host) show theirs apart.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SentLog(Arc<std::sync::Mutex<std::collections::VecDeque<Sent>>>);
 
-/// Records a notification's result: counted in
-/// `replicron_notifications_total` and kept for [`recent`].
-pub(crate) fn record(
-    job: &str,
-    event: &'static str,
-    run_id: Option<i64>,
-    to: &'static str,
-    result: &'static str,
-    error: Option<String>,
-) {
-    crate::telemetry::notification(job, event, result);
-    let sent = Sent {
-        at: crate::schedule::fmt_instant(Utc::now()),
-        job: job.to_string(),
-        event,
-        run_id,
-        to,
-        result,
-        error: error.map(|e| crate::config::redact(&e)),
-    };
-    if let Ok(mut all) = SENT.lock() {
-        if all.len() >= RECENT {
-            all.pop_front();
+impl SentLog {
+    /// Records a notification's result: counted in
+    /// `replicron_notifications_total` and kept for [`SentLog::recent`].
+    pub(crate) fn record(
+        &self,
+        job: &str,
+        event: &'static str,
+        run_id: Option<i64>,
+        to: &'static str,
+        result: &'static str,
+        error: Option<String>,
+    ) {
+        crate::telemetry::notification(job, event, result);
+        let sent = Sent {
+            at: crate::schedule::fmt_instant(Utc::now()),
+            job: job.to_string(),
+            event,
+            run_id,
+            to,
+            result,
+            error: error.map(|e| crate::db::redact(&e)),
+        };
+        if let Ok(mut all) = self.0.lock() {
+            if all.len() >= RECENT {
+                all.pop_front();
+            }
+            all.push_back(sent);
         }
-        all.push_back(sent);
     }
-}
 
-/// The notifications this replica sent or failed to send, newest first.
-pub(crate) fn recent() -> Vec<Sent> {
-    SENT.lock()
-        .map(|all| all.iter().rev().cloned().collect())
-        .unwrap_or_default()
+    /// The notifications sent or not sent, newest first.
+    pub(crate) fn recent(&self) -> Vec<Sent> {
+        self.0
+            .lock()
+            .map(|all| all.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 /// How many notifications may wait to be sent; beyond, one is dropped and
@@ -460,19 +236,22 @@ pub(crate) struct Notifier {
     jobs: RwLock<HashMap<String, Arc<Notify>>>,
     /// Queued or being sent.
     outstanding: Arc<AtomicUsize>,
+    /// What was sent, or not.
+    log: SentLog,
     dispatcher: JoinHandle<()>,
 }
 
 impl Notifier {
-    /// Starts the sending task.
-    pub(crate) fn start() -> Arc<Notifier> {
+    /// Starts the sending task, which keeps what it sends in `log`.
+    pub(crate) fn start(log: SentLog) -> Arc<Notifier> {
         let (queue, messages) = mpsc::channel(QUEUE);
         let outstanding = Arc::new(AtomicUsize::new(0));
         Arc::new(Notifier {
             queue,
             jobs: RwLock::new(HashMap::new()),
             outstanding: outstanding.clone(),
-            dispatcher: tokio::spawn(dispatch(messages, outstanding)),
+            log: log.clone(),
+            dispatcher: tokio::spawn(dispatch(messages, outstanding, log)),
         })
     }
 
@@ -519,7 +298,7 @@ impl Notifier {
             .is_err()
         {
             self.outstanding.fetch_sub(1, Ordering::SeqCst);
-            record(&job, event, id, "queue", "dropped", None);
+            self.log.record(&job, event, id, "queue", "dropped", None);
             error!(job = %job, event, run_id = id, "notification dropped: {QUEUE} are already waiting to be sent");
         }
     }
@@ -541,7 +320,8 @@ impl Notifier {
         self.outstanding.fetch_add(1, Ordering::SeqCst);
         if self.queue.try_send(message).is_err() {
             self.outstanding.fetch_sub(1, Ordering::SeqCst);
-            record(job, ping.label(), Some(run_id), "ping", "dropped", None);
+            self.log
+                .record(job, ping.label(), Some(run_id), "ping", "dropped", None);
             error!(job = %job, run_id, "ping dropped: {QUEUE} notifications are already waiting to be sent");
         }
     }
@@ -587,7 +367,11 @@ struct PingChain {
 /// its sending slot only once the job's previous ping is done, so a ping
 /// URL that hangs delays that job's pings, never another job's
 /// notifications.
-async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<AtomicUsize>) {
+async fn dispatch(
+    mut messages: mpsc::Receiver<Message>,
+    outstanding: Arc<AtomicUsize>,
+    log: SentLog,
+) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut chains: HashMap<String, PingChain> = HashMap::new();
     while let Some(message) = messages.recv().await {
@@ -596,9 +380,9 @@ async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<Atomic
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let outstanding = outstanding.clone();
+                let (outstanding, log) = (outstanding.clone(), log.clone());
                 tokio::spawn(async move {
-                    send::event(&notify, &notice).await;
+                    send::event(&notify, &notice, &log).await;
                     drop(slot);
                     outstanding.fetch_sub(1, Ordering::SeqCst);
                 });
@@ -613,7 +397,7 @@ async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<Atomic
                 let chain = chains.entry(job.clone()).or_default();
                 if chain.pending.load(Ordering::SeqCst) >= PING_BACKLOG {
                     outstanding.fetch_sub(1, Ordering::SeqCst);
-                    record(&job, ping.label(), Some(run_id), "ping", "dropped", None);
+                    log.record(&job, ping.label(), Some(run_id), "ping", "dropped", None);
                     error!(
                         job = %job,
                         run_id,
@@ -624,15 +408,19 @@ async fn dispatch(mut messages: mpsc::Receiver<Message>, outstanding: Arc<Atomic
                 }
                 chain.pending.fetch_add(1, Ordering::SeqCst);
                 let previous = chain.last.take();
-                let (slots, pending, outstanding) =
-                    (slots.clone(), chain.pending.clone(), outstanding.clone());
+                let (slots, pending, outstanding, log) = (
+                    slots.clone(),
+                    chain.pending.clone(),
+                    outstanding.clone(),
+                    log.clone(),
+                );
                 chain.last = Some(tokio::spawn(async move {
                     // The start of a run before its end, whatever the network.
                     if let Some(previous) = previous {
                         let _ = previous.await;
                     }
                     if let Ok(slot) = slots.acquire_owned().await {
-                        send::ping(&notify, &job, ping, run_id).await;
+                        send::ping(&notify, &job, ping, run_id, &log).await;
                         drop(slot);
                     }
                     pending.fetch_sub(1, Ordering::SeqCst);

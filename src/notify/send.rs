@@ -9,12 +9,12 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt as _;
 use tracing::{debug, error, warn};
 
-use super::{Notice, Notify, Ping, Template};
+use super::{Notice, Notify, Ping, SentLog, Template};
 use crate::backoff::Backoff;
 use crate::config::Command;
 
 /// Sends `notice` to the job's webhook and command, each with its retries.
-pub(super) async fn event(notify: &Notify, notice: &Notice) {
+pub(super) async fn event(notify: &Notify, notice: &Notice, log: &SentLog) {
     if let Some(url) = &notify.webhook {
         let body = match serde_json::to_vec(notice) {
             Ok(body) => body,
@@ -27,7 +27,7 @@ pub(super) async fn event(notify: &Notify, notice: &Notice) {
         let url = url.clone();
         let timeout = notify.timeout;
         deliver(
-            notify,
+            (notify, log),
             &notice.job,
             notice.event,
             notice.history_id,
@@ -41,7 +41,7 @@ pub(super) async fn event(notify: &Notify, notice: &Notice) {
     }
     if let Some(command) = &notify.command {
         deliver(
-            notify,
+            (notify, log),
             &notice.job,
             notice.event,
             notice.history_id,
@@ -53,22 +53,29 @@ pub(super) async fn event(notify: &Notify, notice: &Notice) {
 }
 
 /// Pings the job's URL for `ping` of run `run_id`.
-pub(super) async fn ping(notify: &Notify, job: &str, ping: Ping, run_id: i64) {
+pub(super) async fn ping(notify: &Notify, job: &str, ping: Ping, run_id: i64, log: &SentLog) {
     let Some(url) = &notify.ping_url else {
         return;
     };
     let timeout = notify.timeout;
-    deliver(notify, job, ping.label(), Some(run_id), "ping", || {
-        let url = url.clone();
-        async move { get(&url, ping.suffix(), timeout).await }
-    })
+    deliver(
+        (notify, log),
+        job,
+        ping.label(),
+        Some(run_id),
+        "ping",
+        || {
+            let url = url.clone();
+            async move { get(&url, ping.suffix(), timeout).await }
+        },
+    )
     .await;
 }
 
 /// Tries `send` once and then up to `retries` more times with backoff;
-/// counts and, when every try failed, logs the result.
+/// counts, keeps in `log` and, when every try failed, logs the result.
 async fn deliver<F, Fut>(
-    notify: &Notify,
+    (notify, log): (&Notify, &SentLog),
     job: &str,
     event: &'static str,
     run_id: Option<i64>,
@@ -92,7 +99,7 @@ async fn deliver<F, Fut>(
             };
         match result {
             Ok(()) => {
-                super::record(job, event, run_id, to, "sent", None);
+                log.record(job, event, run_id, to, "sent", None);
                 debug!(job = %job, event, run_id, to, "notification sent");
                 return;
             }
@@ -101,7 +108,7 @@ async fn deliver<F, Fut>(
                 backoff.wait().await;
             }
             Err(e) => {
-                super::record(job, event, run_id, to, "failed", Some(e.clone()));
+                log.record(job, event, run_id, to, "failed", Some(e.clone()));
                 error!(job = %job, event, run_id, to, attempts = tries, "notification failed: {e}");
             }
         }
@@ -196,7 +203,7 @@ async fn run(
             c
         }
     };
-    for var in crate::config::daemon_env_vars() {
+    for var in crate::config::daemon_env_vars().chain(crate::secrets::never_inherited()) {
         process.env_remove(var);
     }
     for var in hidden {

@@ -13,20 +13,10 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tokio::process::Child;
 
+use crate::lease::keeper::Deadlines;
+
 /// The hidden subcommand that runs the [`Guard`].
 pub(crate) const GUARD_COMMAND: &str = "guard";
-
-/// When the guard stops a run on its own: SIGTERM after `term`, SIGKILL
-/// after `kill`, both counted from when the guard hears of them. The daemon
-/// pushes them back each time it confirms the run's lease, so they only
-/// fall due when the daemon cannot (frozen, partitioned or dead).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Deadlines {
-    /// Until SIGTERM to the group.
-    pub(crate) term: Duration,
-    /// Until SIGKILL to the group.
-    pub(crate) kill: Duration,
-}
 
 /// The daemon's side of the guard process.
 pub(crate) struct Guard {
@@ -97,6 +87,8 @@ impl Guard {
         }
         let mut process = tokio::process::Command::new(std::env::current_exe()?)
             .arg(GUARD_COMMAND)
+            // It needs none of the daemon's variables, secrets among them.
+            .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .process_group(0)

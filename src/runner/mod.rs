@@ -19,9 +19,7 @@ pub(crate) mod users;
 
 pub use self::action::RunContext;
 pub(crate) use self::action::{Action, Ended, Ending, FnAction, StopReason};
-pub(crate) use self::guard::{
-    Deadlines, GUARD_COMMAND, Guard, fork_early as fork_early_guard, guard,
-};
+pub(crate) use self::guard::{GUARD_COMMAND, Guard, fork_early as fork_early_guard, guard};
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -39,7 +37,7 @@ use tokio::task::JoinHandle;
 
 use self::output::{Output, Tail, read_stream};
 use crate::config::Command;
-use crate::lease::keeper::LeaseState;
+use crate::lease::keeper::{Deadlines, LeaseState};
 
 /// After the job's own process exits, how long its output may still drain
 /// before what it left behind in its group is killed.
@@ -112,8 +110,23 @@ impl Process {
                 .deadlines(tokio::time::Instant::now() - ctx.lease_times.lease),
         };
         let first = deadlines(*lease.borrow_and_update());
-        let mut running = match spawn(&spec, ctx.guard.as_deref(), first).await {
+        // The process may start until its lease's confirmation deadline, no
+        // later: it checks so itself, right before its exec.
+        let not_after = tokio::time::Instant::now() + first.term;
+        // The lease's confirmation deadline has passed (or the lease is
+        // lost) between the executor's check and here: the guard would stop
+        // the run at once, so it is not started at all.
+        if first.term.is_zero() {
+            return Ending::of(
+                Ended::NotStarted,
+                "replicron: not started: its lease could not be confirmed in time\n".to_string(),
+            );
+        }
+        let mut running = match spawn(&spec, ctx.guard.as_deref(), first, Some(not_after)).await {
             Ok(running) => running,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Ending::of(Ended::NotStarted, format!("replicron: not started: {e}\n"));
+            }
             Err(e) => {
                 return Ending::of(
                     Ended::NotStarted,
@@ -250,7 +263,12 @@ impl Exit {
 
 /// Starts a run in a new process group, registered with `guard` under
 /// `deadlines`.
-async fn spawn(spec: &RunSpec, guard: Option<&Guard>, deadlines: Deadlines) -> io::Result<Running> {
+async fn spawn(
+    spec: &RunSpec,
+    guard: Option<&Guard>,
+    deadlines: Deadlines,
+    not_after: Option<tokio::time::Instant>,
+) -> io::Result<Running> {
     let (program, args): (&str, Vec<&str>) = match &spec.command {
         Command::Shell { shell, command } => (shell, vec!["-c", command]),
         Command::Exec { args } => (&args[0], args[1..].iter().map(String::as_str).collect()),
@@ -310,6 +328,7 @@ async fn spawn(spec: &RunSpec, guard: Option<&Guard>, deadlines: Deadlines) -> i
         } else {
             spawn::Streams::Captured
         },
+        not_after,
     }
     .spawn()?;
     let group = child.id();
@@ -353,7 +372,7 @@ fn inherited_env() -> &'static BTreeMap<OsString, OsString> {
     static ENV: OnceLock<BTreeMap<OsString, OsString>> = OnceLock::new();
     ENV.get_or_init(|| {
         let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-        for var in crate::config::daemon_env_vars() {
+        for var in crate::config::daemon_env_vars().chain(crate::secrets::never_inherited()) {
             env.remove(OsStr::new(var));
         }
         env
@@ -466,5 +485,76 @@ impl Running {
             tail: String::from_utf8_lossy(&bytes).into_owned(),
             total_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::keeper::LeaseTimes;
+    use tokio::sync::{oneshot, watch};
+
+    fn touching(file: &Path) -> Process {
+        Process {
+            command: Command::Shell {
+                shell: "/bin/sh".into(),
+                command: format!("touch {}", file.display()),
+            },
+            env: BTreeMap::new(),
+            working_dir: None,
+            output_limit: 1024,
+            inherit_stdio: false,
+            hidden_env: Vec::new(),
+            run_as: None,
+        }
+    }
+
+    /// A run's context, and the senders it listens to (a dropped stop
+    /// sender reads as "stop").
+    type Senders = (watch::Sender<Option<StopReason>>, watch::Sender<LeaseState>);
+
+    fn context(lease: LeaseState) -> (RunContext, Senders) {
+        let (stop, stopped) = watch::channel(None);
+        let (started, _) = oneshot::channel();
+        let (leases, leased) = watch::channel(lease);
+        let ctx = RunContext {
+            job: Arc::from("job"),
+            instant: chrono::Utc::now(),
+            fence: 1,
+            attempt: 1,
+            run_id: 1,
+            instance: Arc::from("me"),
+            stop: stopped,
+            lease: leased,
+            lease_times: LeaseTimes::new(Duration::from_secs(3), Duration::from_secs(1)),
+            kill_grace: Duration::from_secs(1),
+            guard: None,
+            started: Arc::new(Mutex::new(Some(started))),
+        };
+        (ctx, (stop, leases))
+    }
+
+    /// A run whose lease is past its confirmation deadline when its process
+    /// would be spawned is not started at all; a run under a fresh one is.
+    #[tokio::test]
+    async fn no_process_starts_under_a_lease_past_its_deadline() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let late = dir.path().join("late");
+        let stale = tokio::time::Instant::now() - Duration::from_secs(3);
+        for state in [LeaseState::Lost, LeaseState::Held(stale)] {
+            let (ctx, _senders) = context(state);
+            let ending = touching(&late).run(ctx).await;
+            assert_eq!(ending.how, Ended::NotStarted, "{state:?}");
+            assert!(ending.output.contains("not started"), "{}", ending.output);
+        }
+        assert!(
+            !late.exists(),
+            "a process ran under a lease past its deadline"
+        );
+        let fresh = dir.path().join("fresh");
+        let (ctx, _senders) = context(LeaseState::Held(tokio::time::Instant::now()));
+        let ending = touching(&fresh).run(ctx).await;
+        assert_eq!(ending.how, Ended::Succeeded);
+        assert!(fresh.exists());
     }
 }

@@ -74,7 +74,7 @@ pub(crate) async fn read_stream(
 
 fn log_line(job: &str, run_id: i64, stream: &str, line: &[u8]) {
     let text = String::from_utf8_lossy(line);
-    let text = text.trim_end_matches(['\n', '\r']);
+    let text = crate::text::for_log(text.trim_end_matches(['\n', '\r']));
     tracing::info!(target: "replicron::job", job, run_id, stream, "{text}");
 }
 

@@ -60,6 +60,11 @@ pub(super) struct Spawn<'a> {
     pub(super) switch: Option<&'a Switch>,
     /// Its standard streams.
     pub(super) streams: Streams,
+    /// The last moment it may start: checked by the child itself right
+    /// before its exec, so that a daemon frozen (or descheduled) between
+    /// its own check and the clone cannot start a run after its lease's
+    /// deadline.
+    pub(super) not_after: Option<tokio::time::Instant>,
 }
 
 /// A started process: the leader of its own process group.
@@ -79,6 +84,7 @@ const STEP_DIR: i32 = 1;
 const STEP_USER: i32 = 2;
 const STEP_EXEC: i32 = 3;
 const STEP_OTHER: i32 = 4;
+const STEP_LATE: i32 = 5;
 
 /// What the child reads: every pointer is into memory the parent keeps
 /// alive (and does not touch) until the clone returns.
@@ -94,6 +100,8 @@ struct ChildArgs {
     gid: libc::gid_t,
     groups: *const libc::gid_t,
     groups_len: usize,
+    /// The last moment to exec on `CLOCK_MONOTONIC` (`tv_sec` < 0: none).
+    not_after: libc::timespec,
     /// The failed step (0 if none) and its errno, written by the child.
     step: AtomicI32,
     errno: AtomicI32,
@@ -144,7 +152,30 @@ impl Spawn<'_> {
             .switch
             .map(|s| s.groups.iter().map(|g| g.as_raw()).collect())
             .unwrap_or_default();
+        let not_after = match self.not_after {
+            Some(at) => {
+                let left = at.saturating_duration_since(tokio::time::Instant::now());
+                let mut now = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: clock_gettime writes the timespec it is given.
+                unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+                let nanos = now.tv_nsec as u64 + u64::from(left.subsec_nanos());
+                libc::timespec {
+                    tv_sec: now.tv_sec
+                        + left.as_secs() as libc::time_t
+                        + (nanos / 1_000_000_000) as libc::time_t,
+                    tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+                }
+            }
+            None => libc::timespec {
+                tv_sec: -1,
+                tv_nsec: 0,
+            },
+        };
         let args = ChildArgs {
+            not_after,
             program: program.as_ptr(),
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
@@ -183,6 +214,10 @@ impl Spawn<'_> {
                 STEP_EXEC => io::Error::new(
                     errno.kind(),
                     format!("cannot execute {}: {errno}", self.program.display()),
+                ),
+                STEP_LATE => io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "its lease's deadline passed before the process could start",
                 ),
                 _ => errno,
             });
@@ -347,6 +382,18 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
             std::ptr::null_mut::<u64>(),
             8_usize,
         );
+        // The last step before the exec: not past the run's deadline.
+        if args.not_after.tv_sec >= 0 {
+            let mut now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
+            if (now.tv_sec, now.tv_nsec) > (args.not_after.tv_sec, args.not_after.tv_nsec) {
+                *libc::__errno_location() = libc::ETIME;
+                return fail(STEP_LATE);
+            }
+        }
         libc::execve(args.program, args.argv, args.envp);
         fail(STEP_EXEC)
     }
@@ -432,6 +479,7 @@ mod tests {
             env: vec![OsString::from("GREETING=hello")],
             dir: None,
             switch: None,
+            not_after: None,
             streams: Streams::Captured,
         }
     }
@@ -535,5 +583,31 @@ mod tests {
             "the daemon is still root"
         );
         assert!(nix::unistd::Uid::current().is_root());
+    }
+
+    /// A process whose deadline has passed by the time it would exec does
+    /// not start: the child checks it itself, so a daemon stopped between
+    /// its own check and the clone cannot start a run late.
+    #[tokio::test]
+    async fn no_exec_past_the_deadline() {
+        let marker = tempfile::NamedTempFile::new().expect("marker");
+        let path = marker.path().to_path_buf();
+        drop(marker);
+        let script = format!("touch {}", path.display());
+        let late = Spawn {
+            not_after: Some(tokio::time::Instant::now() - std::time::Duration::from_millis(1)),
+            ..shell(&script)
+        };
+        let error = late.spawn().err().expect("refused");
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}");
+        assert!(!path.exists(), "the command ran");
+        let in_time = Spawn {
+            not_after: Some(tokio::time::Instant::now() + std::time::Duration::from_secs(5)),
+            ..shell(&script)
+        };
+        let (code, _, _) = run(&in_time).await;
+        assert_eq!(code, 0);
+        assert!(path.exists(), "the command did not run");
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -4,7 +4,7 @@
 
 use nix::unistd::{Gid, Group, Uid, User};
 
-use crate::config::RunAs;
+use crate::config::{Config, ConfigError, Diagnostic, RunAs};
 
 /// A job's user, resolved on this host.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +97,44 @@ pub(crate) fn cannot_switch() -> Option<String> {
             missing.join(" and ")
         )
     })
+}
+
+/// What only this host can tell of `config`, for a process that runs the jobs
+/// (`run`, `check`, `trigger`): each `user` and `group` exists here, and
+/// this process may switch to them (`CAP_SETUID` and `CAP_SETGID`).
+pub(crate) fn check_host(config: &Config) -> Result<(), ConfigError> {
+    let cannot_switch = cannot_switch();
+    let mut diagnostics = Vec::new();
+    for job in &config.jobs {
+        let Some(run_as) = &job.run_as else {
+            continue;
+        };
+        let problem = match resolve(run_as) {
+            Err(e) => Some(e),
+            Ok(_) => cannot_switch.as_ref().map(|why| {
+                format!(
+                    "its runs are to switch to user {:?}, but {why}",
+                    run_as.user
+                )
+            }),
+        };
+        if let Some(message) = problem {
+            diagnostics.push(Diagnostic {
+                line: run_as.line,
+                job: Some(format!("{:?}", job.name)),
+                key: Some("user".to_string()),
+                message,
+            });
+        }
+    }
+    if diagnostics.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError {
+            path: config.path.clone(),
+            diagnostics,
+        })
+    }
 }
 
 #[cfg(test)]

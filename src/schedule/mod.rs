@@ -6,11 +6,20 @@
 //! 5 fields as crontab, 6 with a leading seconds field, the `@` macros, and
 //! Vixie cron's day rule (a day matches when either the day-of-month or the
 //! day-of-week matches, unless one of them starts with `*`, in which case
-//! both must). Daylight saving follows `docs/design.md#time` through croner's
-//! resolution of local times: a fixed time that falls in a spring-forward
-//! gap fires once at the first instant after it, a fixed time in a
-//! fall-back overlap fires once at its first occurrence, and interval
-//! schedules keep firing on the real timeline.
+//! both must).
+//!
+//! Daylight saving follows cron(8) (`docs/design.md`, "Schedules and
+//! daylight saving"), decided by the minute and hour fields (and the
+//! seconds field, when there is one). A schedule with no `*` in them (not
+//! even a step over `*`, such as `*/2`; ranges, lists and steps over ranges
+//! such as `0-23/2` count as fixed) fires each matching local time once: a
+//! time in a spring-forward gap at the gap's end, the first instant after
+//! it, and a time that happens twice at its first occurrence; two local
+//! times that land on the same instant are one instant. The day fields of a
+//! time in a gap are tested against its own date, even when the gap crosses
+//! midnight. A schedule with a `*` in one of those fields stays on the real
+//! timeline: it fires at every instant whose local time matches, twice
+//! through a fall-back overlap and never in a gap.
 
 mod alarm;
 mod clock;
@@ -23,7 +32,9 @@ pub(crate) use self::ticker::{LATE_LIMIT, Ticker};
 
 use std::sync::Arc;
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::{
+    DateTime, DurationRound, LocalResult, NaiveDateTime, Offset as _, TimeDelta, TimeZone, Utc,
+};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
@@ -37,7 +48,23 @@ pub(crate) struct Schedule {
     /// `None` for `@reboot`: no instant but the replica's start. Shared by
     /// the schedule's clones: a parsed expression is some kilobytes.
     cron: Option<Arc<Cron>>,
+    timeline: Timeline,
     jitter: Option<Jitter>,
+}
+
+/// How the local times a schedule matches become instants, as cron(8)
+/// decides it: by whether the minute and hour fields (and a seconds field)
+/// hold a `*`. Read from the expression, so it needs no part in equality.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timeline {
+    /// Fixed times (`30 2 * * *`, `0 2,4 * * *`, `0 0-23/2 * * *`): each
+    /// matching local time fires once, a time in a gap at the gap's end and
+    /// a repeated time at its first occurrence.
+    Local,
+    /// A `*` in the seconds, minute or hour field (`0 * * * *`, `*/5 * * *
+    /// *`): every real instant whose local time matches, so twice through a
+    /// fall-back overlap and never in a gap.
+    Real,
 }
 
 /// A start delay in `[0, span)` derived from a hash of (job, instant), so
@@ -95,6 +122,7 @@ impl Schedule {
                 expression: "@reboot".to_string(),
                 zone,
                 cron: None,
+                timeline: Timeline::Real,
                 jitter: None,
             });
         }
@@ -118,6 +146,16 @@ impl Schedule {
         // specific value, an extension) counts as `*`.
         let unrestricted = |field: &str| field.starts_with('*') || field == "?";
         let vixie_and = unrestricted(dom) || unrestricted(dow);
+        // The seconds (if any), minute and hour fields: a job that runs every
+        // so many of them is about elapsed time, and one that names them is
+        // about the clock on the wall (cron(8) tests for a leading `*`; a `*`
+        // later in a list means every value just the same).
+        let time_fields = &fields[..fields.len() - 3];
+        let timeline = if time_fields.iter().any(|field| field.contains('*')) {
+            Timeline::Real
+        } else {
+            Timeline::Local
+        };
         let parser = CronParser::builder()
             .seconds(seconds)
             .year(croner::parser::Year::Disallowed)
@@ -130,6 +168,7 @@ impl Schedule {
             expression: expression.trim().to_string(),
             zone,
             cron: Some(Arc::new(cron)),
+            timeline,
             jitter: None,
         };
         // A valid pattern that never matches (`0 0 30 2 *`) is a mistake,
@@ -199,20 +238,32 @@ impl Schedule {
         self.zone
     }
 
-    /// The first instant strictly after `after`.
+    /// The first instant strictly after `after` (which may hold a fraction
+    /// of a second).
+    ///
+    /// For a fixed-time schedule that is the first instant of the first
+    /// matching local time the zone's clock has not yet shown by `after`:
+    /// see [`Schedule::first_instant_at`] and [`Schedule::wall_reached`].
     pub(crate) fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        // croner works in whole seconds: start from the second `after` is in,
-        // which is itself not after `after`, and search exclusively.
-        let start = after
-            .duration_trunc(TimeDelta::seconds(1))
-            .ok()?
-            .with_timezone(&self.zone);
-        let next = self
-            .cron
-            .as_ref()?
-            .find_next_occurrence(&start, false)
-            .ok()?;
-        Some(next.with_timezone(&Utc))
+        let cron = self.cron.as_ref()?;
+        // Instants are whole seconds: the second `after` is in is itself not
+        // after it, and the search from it is exclusive.
+        let after = after.duration_trunc(TimeDelta::seconds(1)).ok()?;
+        match self.timeline {
+            Timeline::Real => {
+                let start = after.with_timezone(&self.zone);
+                let next = cron.find_next_occurrence(&start, false).ok()?;
+                Some(next.with_timezone(&Utc))
+            }
+            Timeline::Local => {
+                // On a clock without daylight saving, croner lists every local
+                // time once, those in a gap included, by the date they bear.
+                let wall = cron
+                    .find_next_occurrence(&self.wall_reached(after)?, false)
+                    .ok()?;
+                self.first_instant_at(wall)
+            }
+        }
     }
 
     /// The time between the first two instants after `after` (the
@@ -223,18 +274,110 @@ impl Schedule {
         (second - first).to_std().ok()
     }
 
-    /// The latest instant at or before `at`, if there is one.
+    /// The latest instant at or before `at`, if there is one: the latest
+    /// that [`Schedule::next_after`] gives at or before `at`.
     pub(crate) fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let start = at
-            .duration_trunc(TimeDelta::seconds(1))
-            .ok()?
-            .with_timezone(&self.zone);
-        let previous = self
-            .cron
-            .as_ref()?
-            .find_previous_occurrence(&start, true)
-            .ok()?;
-        Some(previous.with_timezone(&Utc))
+        let cron = self.cron.as_ref()?;
+        let at = at.duration_trunc(TimeDelta::seconds(1)).ok()?;
+        match self.timeline {
+            Timeline::Real => {
+                let start = at.with_timezone(&self.zone);
+                let previous = cron.find_previous_occurrence(&start, true).ok()?;
+                Some(previous.with_timezone(&Utc))
+            }
+            Timeline::Local => {
+                let wall = cron
+                    .find_previous_occurrence(&self.wall_reached(at)?, true)
+                    .ok()?;
+                self.first_instant_at(wall)
+            }
+        }
+    }
+
+    /// The instant a fixed-time schedule fires for the local time `wall`:
+    /// the first instant the zone's clock shows `wall` or later. That is
+    /// `wall` itself where it happens once, its first occurrence where the
+    /// clock goes back over it, and the end of the gap (the first instant
+    /// after it) where the clock jumps over it.
+    ///
+    /// Seen from the instants, this is what makes the rule consistent: local
+    /// times in order give instants in order (equal ones being one instant),
+    /// so the instants after `t` are those of the local times the clock has
+    /// not shown by `t`.
+    fn first_instant_at(&self, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
+        match self.zone.from_local_datetime(&wall) {
+            LocalResult::Single(instant) | LocalResult::Ambiguous(instant, _) => {
+                Some(instant.with_timezone(&Utc))
+            }
+            LocalResult::None => self.gap_end(wall),
+        }
+    }
+
+    /// The first instant after the gap that the local time `wall` is in:
+    /// that of the first local time after `wall` that exists.
+    fn gap_end(&self, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
+        let exists = |wall: NaiveDateTime| self.zone.from_local_datetime(&wall).earliest();
+        // Gaps are mostly an hour, the longest a day (Samoa's 2011-12-30), and
+        // not always whole minutes: widen a bracket until its end exists (two
+        // days at most), then halve it to the second.
+        let mut missing = wall;
+        let mut step = TimeDelta::minutes(1);
+        let mut present = loop {
+            let probe = missing.checked_add_signed(step)?;
+            if exists(probe).is_some() {
+                break probe;
+            }
+            if step > TimeDelta::days(1) {
+                return None;
+            }
+            missing = probe;
+            step = step * 2;
+        };
+        while (present - missing).num_seconds() > 1 {
+            let middle = missing + TimeDelta::seconds((present - missing).num_seconds() / 2);
+            if exists(middle).is_some() {
+                present = middle;
+            } else {
+                missing = middle;
+            }
+        }
+        exists(present).map(|instant| instant.with_timezone(&Utc))
+    }
+
+    /// The latest local time (whole seconds) the zone's clock has shown by
+    /// `at` (a whole second): `at`'s own local time, except in the second
+    /// pass of a fall-back overlap, when the clock showed later times before
+    /// it went back: the last second before the change.
+    fn wall_reached(&self, at: DateTime<Utc>) -> Option<NaiveDateTime> {
+        let local = at.with_timezone(&self.zone);
+        let wall = local.naive_local();
+        let LocalResult::Ambiguous(earlier, later) = self.zone.from_local_datetime(&wall) else {
+            return Some(wall);
+        };
+        if later != local {
+            return Some(wall);
+        }
+        // The change lies in (earlier, at]: bisect to the last second on the
+        // earlier offset.
+        let offset = local.offset().fix();
+        let offset_at = |second: i64| {
+            DateTime::from_timestamp(second, 0).map(|instant| {
+                self.zone
+                    .offset_from_utc_datetime(&instant.naive_utc())
+                    .fix()
+            })
+        };
+        let (mut before, mut since) = (earlier.timestamp(), at.timestamp());
+        while since - before > 1 {
+            let middle = before + (since - before) / 2;
+            if offset_at(middle)? == offset {
+                since = middle;
+            } else {
+                before = middle;
+            }
+        }
+        DateTime::from_timestamp(before, 0)
+            .map(|instant| instant.with_timezone(&self.zone).naive_local())
     }
 
     /// The next `count` instants strictly after `after`.
@@ -325,6 +468,7 @@ pub(crate) fn fmt_instant(instant: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::{Datelike as _, Timelike as _};
 
     fn utc(text: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(text)
@@ -560,6 +704,242 @@ mod tests {
         );
     }
 
+    /// Fixed times in lists and ranges: Europe/Berlin 2030 springs forward
+    /// on 03-31 (02:00 CET -> 03:00 CEST, at 01:00Z) and falls back on 10-27
+    /// (03:00 CEST -> 02:00 CET, at 01:00Z); America/New_York falls back on
+    /// 2030-11-03 (02:00 EDT -> 01:00 EST, at 06:00Z).
+    #[test]
+    fn fixed_times_in_lists_and_ranges_fire_once_through_transitions() {
+        // 02:00 happens twice: once, at 02:00 CEST.
+        assert_eq!(
+            next_n("0 2,4 * * *", "Europe/Berlin", "2030-10-26T12:00:00Z", 4),
+            [
+                "2030-10-27T00:00:00Z",
+                "2030-10-27T03:00:00Z",
+                "2030-10-28T01:00:00Z",
+                "2030-10-28T03:00:00Z"
+            ]
+        );
+        // 02:00 does not exist: at the gap's end, 03:00 CEST.
+        assert_eq!(
+            next_n("0 2,4 * * *", "Europe/Berlin", "2030-03-30T12:00:00Z", 4),
+            [
+                "2030-03-31T01:00:00Z",
+                "2030-03-31T02:00:00Z",
+                "2030-04-01T00:00:00Z",
+                "2030-04-01T02:00:00Z"
+            ]
+        );
+        assert_eq!(
+            next_n("15,45 2 * * *", "Europe/Berlin", "2030-10-26T12:00:00Z", 4),
+            [
+                "2030-10-27T00:15:00Z",
+                "2030-10-27T00:45:00Z",
+                "2030-10-28T01:15:00Z",
+                "2030-10-28T01:45:00Z"
+            ]
+        );
+        assert_eq!(
+            next_n("0 1-3 * * *", "Europe/Berlin", "2030-10-26T12:00:00Z", 4),
+            [
+                "2030-10-26T23:00:00Z",
+                "2030-10-27T00:00:00Z",
+                "2030-10-27T02:00:00Z",
+                "2030-10-28T00:00:00Z"
+            ]
+        );
+        // 02:00 lands on the gap's end, which is 03:00: one instant.
+        assert_eq!(
+            next_n("0 1-3 * * *", "Europe/Berlin", "2030-03-30T12:00:00Z", 3),
+            [
+                "2030-03-31T00:00:00Z",
+                "2030-03-31T01:00:00Z",
+                "2030-03-31T23:00:00Z"
+            ]
+        );
+        assert_eq!(
+            next_n(
+                "30 1,13 * * *",
+                "America/New_York",
+                "2030-11-02T12:00:00Z",
+                4
+            ),
+            [
+                "2030-11-02T17:30:00Z",
+                "2030-11-03T05:30:00Z",
+                "2030-11-03T18:30:00Z",
+                "2030-11-04T06:30:00Z"
+            ]
+        );
+    }
+
+    /// America/Nuuk springs forward from Saturday 2026-03-28 23:00 (-02) to
+    /// Sunday 00:00 (-01), at 01:00Z: Saturday's 23:30 never happens, and
+    /// fires at the gap's end although that is Sunday.
+    #[test]
+    fn a_gap_across_midnight_keeps_the_day_of_the_missing_time() {
+        assert_eq!(
+            next_n("30 23 * * 6", "America/Nuuk", "2026-03-21T12:00:00Z", 3),
+            [
+                "2026-03-22T01:30:00Z",
+                "2026-03-29T01:00:00Z",
+                "2026-04-05T00:30:00Z"
+            ]
+        );
+        assert_eq!(
+            next_n("30 23 * * *", "America/Nuuk", "2026-03-27T12:00:00Z", 3),
+            [
+                "2026-03-28T01:30:00Z",
+                "2026-03-29T01:00:00Z",
+                "2026-03-30T00:30:00Z"
+            ]
+        );
+        assert_eq!(
+            next_n("30 23 28 3 *", "America/Nuuk", "2026-03-01T00:00:00Z", 2),
+            ["2026-03-29T01:00:00Z", "2027-03-29T00:30:00Z"]
+        );
+        // Sunday's 23:30 is not Saturday's: the gap's end is not its.
+        assert_eq!(
+            next_n("30 23 * * 0", "America/Nuuk", "2026-03-28T12:00:00Z", 1),
+            ["2026-03-30T00:30:00Z"]
+        );
+        // Pacific/Apia skipped Friday 2011-12-30 whole (-10 -> +14 at
+        // 10:00Z): Friday's times fire at the gap's end, Saturday 00:00.
+        assert_eq!(
+            next_n("0 12 * * 5", "Pacific/Apia", "2011-12-20T00:00:00Z", 2),
+            ["2011-12-23T22:00:00Z", "2011-12-30T10:00:00Z"]
+        );
+        assert_eq!(
+            next_n("0 12 * * *", "Pacific/Apia", "2011-12-29T12:00:00Z", 3),
+            [
+                "2011-12-29T22:00:00Z",
+                "2011-12-30T10:00:00Z",
+                "2011-12-30T22:00:00Z"
+            ]
+        );
+    }
+
+    /// A `*` in the seconds, minute or hour field puts a schedule on the
+    /// real timeline; Europe/Berlin falls back on 2030-10-27 at 01:00Z.
+    #[test]
+    fn the_time_fields_decide_between_fixed_and_real_timeline() {
+        let berlin = "Europe/Berlin";
+        let from = "2030-10-26T21:30:00Z";
+        // A step over `*`: 02:00 twice, real hours apart.
+        assert_eq!(
+            next_n("0 */2 * * *", berlin, from, 4),
+            [
+                "2030-10-26T22:00:00Z",
+                "2030-10-27T00:00:00Z",
+                "2030-10-27T01:00:00Z",
+                "2030-10-27T03:00:00Z"
+            ]
+        );
+        // A step over a range is fixed: 02:00 once.
+        assert_eq!(
+            next_n("0 0-23/2 * * *", berlin, from, 3),
+            [
+                "2030-10-26T22:00:00Z",
+                "2030-10-27T00:00:00Z",
+                "2030-10-27T03:00:00Z"
+            ]
+        );
+        assert_eq!(
+            next_n("@hourly", berlin, "2030-10-26T23:30:00Z", 3),
+            [
+                "2030-10-27T00:00:00Z",
+                "2030-10-27T01:00:00Z",
+                "2030-10-27T02:00:00Z"
+            ]
+        );
+        // A `*` minute in a fixed hour: every real minute of both 02:xx.
+        let both_passes = schedule("* 2 * * *", berlin).upcoming(utc("2030-10-26T12:00:00Z"), 121);
+        assert_eq!(both_passes[0], utc("2030-10-27T00:00:00Z"));
+        assert_eq!(both_passes[60], utc("2030-10-27T01:00:00Z"));
+        assert_eq!(both_passes[119], utc("2030-10-27T01:59:00Z"));
+        assert_eq!(both_passes[120], utc("2030-10-28T01:00:00Z"));
+        // Six fields: fixed seconds, minute and hour are a fixed time; a
+        // seconds field with `*` is the real timeline.
+        assert_eq!(
+            next_n("0 30 2 * * *", berlin, "2030-10-26T12:00:00Z", 2),
+            ["2030-10-27T00:30:00Z", "2030-10-28T01:30:00Z"]
+        );
+        assert_eq!(
+            next_n("*/30 30 2 * * *", berlin, "2030-10-26T12:00:00Z", 4),
+            [
+                "2030-10-27T00:30:00Z",
+                "2030-10-27T00:30:30Z",
+                "2030-10-27T01:30:00Z",
+                "2030-10-27T01:30:30Z"
+            ]
+        );
+        // @daily is fixed: Asia/Beirut's midnight of 2030-03-31 is in the
+        // gap (00:00 +02 -> 01:00 +03, at 2030-03-30T22:00Z).
+        assert_eq!(
+            next_n("@daily", "Asia/Beirut", "2030-03-29T12:00:00Z", 3),
+            [
+                "2030-03-29T22:00:00Z",
+                "2030-03-30T22:00:00Z",
+                "2030-03-31T21:00:00Z"
+            ]
+        );
+        // On the real timeline the missing midnight does not fire.
+        assert_eq!(
+            next_n("0 0 * * *", "Asia/Beirut", "2030-03-29T12:00:00Z", 2),
+            ["2030-03-29T22:00:00Z", "2030-03-30T22:00:00Z"]
+        );
+        assert_eq!(
+            next_n("0 */24 * * *", "Asia/Beirut", "2030-03-29T12:00:00Z", 2),
+            ["2030-03-29T22:00:00Z", "2030-03-31T21:00:00Z"]
+        );
+    }
+
+    /// `next_after` and `latest_at_or_before` agree on fixed times next to
+    /// Europe/Berlin's 2030 transitions, for instants with fractions too.
+    #[test]
+    fn next_and_latest_agree_next_to_transitions() {
+        let berlin = schedule("0 2,4 * * *", "Europe/Berlin");
+        let next = |at: &str| berlin.next_after(utc(at));
+        let latest = |at: &str| berlin.latest_at_or_before(utc(at));
+        assert_eq!(
+            next("2030-10-26T23:59:59.999Z"),
+            Some(utc("2030-10-27T00:00:00Z"))
+        );
+        assert_eq!(
+            next("2030-10-27T00:00:00.5Z"),
+            Some(utc("2030-10-27T03:00:00Z"))
+        );
+        // In the second pass of the overlap, 02:00 has fired already.
+        assert_eq!(
+            next("2030-10-27T01:00:00Z"),
+            Some(utc("2030-10-27T03:00:00Z"))
+        );
+        assert_eq!(
+            latest("2030-10-27T01:30:00Z"),
+            Some(utc("2030-10-27T00:00:00Z"))
+        );
+        assert_eq!(
+            latest("2030-10-27T02:59:59.999Z"),
+            Some(utc("2030-10-27T00:00:00Z"))
+        );
+        assert_eq!(
+            latest("2030-10-26T23:59:59.999Z"),
+            Some(utc("2030-10-26T02:00:00Z"))
+        );
+        assert_eq!(
+            next("2030-03-31T00:59:59.5Z"),
+            Some(utc("2030-03-31T01:00:00Z"))
+        );
+        assert_eq!(
+            latest("2030-03-31T00:59:59.5Z"),
+            Some(utc("2030-03-30T03:00:00Z"))
+        );
+        assert_eq!(
+            latest("2030-03-31T01:59:59Z"),
+            Some(utc("2030-03-31T01:00:00Z"))
+        );
+    }
+
     #[test]
     fn hourly_keeps_the_real_timeline_through_spring_forward() {
         // Berlin: 00:00Z is 01:00 CET, 01:00Z is 03:00 CEST: one real hour apart.
@@ -704,5 +1084,301 @@ mod tests {
         // fires at 03:00 instead: 23.5 hours after the day before's.
         assert_eq!(shortest("30 2 * * *"), Some(secs(23 * 3600 + 1800)));
         assert_eq!(shortest("* * * * * *"), Some(secs(1)));
+    }
+
+    /// A change of a zone's offset: when, and the offsets (seconds east of
+    /// UTC) before and after.
+    #[derive(Clone, Copy, Debug)]
+    struct Transition {
+        at: DateTime<Utc>,
+        before: i32,
+        after: i32,
+    }
+
+    fn offset_at(zone: Tz, instant: DateTime<Utc>) -> i32 {
+        zone.offset_from_utc_datetime(&instant.naive_utc())
+            .fix()
+            .local_minus_utc()
+    }
+
+    /// Every change of `zone`'s offset in `years`, found by an hourly scan
+    /// and bisected to the second.
+    fn transitions(zone: Tz, years: std::ops::RangeInclusive<i32>) -> Vec<Transition> {
+        let start = utc(&format!("{}-01-01T00:00:00Z", years.start())).timestamp();
+        let end = utc(&format!("{}-01-01T00:00:00Z", years.end() + 1)).timestamp();
+        let at = |second: i64| DateTime::from_timestamp(second, 0).expect("in range");
+        let mut found = Vec::new();
+        for hour in (start..end).step_by(3600) {
+            let (before, after) = (offset_at(zone, at(hour)), offset_at(zone, at(hour + 3600)));
+            if before == after {
+                continue;
+            }
+            let (mut old, mut new) = (hour, hour + 3600);
+            while new - old > 1 {
+                let middle = old + (new - old) / 2;
+                if offset_at(zone, at(middle)) == before {
+                    old = middle;
+                } else {
+                    new = middle;
+                }
+            }
+            found.push(Transition {
+                at: at(new),
+                before,
+                after,
+            });
+        }
+        found
+    }
+
+    /// The first instant on a whole minute whose local time in `zone` is
+    /// `wall` or later, by brute force: what a fixed-time schedule fires for
+    /// `wall`.
+    fn first_reaching(zone: Tz, wall: NaiveDateTime) -> DateTime<Utc> {
+        // No zone is 16 hours ahead of UTC, so every instant before this one
+        // shows an earlier local time.
+        let mut instant = wall.and_utc() - TimeDelta::hours(16);
+        while instant.with_timezone(&zone).naive_local() < wall {
+            instant += TimeDelta::minutes(1);
+        }
+        instant
+    }
+
+    /// The instants of `schedule` after `from`, up to and including `to`.
+    fn between(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        let mut instants = Vec::new();
+        let mut cursor = from;
+        while let Some(next) = schedule.next_after(cursor) {
+            if next > to {
+                break;
+            }
+            instants.push(next);
+            cursor = next;
+        }
+        instants
+    }
+
+    /// Instants strictly increase, and `next_after` and
+    /// `latest_at_or_before` agree on them, from whole seconds and
+    /// fractions alike.
+    fn assert_consistent(schedule: &Schedule, instants: &[DateTime<Utc>], what: &str) {
+        let millisecond = TimeDelta::milliseconds(1);
+        for pair in instants.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            assert!(a < b, "{what}: {a} then {b}");
+            assert_eq!(schedule.next_after(a), Some(b), "{what}: after {a}");
+            assert_eq!(
+                schedule.next_after(a + millisecond * 500),
+                Some(b),
+                "{what}: after {a} and a half"
+            );
+            assert_eq!(
+                schedule.next_after(b - millisecond),
+                Some(b),
+                "{what}: just before {b}"
+            );
+            assert_eq!(schedule.latest_at_or_before(b), Some(b), "{what}: at {b}");
+            assert_eq!(
+                schedule.latest_at_or_before(b - millisecond),
+                Some(a),
+                "{what}: just before {b}"
+            );
+        }
+    }
+
+    /// For one transition: a fixed time in the gap or overlap (every day,
+    /// and on that day's weekday only), a list of fixed times around it,
+    /// and real-timeline schedules, each against a brute-force reference.
+    fn check_transition(zone: Tz, transition: Transition) {
+        let Transition { at, before, after } = transition;
+        let change = at.naive_utc();
+        let shift = TimeDelta::seconds(i64::from(after - before));
+        let gap = shift > TimeDelta::zero();
+        // The local times skipped (a gap) or repeated (an overlap).
+        let (first, end) = if gap {
+            (
+                change + TimeDelta::seconds(i64::from(before)),
+                change + TimeDelta::seconds(i64::from(after)),
+            )
+        } else {
+            (
+                change + TimeDelta::seconds(i64::from(after)),
+                change + TimeDelta::seconds(i64::from(before)),
+            )
+        };
+        let middle = {
+            let middle = first + (end - first) / 2;
+            middle - TimeDelta::seconds(i64::from(middle.second()))
+        };
+        // A gap's times fire at its end, which is the change; a repeated
+        // time at its first occurrence, on the offset before the change.
+        let middle_fires = if gap {
+            at
+        } else {
+            middle.and_utc() - TimeDelta::seconds(i64::from(before))
+        };
+        let day = first.date();
+        let midnight = |days: i64| (day + TimeDelta::days(days)).and_time(chrono::NaiveTime::MIN);
+        // The instants of the local dates from the day before the
+        // transition's to the day after.
+        let from = first_reaching(zone, midnight(-1)) - TimeDelta::seconds(1);
+        let to = first_reaching(zone, midnight(2)) - TimeDelta::seconds(1);
+        let label = |expression: &str| format!("{zone} {expression} around {at}");
+        let fixed_reference = |schedule: &Schedule| {
+            let cron = schedule.cron.as_ref().expect("a cron");
+            let mut wall = midnight(-1);
+            let mut instants = Vec::new();
+            while wall < midnight(2) {
+                if cron.is_time_matching(&wall).expect("matching") {
+                    instants.push(first_reaching(zone, wall));
+                }
+                wall += TimeDelta::minutes(1);
+            }
+            instants.sort();
+            instants.dedup();
+            instants
+        };
+
+        // One fixed time a day: once on each of the three dates.
+        let expression = format!("{} {} * * *", middle.minute(), middle.hour());
+        let daily = Schedule::parse(&expression, zone).expect("valid");
+        let instants = between(&daily, from, to);
+        assert_eq!(instants.len(), 3, "{}: {instants:?}", label(&expression));
+        assert_eq!(instants[1], middle_fires, "{}", label(&expression));
+        for (instant, days) in [(instants[0], -1), (instants[2], 1)] {
+            assert_eq!(
+                instant.with_timezone(&zone).naive_local(),
+                middle + TimeDelta::days(days),
+                "{}",
+                label(&expression)
+            );
+        }
+        assert_eq!(instants, fixed_reference(&daily), "{}", label(&expression));
+        assert_consistent(&daily, &instants, &label(&expression));
+
+        // The same time on the weekday of the time that was skipped or
+        // repeated only, which a gap across midnight keeps.
+        let expression = format!(
+            "{} {} * * {}",
+            middle.minute(),
+            middle.hour(),
+            middle.weekday().num_days_from_sunday()
+        );
+        let weekly = Schedule::parse(&expression, zone).expect("valid");
+        assert_eq!(
+            between(&weekly, from, to),
+            [middle_fires],
+            "{}",
+            label(&expression)
+        );
+
+        // Fixed times in the hours around the change, at the minute it
+        // starts and at the middle one: each local time once, one instant
+        // where several land on the end of a gap.
+        let mut minutes = vec![first.minute(), middle.minute()];
+        minutes.dedup();
+        let hour = first.hour();
+        let expression = format!(
+            "{} {},{},{} * * *",
+            minutes
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            (hour + 23) % 24,
+            hour,
+            (hour + 1) % 24
+        );
+        let listed = Schedule::parse(&expression, zone).expect("valid");
+        let instants = between(&listed, from, to);
+        assert_eq!(instants, fixed_reference(&listed), "{}", label(&expression));
+        assert!(instants.contains(&middle_fires), "{}", label(&expression));
+        // Per local date, one instant for each matching local time, but on
+        // the transition's date where gap times share the gap's end.
+        let per_day = minutes.len() * 3;
+        for days in [-1, 1] {
+            let on_date = instants
+                .iter()
+                .filter(|instant| {
+                    instant.with_timezone(&zone).date_naive() == day + TimeDelta::days(days)
+                })
+                .count();
+            assert_eq!(on_date, per_day, "{} day {days}", label(&expression));
+        }
+        if !gap {
+            // Nothing fires in the overlap's second pass.
+            assert!(
+                instants
+                    .iter()
+                    .all(|instant| *instant < at || *instant >= at - shift),
+                "{}: {instants:?}",
+                label(&expression)
+            );
+        }
+        assert_consistent(&listed, &instants, &label(&expression));
+
+        // The real timeline: every real minute whose local time matches,
+        // within four hours of the change.
+        for expression in [
+            "0 * * * *",
+            "30 * * * *",
+            "*/15 * * * *",
+            "* * * * *",
+            "0 */2 * * *",
+        ] {
+            let real = Schedule::parse(expression, zone).expect("valid");
+            assert_eq!(real.timeline, Timeline::Real, "{expression}");
+            let cron = real.cron.as_ref().expect("a cron");
+            let (from, to) = (at - TimeDelta::hours(4), at + TimeDelta::hours(4));
+            let mut reference = Vec::new();
+            let mut instant = from + TimeDelta::minutes(1);
+            while instant <= to {
+                if cron
+                    .is_time_matching(&instant.with_timezone(&zone))
+                    .expect("matching")
+                {
+                    reference.push(instant);
+                }
+                instant += TimeDelta::minutes(1);
+            }
+            let instants = between(&real, from, to);
+            assert_eq!(instants, reference, "{}", label(expression));
+            assert_consistent(&real, &instants, &label(expression));
+        }
+    }
+
+    /// Every transition of 2026–2030 in zones that change by an hour at
+    /// different local times (Nuuk's and Beirut's around midnight) or by
+    /// half an hour (Lord Howe), and zones that never change.
+    #[test]
+    fn transitions_of_2026_to_2030_follow_the_rule() {
+        for name in [
+            "Europe/Berlin",
+            "America/New_York",
+            "America/Nuuk",
+            "Asia/Beirut",
+            "Australia/Lord_Howe",
+        ] {
+            let zone: Tz = name.parse().expect("zone");
+            let found = transitions(zone, 2026..=2030);
+            assert_eq!(found.len(), 10, "{name}: {found:?}");
+            for transition in found {
+                check_transition(zone, transition);
+            }
+        }
+        for name in ["Asia/Tokyo", "UTC"] {
+            let zone: Tz = name.parse().expect("zone");
+            assert!(transitions(zone, 2026..=2030).is_empty(), "{name}");
+            let daily = Schedule::parse("30 2 * * *", zone).expect("valid");
+            let instants = between(
+                &daily,
+                utc("2026-01-01T00:00:00Z"),
+                utc("2031-01-01T00:00:00Z"),
+            );
+            assert_eq!(instants.len(), 1826, "{name}");
+            for pair in instants.windows(2) {
+                assert_eq!(pair[1] - pair[0], TimeDelta::days(1), "{name}");
+            }
+        }
     }
 }

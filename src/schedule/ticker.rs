@@ -45,6 +45,8 @@ pub(crate) struct Ticker {
     schedule: Schedule,
     clock: Arc<dyn Clock>,
     last: Option<DateTime<Utc>>,
+    /// No instant at or before this is handed out.
+    floor: Option<DateTime<Utc>>,
     skipped: Option<Skipped>,
 }
 
@@ -55,6 +57,7 @@ impl Ticker {
             schedule,
             clock,
             last: None,
+            floor: None,
             skipped: None,
         }
     }
@@ -69,6 +72,7 @@ impl Ticker {
             schedule,
             clock,
             last: Some(last),
+            floor: None,
             skipped: None,
         }
     }
@@ -94,7 +98,9 @@ impl Ticker {
             // jitter, that may be an instant already past.
             None => {
                 let mut target = self.schedule.next_after(now - self.schedule.jitter())?;
-                while self.schedule.start_of(target) <= now {
+                while self.schedule.start_of(target) <= now
+                    || self.floor.is_some_and(|floor| target <= floor)
+                {
                     target = self.schedule.next_after(target)?;
                 }
                 target
@@ -122,6 +128,22 @@ impl Ticker {
 }
 
 impl Ticker {
+    /// The last instant handed out, if any.
+    pub(crate) fn last(&self) -> Option<DateTime<Utc>> {
+        self.last
+    }
+
+    /// Hands out no instant at or before `floor` (one a ticker this one
+    /// replaces has handed out already), whatever the clock says.
+    pub(crate) fn not_before(mut self, floor: Option<DateTime<Utc>>) -> Self {
+        if let Some(floor) = floor
+            && self.last.is_none_or(|last| last < floor)
+        {
+            self.floor = Some(floor);
+        }
+        self
+    }
+
     /// The instants skipped since the last call, if any.
     pub(crate) fn take_skipped(&mut self) -> Option<Skipped> {
         self.skipped.take()
@@ -303,5 +325,68 @@ mod tests {
         let mut ticker = Ticker::new(jittered.clone(), clock.clone());
         assert_eq!(ticker.tick().await, Some(first));
         assert!(clock.now() >= start);
+    }
+
+    /// The instants a ticker on a virtual clock started at `start` hands
+    /// out, `count` of them, each at its instant.
+    async fn ticks(schedule: Schedule, start: &str, count: usize) -> Vec<DateTime<Utc>> {
+        let clock = Arc::new(TokioClock::starting_at(utc(start)));
+        let mut ticker = Ticker::new(schedule, clock.clone());
+        let mut fired = Vec::new();
+        for _ in 0..count {
+            let instant = ticker.tick().await.expect("instant");
+            assert!(clock.now() >= instant);
+            assert!(clock.now() - instant < TimeDelta::milliseconds(2));
+            fired.push(instant);
+        }
+        fired
+    }
+
+    /// Europe/Berlin 2030: 02:00 CET -> 03:00 CEST on 03-31 and 03:00 CEST
+    /// -> 02:00 CET on 10-27, both at 01:00Z. Fixed times fire once (a
+    /// missing one at the gap's end, a repeated one at its first
+    /// occurrence); an hourly schedule keeps the real hours.
+    #[tokio::test(start_paused = true)]
+    async fn ticker_fires_fixed_times_once_through_both_transitions() {
+        let twice_a_day = || schedule("0 2,4 * * *", "Europe/Berlin");
+        assert_eq!(
+            ticks(twice_a_day(), "2030-03-30T12:00:00Z", 4).await,
+            [
+                utc("2030-03-31T01:00:00Z"),
+                utc("2030-03-31T02:00:00Z"),
+                utc("2030-04-01T00:00:00Z"),
+                utc("2030-04-01T02:00:00Z")
+            ]
+        );
+        assert_eq!(
+            ticks(twice_a_day(), "2030-10-26T12:00:00Z", 4).await,
+            [
+                utc("2030-10-27T00:00:00Z"),
+                utc("2030-10-27T03:00:00Z"),
+                utc("2030-10-28T01:00:00Z"),
+                utc("2030-10-28T03:00:00Z")
+            ]
+        );
+        assert_eq!(
+            ticks(
+                schedule("0 * * * *", "Europe/Berlin"),
+                "2030-10-26T23:30:00Z",
+                3
+            )
+            .await,
+            [
+                utc("2030-10-27T00:00:00Z"),
+                utc("2030-10-27T01:00:00Z"),
+                utc("2030-10-27T02:00:00Z")
+            ]
+        );
+        // Resumed in the overlap's second pass after the first 02:00, the
+        // ticker does not hand out 02:00 again.
+        let clock = Arc::new(TokioClock::starting_at(utc("2030-10-27T01:10:00Z")));
+        let mut ticker =
+            Ticker::resuming_after(twice_a_day(), clock.clone(), utc("2030-10-27T00:00:00Z"));
+        assert_eq!(ticker.tick().await, Some(utc("2030-10-27T03:00:00Z")));
+        assert!(clock.now() >= utc("2030-10-27T03:00:00Z"));
+        assert_eq!(ticker.take_skipped(), None);
     }
 }

@@ -10,15 +10,18 @@
 //! only the round trips are shared.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 use super::job::Job;
 use crate::db::{DbError, Store};
 use crate::history::OnAbandoned;
-use crate::lease::{self, Claim, Lease};
+use crate::lease::{self, Claim, Lease, Nonce};
 
 /// How long no claim must have come before a batch is closed.
 const GATHER_QUIET: Duration = Duration::from_micros(150);
@@ -28,11 +31,74 @@ const GATHER_AT_MOST: Duration = Duration::from_millis(1);
 /// What a claim through the batcher came to.
 #[derive(Debug)]
 pub(crate) enum Claimed {
-    /// Won; the run's history row, if its start could be recorded in the
-    /// batch (attempt 1).
-    Won(Lease, Option<i64>),
+    /// Won.
+    Won {
+        /// The lease.
+        lease: Lease,
+        /// The run's history row, if its start could be recorded in the
+        /// batch (attempt 1).
+        run: Option<i64>,
+        /// When the claim statement was sent, on the monotonic clock: the
+        /// lease is counted from here (the database counts it from when the
+        /// statement began, which is no earlier), never from the answer.
+        sent: Instant,
+    },
     /// Not won: why, as [`Claim`] says (never [`Claim::Won`]).
     NotWon(Claim),
+    /// The database could not be heard (the connection or the server died,
+    /// or no answer came in time): the claim may have committed all the
+    /// same.
+    Unanswered(Unanswered),
+}
+
+/// A claim whose answer was lost. Its nonce tells, once the database
+/// answers again, whether it committed.
+#[derive(Debug)]
+pub(crate) struct Unanswered {
+    /// The claim statement's nonce.
+    pub(crate) nonce: Nonce,
+    /// When it was sent.
+    pub(crate) sent: Instant,
+    /// Why there is no answer.
+    pub(crate) error: DbError,
+    /// Becomes `true` once the statement's call has returned (it may go on
+    /// after its caller stopped waiting): only then does the row tell the
+    /// claim's fate.
+    returned: watch::Receiver<bool>,
+}
+
+impl Unanswered {
+    /// Waits until the claim's call has returned, at most until `deadline`;
+    /// `false` if it has not.
+    pub(crate) async fn returned_by(&mut self, deadline: Instant) -> bool {
+        let returned = self.returned.wait_for(|returned| *returned);
+        matches!(
+            tokio::time::timeout_at(deadline, returned).await,
+            Ok(Ok(_)) | Ok(Err(_))
+        )
+    }
+
+    /// A claim whose answer came, but too late to hold its lease in time:
+    /// like one whose answer was lost, its lease is confirmed again before
+    /// anything runs.
+    pub(crate) fn late(lease: &Lease, sent: Instant) -> Unanswered {
+        let (_, returned) = watch::channel(true);
+        Unanswered {
+            nonce: Nonce(lease.nonce),
+            sent,
+            error: DbError::Task("the claim was answered too late".to_string()),
+            returned,
+        }
+    }
+}
+
+/// Tells its watchers when dropped, however the call it lives in ends.
+struct Returned(watch::Sender<bool>);
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        let _ = self.0.send(true);
+    }
 }
 
 struct Request {
@@ -133,12 +199,33 @@ async fn claim_batch(
         .iter()
         .map(|r| (r.job.clone(), r.lease_for))
         .collect();
-    let outcome = store
-        .run(move |conn| claim_and_record(conn, &jobs, &instance, instant))
-        .await;
+    let nonce = Nonce::new();
+    // Set when nobody waits for the answer any more: a claim that commits
+    // after that gives its leases back at once instead of recording runs
+    // nobody will start (the job loops ask the rows what became of it).
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let (returned, returned_rx) = watch::channel(false);
+    let sent = Instant::now();
+    let outcome = {
+        let abandoned = abandoned.clone();
+        store
+            .run(move |conn| {
+                let _returned = Returned(returned);
+                claim_and_record(conn, &jobs, &instance, instant, nonce, &abandoned)
+            })
+            .await
+    };
     match outcome {
-        Ok((claims, recorded)) => {
-            for (request, claimed) in requests.into_iter().zip(claims) {
+        Ok((claims, ids)) => {
+            let recorded: Vec<String> = ids.keys().cloned().collect();
+            for (request, claim) in requests.into_iter().zip(claims) {
+                let claimed = match claim {
+                    Claim::Won(lease) => {
+                        let run = ids.get(&lease.job).copied();
+                        Claimed::Won { lease, run, sent }
+                    }
+                    not_won => Claimed::NotWon(not_won),
+                };
                 let _ = request.reply.send(Ok(claimed));
             }
             if !recorded.is_empty() {
@@ -148,17 +235,30 @@ async fn claim_batch(
             }
         }
         Err(e) => {
+            abandoned.store(true, Ordering::SeqCst);
             for request in requests {
-                let _ = request.reply.send(Err(DbError::shared(&e)));
+                let answer = if e.is_unreachable() {
+                    Ok(Claimed::Unanswered(Unanswered {
+                        nonce,
+                        sent,
+                        error: DbError::shared(&e),
+                        returned: returned_rx.clone(),
+                    }))
+                } else {
+                    Err(DbError::shared(&e))
+                };
+                let _ = request.reply.send(answer);
             }
         }
     }
 }
 
-/// Claims `jobs` at `instant` and records the start of each run won; the
-/// leases are won whatever comes of the record: a run whose start is not
-/// recorded here records its own. Returns the claims, and the jobs whose
-/// start was recorded here.
+/// Claims `jobs` at `instant` with `nonce` and records the start of each
+/// run won; the leases are won whatever comes of the record: a run whose
+/// start is not recorded here records its own. Returns the claims, and the
+/// run ids of the jobs whose start was recorded here. If its caller stopped waiting
+/// (`abandoned`) by the time the claim returns, the leases won are given
+/// back at once and nothing is recorded.
 ///
 /// Two commits, not one transaction: a transaction would hold the claimed
 /// rows' locks, and the shared locks its `INSERT … SELECT` takes on them,
@@ -170,39 +270,34 @@ fn claim_and_record(
     jobs: &[(String, Duration)],
     instance: &str,
     instant: DateTime<Utc>,
-) -> Result<(Vec<Claimed>, Vec<String>), DbError> {
+    nonce: Nonce,
+    abandoned: &AtomicBool,
+) -> Result<(Vec<Claim>, HashMap<String, i64>), DbError> {
     let refs: Vec<(&str, Duration)> = jobs.iter().map(|(n, d)| (n.as_str(), *d)).collect();
-    let claims = lease::claim_many(conn, &refs, instance, instant)
+    let claims = lease::claim_many(conn, &refs, instance, instant, nonce)
         .map_err(|e| DbError::query(format!("claiming {} job(s) at {instant}", jobs.len()), e))?;
-    let won: Vec<&str> = claims
+    let won: Vec<&Lease> = claims
         .iter()
         .filter_map(|c| match c {
-            Claim::Won(lease) => Some(lease.job.as_str()),
+            Claim::Won(lease) => Some(lease),
             _ => None,
         })
         .collect();
+    if abandoned.load(Ordering::SeqCst) {
+        for lease in won {
+            let _ = lease::release(conn, lease, Duration::ZERO);
+        }
+        return Err(DbError::Task(
+            "the claim returned after its caller stopped waiting".to_string(),
+        ));
+    }
     let mut ids: HashMap<String, i64> = HashMap::new();
     if !won.is_empty()
-        && let Ok(rows) = lease::runs::record_leased_runs_started(conn, &won, instance, instant, 1)
+        && let Ok(rows) = lease::runs::record_leased_runs_started(conn, &won, nonce, 1)
     {
         ids = rows.into_iter().collect();
     }
-    let recorded = won
-        .iter()
-        .filter(|j| ids.contains_key(**j))
-        .map(|j| (*j).to_string())
-        .collect();
-    let claims = claims
-        .into_iter()
-        .map(|claim| match claim {
-            Claim::Won(lease) => {
-                let id = ids.get(&lease.job).copied();
-                Claimed::Won(lease, id)
-            }
-            not_won => Claimed::NotWon(not_won),
-        })
-        .collect();
-    Ok((claims, recorded))
+    Ok((claims, ids))
 }
 
 /// Marks abandoned the runs of vanished holders of the leases of `jobs`

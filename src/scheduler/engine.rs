@@ -13,7 +13,7 @@ use crate::db::Store;
 use crate::db::health::Health;
 use crate::history::journal::Journal;
 use crate::history::{OnAbandoned, RunRow, RunStatus};
-use crate::notify::{Event, Notice, Notifier};
+use crate::notify::{Event, Notice, Notifier, SentLog};
 use crate::runner::Guard;
 use crate::schedule::Clock;
 use crate::telemetry::Liveness;
@@ -39,17 +39,19 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Starts the shared tasks (claim batcher, journal) for `instance`.
+    /// Starts the shared tasks (claim batcher, journal, notifier) for
+    /// `instance`; what it tells is beaten into `liveness`, and the
+    /// notifications it sends are kept in `sent`.
     pub(crate) fn start(
         store: Store,
         instance: String,
         clock: Arc<dyn Clock>,
         phase: watch::Receiver<Phase>,
-        liveness: Arc<Liveness>,
+        (liveness, sent): (Arc<Liveness>, SentLog),
         guard: Option<Arc<Guard>>,
     ) -> Arc<Engine> {
         let health = Arc::new(Health::new(liveness));
-        let notifier = Notifier::start();
+        let notifier = Notifier::start(sent);
         let on_abandoned = abandoned_notices(notifier.clone());
         let journal = Journal::start(store.clone(), health.clone(), on_abandoned.clone());
         Arc::new(Engine {

@@ -7,26 +7,24 @@
 //! grace to return (a child process: SIGTERM, then SIGKILL); past that the
 //! task is aborted.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use super::Phase;
 use super::engine::Engine;
 use super::job::{Job, JobSettings};
-use crate::backoff::Backoff;
-use crate::config::LOCK_ROW_PREFIX;
-use crate::history::journal::Write;
-use crate::history::{NewRun, RunFinish, RunStatus};
-use crate::lease::keeper::{Keeper, LeaseState, LeaseTimes};
-use crate::lease::{Claim, Lease};
+use super::run_lease::RunLease;
+use super::run_rows::{Attempted, RunRows};
+use crate::history::{RunFinish, RunStatus};
+use crate::lease::Lease;
+use crate::lease::keeper::{Keeper, LeaseState};
 use crate::notify::{Event, Notice, Ping};
 use crate::runner::{Action, Ended, Ending, RunContext, StopReason};
-use crate::schedule::LATE_LIMIT;
 use crate::telemetry;
 
 /// How the last attempt of an instant ended.
@@ -90,9 +88,62 @@ pub(crate) struct Plan {
     /// The history row of attempt 1, when the claim batch recorded it (and
     /// marked the runs of vanished holders abandoned).
     pub(crate) first_run: Option<i64>,
-    /// Set, by the database's clock, once the last attempt is over, before
-    /// the lease is released.
-    pub(crate) ended: Option<Arc<OnceLock<DateTime<Utc>>>>,
+    /// When its action was going, for the scheduler's tick loop to tell an
+    /// overrun from an instant that waits for the run.
+    pub(crate) going: Option<Arc<Going>>,
+}
+
+/// When a run's action was going, by the database's clock: from its first
+/// attempt's start (for a job with shared locks, from when it began to wait
+/// for them) to its last attempt's end, the pauses between attempts
+/// included. A run whose action has not started (its lease or its start
+/// waits on a stalled database) or has ended (its end and release are on
+/// their way) is not going: an instant that comes meanwhile waits for the
+/// run instead of counting as its overrun.
+#[derive(Debug, Default)]
+pub(crate) struct Going(std::sync::Mutex<Span>);
+
+/// A run's first start and, once it is over, its last end.
+type Span = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
+impl Going {
+    fn span(&self) -> std::sync::MutexGuard<'_, Span> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The action starts (again) at `at`: going until it ends.
+    fn begin(&self, at: DateTime<Utc>) {
+        let mut span = self.span();
+        span.0.get_or_insert(at);
+        span.1 = None;
+    }
+
+    /// The action ended at `at`.
+    fn end(&self, at: DateTime<Utc>) {
+        let mut span = self.span();
+        if span.0.is_some() {
+            span.1 = Some(at);
+        }
+    }
+
+    /// No attempt is to come: a run whose last attempt did not start ends
+    /// now, one whose did keeps its end.
+    fn over(&self, at: DateTime<Utc>) {
+        let mut span = self.span();
+        if span.0.is_some() && span.1.is_none() {
+            span.1 = Some(at);
+        }
+    }
+
+    /// Whether the action was going at `instant`.
+    pub(crate) fn at(&self, instant: DateTime<Utc>) -> bool {
+        match *self.span() {
+            (Some(began), ended) => began < instant && ended.is_none_or(|end| end > instant),
+            (None, _) => false,
+        }
+    }
 }
 
 /// Runs the instant `plan` won, with its retries, then releases the lease.
@@ -104,61 +155,38 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
         recording,
         claimed,
         first_run,
-        ended,
+        going,
     } = plan;
     let settings = &job.settings;
-    let times = LeaseTimes::new(settings.lock_at_most_for, settings.kill_grace);
-    let mut keeper = if recording.per_host {
-        Keeper::local(times, claimed)
-    } else {
-        Keeper::start(
-            engine.store.clone(),
-            engine.health.clone(),
-            lease.clone(),
-            times,
-            claimed,
-        )
-    };
-    if first_run.is_none() && lease.job == job.name && !recording.per_host {
-        engine.journal.push(Write::Abandoned {
-            job: job.name.clone(),
-            fence: lease.fence,
-        });
-    }
+    let mut held = RunLease::keep(&engine, &job, lease, claimed, recording.per_host);
+    let rows = RunRows::new(&engine, &job, held.lease(), &recording, first_run);
+    rows.abandon_earlier();
     let attempts = 1 + settings.retries;
     let mut last = None;
-    let locks = match take_locks(&engine, &job, &keeper).await {
-        Ok(locks) => {
-            // Recorded at the claim, it starts now: its end is measured
-            // from its start, and a run that waited must not look ended
-            // before it ran.
-            if let (false, Some(id)) = (locks.is_empty(), first_run)
-                && let Err(e) = engine.store.restart_run(id).await
-            {
-                engine.health.report_error(&e);
-                warn!(job = %job.name, run_id = id, "the run's start after its locks could not be recorded: {e}");
-            }
-            locks
-        }
-        Err(why) => {
-            last = record_skipped(&engine, &job, &lease, &recording, first_run, &why).await;
-            Vec::new()
-        }
-    };
+    // A run waiting for its shared locks is going, as another replica
+    // reading its lease and history tells (its lease was held since its
+    // claim).
+    if let Some(going) = going.as_ref().filter(|_| !settings.locks.is_empty()) {
+        going.begin(engine.clock.now());
+    }
+    match held.take_locks(&engine, &job).await {
+        Ok(true) => rows.restart_first().await,
+        Ok(false) => {}
+        Err(why) => last = rows.skipped(&why).await,
+    }
     let attempts = if last.is_some() { 0 } else { attempts };
     for attempt in 1..=attempts {
-        if attempt > 1 && !pause_before_retry(&engine, settings, &mut keeper).await {
+        if attempt > 1 && !pause_before_retry(&engine, settings, held.parts().1).await {
             break;
         }
-        let recorded = if attempt == 1 { first_run } else { None };
         let outcome = run_attempt(
             &engine,
             &job,
-            &lease,
+            &mut held,
             &recording,
-            &mut keeper,
+            &rows,
             attempt,
-            recorded,
+            going.as_deref(),
         )
         .await;
         let retryable = matches!(
@@ -175,183 +203,19 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
         if !retryable || attempt == attempts {
             break;
         }
-        info!(job = %job.name, instant = %super::fmt_instant(lease.instant), attempt, "retrying in {}", humantime::format_duration(settings.retry_backoff));
+        // The pause before the retry is part of the run.
+        if let Some(going) = &going {
+            going.begin(engine.clock.now());
+        }
+        info!(job = %job.name, instant = %super::fmt_instant(held.lease().instant), attempt, "retrying in {}", humantime::format_duration(settings.retry_backoff));
     }
-    keeper.stop();
-    if let Some(ended) = ended {
-        let _ = ended.set(engine.clock.now());
+    if let Some(going) = &going {
+        going.over(engine.clock.now());
     }
-    for lock in locks.into_iter().rev() {
-        release_lock(&engine, &job, lock).await;
-    }
-    if !recording.per_host {
-        release(&engine, &job, &lease).await;
-    }
+    held.release(&engine, &job).await;
     let (outcome, attempted) = last?;
     notify_outcome(&engine, &job, &outcome, attempted).await;
     Some(outcome)
-}
-
-/// The longest pause between two tries of a shared lock held elsewhere.
-const LOCK_POLL_MAX: Duration = Duration::from_millis(100);
-
-/// Takes the job's shared locks, in their (sorted) order, each as a lease
-/// claimed at the database's now and then kept alive with the job's own:
-/// two jobs that share locks never hold one each while waiting for the
-/// other's. A lock held elsewhere is waited for, as an instant waits for a
-/// lease held by a late run: up to [`LATE_LIMIT`]. `Err` says which lock
-/// and who holds it (the locks taken are given back).
-async fn take_locks(engine: &Engine, job: &Work, keeper: &Keeper) -> Result<Vec<Lease>, String> {
-    let give_up = Instant::now() + LATE_LIMIT.to_std().unwrap_or_default();
-    let mut taken: Vec<Lease> = Vec::new();
-    let mut failed = None;
-    'locks: for lock in &job.settings.locks {
-        let name = lock.strip_prefix(LOCK_ROW_PREFIX).unwrap_or(lock);
-        // Polled often enough that a waiter sees the lock free before a
-        // run claimed at the next instant asks for it (a waiter has no
-        // place in a queue).
-        let mut backoff = Backoff::new(Duration::from_millis(10), LOCK_POLL_MAX);
-        let mut holder = None;
-        loop {
-            if keeper.state() == LeaseState::Lost {
-                failed = Some(format!(
-                    "not run: its lease was lost while it waited for lock {name}"
-                ));
-                break 'locks;
-            }
-            if *engine.phase.borrow() != Phase::Running {
-                failed = Some(format!(
-                    "not run: replicron was stopping while it waited for lock {name}"
-                ));
-                break 'locks;
-            }
-            match engine
-                .store
-                .claim_now(lock, &engine.instance, job.settings.lock_at_most_for)
-                .await
-            {
-                Ok(Claim::Won(lease)) => {
-                    engine.health.report_ok();
-                    keeper.add(lease.clone());
-                    taken.push(lease);
-                    continue 'locks;
-                }
-                Ok(Claim::Held(held)) => holder = held.by,
-                Ok(_) => {}
-                Err(e) => engine.health.report_error(&e),
-            }
-            let pause = backoff.next_pause();
-            if Instant::now() + pause > give_up {
-                failed = Some(format!(
-                    "not run: lock {name} stayed held by {} for {}s",
-                    holder.as_deref().unwrap_or("another run"),
-                    LATE_LIMIT.num_seconds()
-                ));
-                break 'locks;
-            }
-            tokio::time::sleep(pause).await;
-        }
-    }
-    match failed {
-        None => Ok(taken),
-        Some(why) => {
-            for lock in taken.into_iter().rev() {
-                release_lock(engine, job, lock).await;
-            }
-            Err(why)
-        }
-    }
-}
-
-/// Gives a shared lock back at once.
-async fn release_lock(engine: &Engine, job: &Work, lock: Lease) {
-    if let Err(e) = engine.store.release(lock.clone(), Duration::ZERO).await {
-        engine.health.report_error(&e);
-        warn!(job = %job.name, lock = %lock.job, "a shared lock could not be released; it ends by itself: {e}");
-    }
-}
-
-/// Records the instant `skipped` (a shared lock stayed held), as attempt 1.
-async fn record_skipped(
-    engine: &Engine,
-    job: &Work,
-    lease: &Lease,
-    recording: &Recording,
-    first_run: Option<i64>,
-    why: &str,
-) -> Option<(Outcome, Attempted)> {
-    let instant = recording.instant.unwrap_or(lease.instant);
-    let run_id = match first_run {
-        Some(id) => id,
-        None => match engine
-            .store
-            .record_run_started(new_run(engine, job, lease, recording, 1))
-            .await
-        {
-            Ok(id) => id,
-            Err(e) => {
-                engine.health.report_error(&e);
-                error!(job = %job.name, instant = %super::fmt_instant(instant), "the skipped instant could not be recorded: {e}");
-                return None;
-            }
-        },
-    };
-    warn!(job = %job.name, instant = %super::fmt_instant(instant), run_id, "instant skipped: {why}");
-    let outcome = Outcome {
-        status: RunStatus::Skipped,
-        exit_code: None,
-        output: format!("replicron: {why}\n"),
-    };
-    record_end(
-        engine,
-        &job.name,
-        run_id,
-        RunFinish {
-            status: outcome.status,
-            exit_code: None,
-            output: outcome.output.clone(),
-            duration: Duration::ZERO,
-        },
-    )
-    .await;
-    telemetry::run_finished(
-        &job.name,
-        outcome.status,
-        Duration::ZERO,
-        engine.clock.now(),
-    );
-    Some((
-        outcome,
-        Attempted {
-            run_id,
-            attempt: 1,
-            duration: Duration::ZERO,
-            instant,
-        },
-    ))
-}
-
-/// The history row of attempt `attempt` of `lease`'s instant, as it starts.
-fn new_run(
-    engine: &Engine,
-    job: &Work,
-    lease: &Lease,
-    recording: &Recording,
-    attempt: u32,
-) -> NewRun {
-    NewRun {
-        job: job.name.clone(),
-        scheduled_at: recording.instant.unwrap_or(lease.instant),
-        attempt: attempt as i32,
-        instance: engine.instance.clone(),
-        fence: lease.fence,
-        once_key: recording.once_key.clone(),
-        scope: if recording.per_host {
-            engine.instance.clone()
-        } else {
-            String::new()
-        },
-    }
 }
 
 /// Waits `retry_backoff` with the lease kept alive; false if the lease was
@@ -381,32 +245,32 @@ async fn pause_before_retry(engine: &Engine, settings: &JobSettings, keeper: &mu
 async fn run_attempt(
     engine: &Arc<Engine>,
     job: &Work,
-    lease: &Lease,
+    held: &mut RunLease,
     recording: &Recording,
-    keeper: &mut Keeper,
+    rows: &RunRows<'_>,
     attempt: u32,
-    recorded: Option<i64>,
+    going: Option<&Going>,
 ) -> Option<(Outcome, Attempted)> {
-    let instant = recording.instant.unwrap_or(lease.instant);
-    let started = match recorded {
-        Some(id) => Ok(id),
-        None => {
-            engine
-                .store
-                .record_run_started(new_run(engine, job, lease, recording, attempt))
-                .await
-        }
-    };
-    let run_id = match started {
-        Ok(id) => id,
-        Err(e) => {
-            engine.health.report_error(&e);
-            // A run whose start cannot be recorded is not started: nothing
-            // may run without a record.
-            error!(job = %job.name, instant = %super::fmt_instant(lease.instant), attempt, "run not started, its start could not be recorded: {e}");
-            return None;
-        }
-    };
+    let (lease, keeper) = held.parts();
+    let instant = rows.instant();
+    let run_id = rows.start(attempt).await?;
+    // Nothing starts under a lease that is not confirmed after its start
+    // record: the record may have waited (a stall) while the lease ran out.
+    if !keeper
+        .confirm_for_start(&engine.store, &engine.health)
+        .await
+    {
+        warn!(job = %job.name, instant = %super::fmt_instant(lease.instant), run_id, attempt, "run not started: its lease could not be confirmed after its start was recorded");
+        return Some(
+            rows.unstarted(
+                run_id,
+                attempt,
+                RunStatus::LostLock,
+                "replicron: not started: its lease could not be confirmed in time\n".to_string(),
+            )
+            .await,
+        );
+    }
     let action = job.action.clone();
     let (stop, stopped) = watch::channel(None);
     let (started_tx, started_rx) = oneshot::channel();
@@ -434,6 +298,9 @@ async fn run_attempt(
     let ended_at_once = tokio::select! {
         biased;
         Ok(pid) = started_rx => {
+            if let Some(going) = going {
+                going.begin(engine.clock.now());
+            }
             let late = engine.clock.now() - recording.due.unwrap_or(lease.instant);
             telemetry::start_lateness(&job.name, late.to_std().unwrap_or_default());
             info!(
@@ -453,9 +320,29 @@ async fn run_attempt(
     };
     let (stopped_for, ending) = match ended_at_once {
         Some(ending) => (None, ending),
-        None => watch_run(engine, job, keeper, &mut task, &stop, run_id).await,
+        None => watch_run(engine, job, rows, keeper, &mut task, &stop, run_id).await,
     };
+    // Over, though its end is still to be checked and recorded (which may
+    // wait for the database).
+    if let Some(going) = going {
+        going.end(engine.clock.now());
+    }
+    // How long it ran: measured as soon as it is known to have ended, before
+    // the lease is checked (which may wait for the database). A process
+    // cannot have run past the moment its guard kills it for its lease: a
+    // replica that was frozen, or waited on the database, when its process
+    // exited learns of the exit late, and must not record an end later than
+    // the next holder's start.
+    let mut duration = began.elapsed();
+    if engine.guard.is_some()
+        && let Some(killed_by) = keeper.kill_deadline()
+        && let Some(bound) = killed_by.checked_duration_since(began)
+    {
+        duration = duration.min(bound);
+    }
     let mut status = match (stopped_for, ending.how) {
+        // Not started because its lease's deadline passed before the spawn.
+        (_, Ended::NotStarted) if keeper.past_confirmation_deadline() => RunStatus::LostLock,
         (_, Ended::NotStarted) => RunStatus::Error,
         (Some(StopReason::Timeout), _) => RunStatus::TimedOut,
         (Some(StopReason::LeaseLost), _) => RunStatus::LostLock,
@@ -482,10 +369,7 @@ async fn run_attempt(
     if status == RunStatus::Error {
         error!(job = %job.name, run_id, "cannot start the run: {}", ending.output.trim());
     }
-    let duration = began.elapsed();
-    record_end(
-        engine,
-        &job.name,
+    rows.finish(
         run_id,
         RunFinish {
             status,
@@ -525,43 +409,6 @@ async fn run_attempt(
             instant,
         },
     ))
-}
-
-/// Records how run `id` of `job` ended, before anything else is done with
-/// its lease: the next claimant's sweep must find the run ended, not still
-/// `running` under an older fence, which it would mark `abandoned` (and
-/// tell) though its holder released the lease in good order. An end the
-/// database does not take now goes to the journal, which retries it until
-/// it lands.
-async fn record_end(engine: &Engine, job: &str, id: i64, finish: RunFinish) {
-    let write = Write::Finished {
-        job: job.to_string(),
-        id,
-        finish: finish.clone(),
-    };
-    match engine
-        .store
-        .call("recording a run's end", move |conn| {
-            crate::history::record_run_finished(conn, id, &finish)
-        })
-        .await
-    {
-        Ok(_) => engine.health.report_ok(),
-        Err(e) => {
-            // The journal's retries say the rest (and the health state).
-            debug!(job, run_id = id, "the run's end goes to the journal: {e}");
-            engine.journal.push(write);
-        }
-    }
-}
-
-/// What identifies an attempt that ran, for the notice of its instant.
-#[derive(Clone, Copy, Debug)]
-struct Attempted {
-    run_id: i64,
-    attempt: i32,
-    duration: Duration,
-    instant: DateTime<Utc>,
 }
 
 /// Tells about the instant's final outcome: a failure of any kind, or (if
@@ -616,6 +463,7 @@ const ABORT_MARGIN: Duration = Duration::from_secs(2);
 async fn watch_run(
     engine: &Engine,
     job: &Work,
+    rows: &RunRows<'_>,
     keeper: &mut Keeper,
     task: &mut tokio::task::JoinHandle<Ending>,
     stop: &watch::Sender<Option<StopReason>>,
@@ -653,9 +501,7 @@ async fn watch_run(
                     warn!(job = %job.name, "stopping the run: its lease is lost");
                     tell(stop, &mut abort_at, StopReason::LeaseLost, keeper.times().stop_grace);
                 }
-                LeaseState::Held(_) => {
-                    engine.journal.push(Write::Confirmed { job: job.name.clone(), id: run_id });
-                }
+                LeaseState::Held(_) => rows.confirmed(run_id),
             },
             changed = phase.changed() => {
                 let current = *phase.borrow();
@@ -720,19 +566,45 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "(a panic without a message)".to_string())
 }
 
-async fn release(engine: &Engine, job: &Work, lease: &Lease) {
-    match engine
-        .store
-        .release(lease.clone(), job.settings.lock_at_least_for)
-        .await
-    {
-        Ok(true) => engine.health.report_ok(),
-        Ok(false) => {
-            warn!(job = %job.name, fence = lease.fence, "the lease was no longer ours at release")
-        }
-        Err(e) => {
-            engine.health.report_error(&e);
-            warn!(job = %job.name, "the lease could not be released; it ends by itself: {e}");
-        }
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, TimeDelta, Utc};
+
+    use super::Going;
+
+    fn at(second: i64) -> DateTime<Utc> {
+        DateTime::UNIX_EPOCH + TimeDelta::seconds(second)
+    }
+
+    /// A run claimed before an instant whose action had not started when
+    /// the instant came (its lease confirmation waited on a stalled
+    /// database) was not going then; one whose action had ended was not
+    /// either; one whose action ran across it, or that paused between
+    /// attempts across it, was.
+    #[test]
+    fn a_run_is_going_from_its_actions_start_to_its_last_end() {
+        let going = Going::default();
+        assert!(!going.at(at(10)), "not started");
+        going.begin(at(14));
+        assert!(!going.at(at(10)), "started after the instant");
+        assert!(going.at(at(15)), "started before, not ended");
+        going.end(at(16));
+        assert!(going.at(at(15)) && !going.at(at(17)), "ended at 16");
+        // A retry: going again from the pause on, under its first start.
+        going.begin(at(16));
+        assert!(going.at(at(15)) && going.at(at(17)), "between attempts");
+        going.end(at(20));
+        going.over(at(25));
+        assert!(
+            going.at(at(19)) && !going.at(at(21)),
+            "over keeps the last end"
+        );
+        let unstarted = Going::default();
+        unstarted.end(at(3));
+        unstarted.over(at(4));
+        assert!(
+            !unstarted.at(at(2)) && !unstarted.at(at(5)),
+            "never started"
+        );
     }
 }

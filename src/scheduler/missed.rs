@@ -63,8 +63,17 @@ pub(crate) async fn check_forever(
 }
 
 fn period(jobs: &[Arc<Job>], now: DateTime<Utc>) -> Duration {
-    jobs.iter()
-        .map(|job| job.settings.missed_after(job.schedule.interval_after(now)))
+    check_period(
+        jobs.iter()
+            .map(|job| job.settings.missed_after(job.schedule.interval_after(now))),
+    )
+}
+
+/// How often the check comes round, given the jobs' `missed_after`: every
+/// half of the shortest (zero, never recorded, does not count), between
+/// 1 s and 30 s.
+pub(crate) fn check_period(missed_after: impl Iterator<Item = Duration>) -> Duration {
+    missed_after
         .filter(|after| !after.is_zero())
         .min()
         .map_or(Duration::from_secs(30), |after| after / 2)
@@ -115,8 +124,9 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     // An instant's run may start up to the job's jitter after it.
     let to = now - TimeDelta::from_std(after).unwrap_or(TimeDelta::MAX) - job.schedule.jitter();
     let Some(checked) = row.missed_checked_until.map(|t| t.and_utc()) else {
-        // First sight of the job: what came before is not this check's.
-        set_checked(engine, &name, to).await?;
+        // A row from before the check existed: what came before is not
+        // this check's (rows are created with the mark at their creation).
+        set_checked(engine, &name, row.missed_checked_until, to).await?;
         return Ok(0);
     };
     let from = row
@@ -135,25 +145,33 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
         cursor = next;
     }
     let (Some(first), Some(last)) = (instants.first().copied(), instants.last().copied()) else {
-        set_checked(engine, &name, to).await?;
+        set_checked(engine, &name, row.missed_checked_until, to).await?;
         return Ok(0);
     };
-    let (ran, going) = {
+    let (ran, going, pauses) = {
         let name = name.clone();
         engine
             .store
             .call("reading the runs of the checked instants", move |conn| {
-                crate::history::accounted_between(conn, &name, first, last)
+                let (ran, going) = crate::history::accounted_between(conn, &name, first, last)?;
+                let pauses = crate::lease::pauses_between(conn, &name, first, last)?;
+                Ok((ran, going, pauses))
             })
             .await?
     };
     let ran: HashSet<DateTime<Utc>> = ran.into_iter().collect();
     // A run keeps its lease from its first attempt's start to its last
-    // attempt's end (retries included), and lock_at_least_for after it.
+    // attempt's end (retries included), and lock_at_least_for after it. A
+    // run whose end is not known kept it at most until its lease ran out,
+    // unless it holds the lease now.
+    let lease_for = TimeDelta::from_std(job.settings.lock_at_most_for).unwrap_or(TimeDelta::MAX);
+    let holds_now =
+        |run: &crate::history::Going| run.fence == row.fence && row.lock_until.and_utc() > now;
     let mut spans: BTreeMap<DateTime<Utc>, Span> = BTreeMap::new();
-    for (instant, start, end) in going {
-        let span = spans.entry(instant).or_insert((start, end));
-        span.0 = span.0.min(start);
+    for run in going {
+        let end = run.held_until(lease_for, holds_now(&run));
+        let span = spans.entry(run.instant).or_insert((run.started_at, end));
+        span.0 = span.0.min(run.started_at);
         span.1 = match (span.1, end) {
             (Some(a), Some(b)) => Some(a.max(b)),
             _ => None,
@@ -165,9 +183,12 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
             .values()
             .any(|(start, end)| *start <= t && end.is_none_or(|end| t <= end + at_least))
     };
-    // The instants of the job's last pause were not to run.
+    // The instants of the job's pauses were not to run: every pause, not
+    // only the last (a pause replaced by another keeps its instants).
     let paused = |t: DateTime<Utc>| {
-        crate::lease::pause_covers(row.paused_at, row.paused_until, t.naive_utc())
+        pauses
+            .iter()
+            .any(|(at, until)| crate::lease::pause_covers(Some(*at), Some(*until), t.naive_utc()))
     };
     let missed: Vec<DateTime<Utc>> = instants
         .into_iter()
@@ -221,7 +242,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
             );
         }
     }
-    set_checked(engine, &name, to).await?;
+    set_checked(engine, &name, row.missed_checked_until, to).await?;
     Ok(recorded)
 }
 
@@ -229,13 +250,18 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
 /// still going).
 type Span = (DateTime<Utc>, Option<DateTime<Utc>>);
 
-async fn set_checked(engine: &Engine, job: &str, until: DateTime<Utc>) -> Result<(), DbError> {
+async fn set_checked(
+    engine: &Engine,
+    job: &str,
+    read: Option<chrono::NaiveDateTime>,
+    until: DateTime<Utc>,
+) -> Result<(), DbError> {
     let job = job.to_string();
     engine
         .store
         .call(
             "recording how far missed instants were checked",
-            move |conn| crate::lease::set_missed_checked(conn, &job, until),
+            move |conn| crate::lease::set_missed_checked(conn, &job, read, until),
         )
         .await
         .map(drop)

@@ -16,12 +16,16 @@ mod claimer;
 pub(crate) mod clock_sync;
 pub(crate) mod drift;
 pub(crate) mod engine;
+pub(crate) mod exec;
 pub(crate) mod execute;
 mod job;
 mod missed;
 mod retention;
+mod run_lease;
+mod run_rows;
 mod tick;
 pub(crate) mod trigger;
+mod unanswered;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,6 +40,7 @@ use self::engine::Engine;
 pub(crate) use self::execute::{Outcome, Plan, Recording, Work};
 pub use self::job::Job;
 pub(crate) use self::job::JobSettings;
+pub(crate) use self::missed::check_period as missed_check_period;
 use crate::config::{self, DatabaseUrl};
 use crate::db::{Pool, Store};
 use crate::registry;
@@ -239,38 +244,48 @@ impl SchedulerBuilder {
             Some(id) => id,
             None => default_instance_id(),
         };
-        let (pool, clock) = (self.database.0, self.clock);
-        let pool = match pool {
-            DatabaseSource::Pool(pool) => pool,
-            source => {
-                let url = match source {
-                    DatabaseSource::Parsed(url) => url,
-                    DatabaseSource::Url(url) => {
-                        let cwd = std::env::current_dir().unwrap_or_default();
-                        DatabaseUrl::parse(&url, &cwd).map_err(crate::Error::Config)?
+        let (source, clock) = (self.database.0, self.clock);
+        let source = match source {
+            DatabaseSource::Url(url) => {
+                let cwd = std::env::current_dir().unwrap_or_default();
+                DatabaseSource::Parsed(
+                    DatabaseUrl::parse(&url, &cwd).map_err(crate::Error::Config)?,
+                )
+            }
+            source => source,
+        };
+        let me = registry::Me::new(&instance);
+        // A replica started while its database is down (a host booting
+        // before it, a restart during a failover) waits for it a while
+        // rather than exit: the fleet keeps its replicas.
+        let give_up_at = tokio::time::Instant::now() + START_PATIENCE;
+        let mut backoff =
+            crate::backoff::Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+        let mut told = false;
+        let store = loop {
+            let started = open_store(&source, self.pool_size, &clock, self.migrate, &me).await;
+            match started {
+                Ok(store) => break store,
+                Err(crate::Error::Database(e))
+                    if e.downcast_ref::<crate::db::DbError>()
+                        .is_some_and(waits_for) =>
+                {
+                    let pause = backoff.next_pause();
+                    if tokio::time::Instant::now() + pause > give_up_at {
+                        return Err(crate::Error::Database(e));
                     }
-                    DatabaseSource::Pool(_) => unreachable!("matched above"),
-                };
-                let (size, clock) = (self.pool_size, clock.clone());
-                tokio::task::spawn_blocking(move || Pool::connect(&url, size, clock))
-                    .await
-                    .map_err(|e| crate::Error::Internal(e.to_string()))??
+                    if !told {
+                        warn!(
+                            "the database does not answer; waiting up to {}s for it: {e}",
+                            START_PATIENCE.as_secs()
+                        );
+                        told = true;
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => return Err(e),
             }
         };
-        if self.migrate {
-            let migrating = pool.clone();
-            let applied = tokio::task::spawn_blocking(move || migrating.migrate())
-                .await
-                .map_err(|e| crate::Error::Internal(e.to_string()))??;
-            if applied > 0 {
-                info!(applied, "database migrated");
-            }
-        }
-        let store = Store::new(pool);
-        let me = registry::Me::new(&instance);
-        if let Some(previous) = store.register(me.clone()).await? {
-            info!(instance = %me.id, previous_pid = previous.pid, previous_host = %previous.host, "took over the instance id of a replica that is gone");
-        }
         let guard = if self.process_guard {
             Some(Arc::new(Guard::start().map_err(crate::Error::Guard)?))
         } else {
@@ -287,8 +302,63 @@ impl SchedulerBuilder {
             history_retention: self.history_retention,
             notify_systemd: self.notify_systemd,
             triggers: self.triggers,
+            sent: crate::notify::SentLog::default(),
         })
     }
+}
+
+/// How long a replica waits at start for a database that does not answer.
+const START_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Whether a failure to start is one worth waiting out: the database could
+/// not be reached. A refused login, an unknown database or a failed
+/// migration is said at once.
+fn waits_for(e: &crate::db::DbError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    e.is_unreachable()
+        && ![
+            "denied",
+            "authentication",
+            "does not exist",
+            "unknown database",
+        ]
+        .iter()
+        .any(|refusal| text.contains(refusal))
+}
+
+/// Connects (or takes the given pool), migrates if asked, and registers
+/// this replica.
+async fn open_store(
+    source: &DatabaseSource,
+    size: u32,
+    clock: &Arc<dyn Clock>,
+    migrate: bool,
+    me: &registry::Me,
+) -> Result<Store, crate::Error> {
+    let pool = match source {
+        DatabaseSource::Pool(pool) => pool.clone(),
+        DatabaseSource::Parsed(url) => {
+            let (url, clock) = (url.clone(), clock.clone());
+            tokio::task::spawn_blocking(move || Pool::connect(&url, size, clock))
+                .await
+                .map_err(|e| crate::Error::Internal(e.to_string()))??
+        }
+        DatabaseSource::Url(_) => unreachable!("parsed before"),
+    };
+    if migrate {
+        let migrating = pool.clone();
+        let applied = tokio::task::spawn_blocking(move || migrating.migrate())
+            .await
+            .map_err(|e| crate::Error::Internal(e.to_string()))??;
+        if applied > 0 {
+            info!(applied, "database migrated");
+        }
+    }
+    let store = Store::new(pool);
+    if let Some(previous) = store.register(me.clone()).await? {
+        info!(instance = %me.id, previous_pid = previous.pid, previous_host = %previous.host, "took over the instance id of a replica that is gone");
+    }
+    Ok(store)
 }
 
 /// Runs jobs exactly once per scheduled instant across every replica that
@@ -308,6 +378,7 @@ pub struct Scheduler {
     history_retention: Duration,
     notify_systemd: bool,
     triggers: Option<mpsc::Receiver<trigger::Request>>,
+    sent: crate::notify::SentLog,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -347,6 +418,12 @@ impl Scheduler {
     /// The database, for the dashboard and the API.
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The notifications this scheduler sends, for the dashboard and the
+    /// API.
+    pub(crate) fn notifications(&self) -> crate::notify::SentLog {
+        self.sent.clone()
     }
 
     /// Runs the jobs until `shutdown` resolves; then stops claiming, lets
@@ -390,6 +467,7 @@ impl Scheduler {
             history_retention,
             notify_systemd,
             triggers,
+            sent,
         } = self;
         let mut triggers = triggers.unwrap_or_else(|| mpsc::channel(1).1);
         let mut triggered: Vec<JoinHandle<()>> = Vec::new();
@@ -411,12 +489,13 @@ impl Scheduler {
                 )
             }
         }
+        warn_of_lossy_replication(&store, &jobs).await;
         let engine = Engine::start(
             store.clone(),
             me.id.clone(),
             database_clock.clone(),
             phase.clone(),
-            liveness,
+            (liveness, sent),
             guard,
         );
         info!(
@@ -462,7 +541,7 @@ impl Scheduler {
         let heartbeats = tokio::spawn(registration.beat_forever(engine.clone(), watched.clone()));
         let mut missed = tokio::spawn(missed::check_forever(engine.clone(), watched, stop()));
         if notify_systemd {
-            telemetry::notify_systemd("ready");
+            telemetry::notify_systemd(telemetry::SystemdState::Ready);
         }
         loop {
             tokio::select! {
@@ -473,7 +552,7 @@ impl Scheduler {
                         Err(e) => error!("the new jobs could not be applied, the old ones keep running: {e}"),
                     }
                     if notify_systemd {
-                        telemetry::notify_systemd("ready");
+                        telemetry::notify_systemd(telemetry::SystemdState::Ready);
                     }
                 }
                 Some(request) = triggers.recv() => {
@@ -483,7 +562,7 @@ impl Scheduler {
             }
         }
         if notify_systemd {
-            telemetry::notify_systemd("stopping");
+            telemetry::notify_systemd(telemetry::SystemdState::Stopping);
         }
         loops.join().await;
         for run in triggered {
@@ -744,3 +823,35 @@ pub(crate) fn default_instance_id() -> String {
 /// On SQLite, whose clock a test can make virtual.
 #[cfg(all(test, feature = "sqlite"))]
 mod tests;
+
+/// Warns at start when the database streams to a standby that may not have
+/// every commit and some job catches up: after a failover to it, a claim
+/// committed only on the old primary is lost, and catch-up may run its
+/// instant a second time.
+async fn warn_of_lossy_replication(store: &Store, jobs: &[Arc<Job>]) {
+    let catching_up: Vec<&str> = jobs
+        .iter()
+        .filter(|job| !job.settings.catch_up.is_zero())
+        .map(|job| job.name.as_str())
+        .collect();
+    if catching_up.is_empty() {
+        return;
+    }
+    match store
+        .call(
+            "reading the server's replication",
+            crate::db::replication::standbys,
+        )
+        .await
+    {
+        Ok(Some(standbys)) if standbys.may_lose_commits() => warn!(
+            asynchronous_standbys = standbys.asynchronous,
+            synchronous_standbys = standbys.synchronous,
+            synchronous_commit = %standbys.commit,
+            jobs = %catching_up.join(","),
+            "the database streams to standbys that may lack its latest commits: after a failover to one, a claim committed only on the old primary is lost, and a job with catch_up may run that instant a second time; use synchronous_commit = remote_apply with a synchronous standby, or catch_up = \"0s\""
+        ),
+        Ok(_) => {}
+        Err(e) => debug!("the server's replication could not be read: {e}"),
+    }
+}

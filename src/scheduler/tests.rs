@@ -511,3 +511,398 @@ async fn a_job_whose_lock_stays_held_is_skipped_naming_the_lock_and_holder() {
         "{quick:?}"
     );
 }
+
+/// A connection for a test's own statements that reads the test's virtual
+/// clock, as the scheduler's own SQLite connections do.
+fn connect_at(db: &TestDb, clock: &Arc<TokioClock>) -> crate::db::DbConnection {
+    let clock: Arc<dyn Clock> = clock.clone();
+    crate::db::establish_with(&db.database_url(), &clock).expect("connect")
+}
+
+/// An `abandoned` run (its replica vanished, its end unknown) held its
+/// job's lease at most until its lease could have run out after its last
+/// confirmation: instants after that which nobody ran are recorded
+/// `missed`, not taken for overruns of a run that never ends. On a paused
+/// clock, no replica running for a while after the abandoned run.
+#[tokio::test(start_paused = true)]
+async fn instants_after_an_abandoned_runs_lease_are_missed_not_overruns() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = |id: &'static str| {
+        replica_of(
+            &db,
+            &clock,
+            id,
+            Job::new("minutely", "* * * * *")
+                .expect("job")
+                .lock_at_most_for(Duration::from_secs(120))
+                .run(|_| async { Ok::<(), String>(()) }),
+        )
+        .build()
+    };
+    replica("before")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    // 00:04 was claimed by a replica that then vanished: its row was marked
+    // abandoned by the next claimant, its last confirmation at 00:04:10.
+    {
+        let mut conn = connect_at(&db, &clock);
+        let id = crate::history::record_run_started(
+            &mut conn,
+            &crate::history::NewRun {
+                job: "minutely".into(),
+                scheduled_at: utc("2027-03-01T00:04:00Z"),
+                attempt: 1,
+                instance: "vanished".into(),
+                fence: 99,
+                once_key: None,
+                scope: String::new(),
+                lease_row: None,
+            },
+        )
+        .expect("start");
+        use crate::db::schema::replicron_runs::dsl as runs;
+        use diesel::prelude::*;
+        diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+            .set((
+                runs::status.eq(RunStatus::Abandoned),
+                runs::started_at.eq(utc("2027-03-01T00:04:00Z").naive_utc()),
+                runs::confirmed_at.eq(Some(utc("2027-03-01T00:04:10Z").naive_utc())),
+            ))
+            .execute(&mut conn)
+            .expect("abandon");
+    }
+    tokio::time::sleep(Duration::from_secs(16 * 60)).await;
+    replica("after")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    let rows = runs_of(&db, "minutely");
+    let missed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.scheduled_at.format("%H:%M").to_string())
+        .collect();
+    // The abandoned run held the lease until 00:06:10 at most (its last
+    // confirmation and the 2-minute lease): 00:05 and 00:06 were its
+    // overruns; 00:07 on, up to the instant before the replica came back,
+    // were missed.
+    let first_after = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Succeeded && r.instance == "after")
+        .map(|r| r.scheduled_at.and_utc())
+        .min()
+        .expect("the second replica ran");
+    let expected: Vec<String> = (7..)
+        .map(|m| utc("2027-03-01T00:00:00Z") + TimeDelta::minutes(m))
+        .take_while(|t| *t < first_after)
+        .map(|t| t.format("%H:%M").to_string())
+        .collect();
+    assert!(expected.len() >= 10, "{expected:?}");
+    assert_eq!(missed, expected, "{rows:?}");
+}
+
+/// Pausing a job that is paused already (a new reason or end), or pausing
+/// it again soon after a resume, never turns an instant of an earlier pause
+/// into a miss: no `missed` row, and nothing run, for any instant paused.
+/// On a paused clock, with the check for missed instants running all along.
+#[tokio::test(start_paused = true)]
+async fn replacing_a_pause_keeps_its_instants_the_pauses() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let scheduler = replica_of(
+        &db,
+        &clock,
+        "solo",
+        Job::new("minutely", "* * * * *")
+            .expect("job")
+            .run(|_| async { Ok::<(), String>(()) }),
+    )
+    .build()
+    .await
+    .expect("build");
+    let running =
+        tokio::spawn(scheduler.run_until(tokio::time::sleep(Duration::from_secs(20 * 60))));
+    let mut conn = connect_at(&db, &clock);
+    let at = |text: &str| utc(&format!("2027-03-01T{text}Z"));
+    let sleep_to = |clock: &Arc<TokioClock>, t: DateTime<Utc>| {
+        let wait = (t - clock.now()).to_std().unwrap_or_default();
+        tokio::time::sleep(wait)
+    };
+    // Paused at 00:02:30; its reason changed at 00:05:30.
+    sleep_to(&clock, at("00:02:30")).await;
+    assert!(crate::lease::pause(&mut conn, "minutely", None, "a@h", Some("first")).expect("pause"));
+    sleep_to(&clock, at("00:05:30")).await;
+    assert!(
+        crate::lease::pause(&mut conn, "minutely", None, "b@h", Some("second")).expect("pause")
+    );
+    // Resumed at 00:08:10, paused again at 00:08:20 until 00:10:30.
+    sleep_to(&clock, at("00:08:10")).await;
+    assert!(crate::lease::resume(&mut conn, "minutely").expect("resume"));
+    sleep_to(&clock, at("00:08:20")).await;
+    assert!(
+        crate::lease::pause(&mut conn, "minutely", Some(at("00:10:30")), "c@h", None)
+            .expect("pause")
+    );
+    running.await.expect("task").expect("runs");
+    let rows = runs_of(&db, "minutely");
+    let paused_instants = |r: &&RunRow| {
+        let t = r.scheduled_at.and_utc();
+        t > at("00:02:30") && t < at("00:10:30")
+    };
+    let during: Vec<&RunRow> = rows.iter().filter(paused_instants).collect();
+    assert!(
+        during.is_empty(),
+        "instants of the pauses ran or were missed: {during:?}"
+    );
+    assert!(
+        rows.iter().all(|r| r.status == RunStatus::Succeeded),
+        "{rows:?}"
+    );
+    // The job ran before and after.
+    assert!(
+        rows.iter()
+            .any(|r| r.scheduled_at.and_utc() == at("00:02:00"))
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.scheduled_at.and_utc() == at("00:11:00"))
+    );
+}
+
+/// The database is locked past the replica's wait for an answer while
+/// instants come due: their claims go unanswered, and commit once the lock
+/// is gone, after their callers stopped waiting. Such a claim records no
+/// run that nobody starts (which the next claimant would mark abandoned);
+/// its replica learns from the row that it committed, takes the lease up
+/// again and runs the instant late. Every instant runs once, nothing is
+/// abandoned or missed, and no row is left running. On the real clock,
+/// with SQLite locked by another connection, and a replica that waits 300
+/// ms for an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_commits_after_its_caller_gave_up_still_runs_once() {
+    use diesel::connection::SimpleConnection;
+    let db = TestDb::sqlite();
+    let ran: Arc<Mutex<BTreeMap<DateTime<Utc>, usize>>> = Arc::default();
+    let counted = ran.clone();
+    let pool = db.pool(4).with_call_timeout(Duration::from_millis(300));
+    let scheduler = Scheduler::builder(pool)
+        .instance_id("solo")
+        .job(
+            Job::new("tick", "* * * * * *")
+                .expect("job")
+                .lock_at_most_for(Duration::from_secs(30))
+                .run(move |ctx| {
+                    let counted = counted.clone();
+                    async move {
+                        *counted
+                            .lock()
+                            .expect("runs")
+                            .entry(ctx.instant())
+                            .or_default() += 1;
+                        Ok::<(), String>(())
+                    }
+                }),
+        )
+        .build()
+        .await
+        .expect("build");
+    let started = Utc::now();
+    let running = tokio::spawn(scheduler.run_until(tokio::time::sleep(Duration::from_secs(7))));
+    // Lock the database from 1.7 s to 3.7 s: two instants come due meanwhile.
+    let url = db.url.clone();
+    let locker = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1700));
+        let path = url.trim_start_matches("sqlite://");
+        let mut conn =
+            <diesel::SqliteConnection as diesel::Connection>::establish(path).expect("connect");
+        // Waits for a write in flight rather than failing on it.
+        conn.batch_execute("PRAGMA busy_timeout = 5000; BEGIN IMMEDIATE")
+            .expect("lock");
+        std::thread::sleep(Duration::from_secs(2));
+        conn.batch_execute("COMMIT").expect("unlock");
+    });
+    running.await.expect("task").expect("runs");
+    locker.join().expect("locker");
+    let rows = runs_of(&db, "tick");
+    assert!(
+        rows.iter().all(|r| r.status == RunStatus::Succeeded),
+        "a row was left running, abandoned, missed or skipped: {rows:?}"
+    );
+    let ran = ran.lock().expect("runs").clone();
+    assert!(
+        ran.values().all(|n| *n == 1),
+        "an instant ran twice: {ran:?}"
+    );
+    // Every instant from the first to the last that ran, the locked ones
+    // included, ran once.
+    let first = *ran.keys().next().expect("ran");
+    let last = *ran.keys().last().expect("ran");
+    assert!(first <= started + TimeDelta::seconds(2), "{ran:?}");
+    let expected = (last - first).num_seconds() + 1;
+    assert_eq!(ran.len() as i64, expected, "{ran:?}");
+    assert!(last >= started + TimeDelta::seconds(5), "{ran:?}");
+}
+
+/// A run whose end is recorded late (its replica was cut off when the run
+/// ended) held the lease meanwhile, so the job's next instants were its
+/// overruns while its end was unknown. Once the end lands, the instants
+/// after it that nobody ran are recorded `missed`: the check for missed
+/// instants, which had gone past them, goes back to the run's end.
+#[tokio::test(start_paused = true)]
+async fn instants_after_a_late_recorded_end_are_missed_not_overruns() {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    use crate::db::schema::replicron_runs::dsl as runs;
+    use diesel::prelude::*;
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = || {
+        replica_of(
+            &db,
+            &clock,
+            "here",
+            Job::new("minutely", "* * * * *")
+                .expect("job")
+                .lock_at_most_for(Duration::from_secs(600))
+                .missed_after(Duration::from_secs(20))
+                .run(|_| async { Ok::<(), String>(()) }),
+        )
+        .build()
+    };
+    let run_for = |minutes: u64| {
+        let replica = replica();
+        async move {
+            replica
+                .await
+                .expect("build")
+                .run_until(tokio::time::sleep(Duration::from_secs(minutes * 60)))
+                .await
+                .expect("runs");
+        }
+    };
+    run_for(3).await;
+    // 00:04 is claimed by a replica that is then cut off: its run ends at
+    // 00:04:10, but neither its end nor its release reaches the database.
+    let id = {
+        let mut conn = connect_at(&db, &clock);
+        let id = crate::history::record_run_started(
+            &mut conn,
+            &crate::history::NewRun {
+                job: "minutely".into(),
+                scheduled_at: utc("2027-03-01T00:04:00Z"),
+                attempt: 1,
+                instance: "cut-off".into(),
+                fence: 99,
+                once_key: None,
+                scope: String::new(),
+                lease_row: None,
+            },
+        )
+        .expect("start");
+        diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+            .set(runs::started_at.eq(utc("2027-03-01T00:04:00Z").naive_utc()))
+            .execute(&mut conn)
+            .expect("start time");
+        diesel::update(locks::replicron_locks.filter(locks::name.eq("minutely")))
+            .set((
+                locks::fence.eq(99_i64),
+                locks::locked_by.eq(Some("cut-off")),
+                locks::locked_at.eq(Some(utc("2027-03-01T00:04:00Z").naive_utc())),
+                locks::last_scheduled_at.eq(Some(utc("2027-03-01T00:04:00Z").naive_utc())),
+                locks::lock_until.eq(utc("2027-03-01T00:14:00Z").naive_utc()),
+            ))
+            .execute(&mut conn)
+            .expect("lease");
+        id
+    };
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    // The job's instants are overruns of the cut-off run meanwhile.
+    run_for(4).await;
+    // Its end and its release land at last.
+    {
+        let mut conn = connect_at(&db, &clock);
+        crate::history::record_run_finished(
+            &mut conn,
+            id,
+            &crate::history::RunFinish {
+                status: RunStatus::Succeeded,
+                exit_code: Some(0),
+                output: String::new(),
+                duration: Duration::from_secs(10),
+            },
+        )
+        .expect("end");
+        diesel::update(locks::replicron_locks.filter(locks::name.eq("minutely")))
+            .set(locks::lock_until.eq(utc("2027-03-01T00:09:00Z").naive_utc()))
+            .execute(&mut conn)
+            .expect("release");
+    }
+    run_for(3).await;
+    let rows = runs_of(&db, "minutely");
+    let missed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.scheduled_at.format("%H:%M").to_string())
+        .collect();
+    let first_after = rows
+        .iter()
+        .filter(|r| {
+            r.status == RunStatus::Succeeded
+                && r.scheduled_at.and_utc() > utc("2027-03-01T00:04:00Z")
+        })
+        .map(|r| r.scheduled_at.and_utc())
+        .min()
+        .expect("the job ran again");
+    let expected: Vec<String> = (5..)
+        .map(|m| utc("2027-03-01T00:00:00Z") + TimeDelta::minutes(m))
+        .take_while(|t| *t < first_after)
+        .map(|t| t.format("%H:%M").to_string())
+        .collect();
+    assert!(expected.len() >= 4, "{expected:?}");
+    assert_eq!(missed, expected, "{rows:?}");
+}
+
+/// The check for missed instants starts where the job does: a fleet whose
+/// first replica stopped right after creating the job's row, and whose
+/// next came minutes later, has the instants between recorded `missed`
+/// (an outage at a fleet's start is told like any other).
+#[tokio::test(start_paused = true)]
+async fn a_jobs_first_instants_are_checked_for_misses() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = |id: &'static str| {
+        replica_of(
+            &db,
+            &clock,
+            id,
+            Job::new("minutely", "* * * * *")
+                .expect("job")
+                .run(|_| async { Ok::<(), String>(()) }),
+        )
+        .build()
+    };
+    replica("first")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(1)))
+        .await
+        .expect("runs");
+    tokio::time::sleep(Duration::from_secs(5 * 60)).await;
+    replica("next")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    let missed: Vec<String> = runs_of(&db, "minutely")
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.scheduled_at.format("%H:%M").to_string())
+        .collect();
+    assert_eq!(missed, ["00:01", "00:02", "00:03", "00:04", "00:05"]);
+}

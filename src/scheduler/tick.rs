@@ -5,7 +5,7 @@
 //! every instant skipped with its reason. Catch-up at start and after an
 //! outage.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -14,10 +14,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::claimer::Claimed;
+use super::claimer::{Claimed, Unanswered};
 use super::engine::Engine;
 use super::execute::{self, Plan, Recording};
 use super::job::Job;
+use super::unanswered::{Settled, settle};
 use super::{Phase, fmt_instant};
 use crate::backoff::Backoff;
 use crate::config::RunOn;
@@ -33,14 +34,15 @@ pub(crate) async fn draining(mut phase: watch::Receiver<Phase>) {
     let _ = phase.wait_for(|p| *p != Phase::Running).await;
 }
 
-/// A run this replica started: when it claimed it and, once its last
-/// attempt's process has ended, when that was (both by the database's
-/// clock). An instant that comes while it is recorded and released is no
-/// overrun: only one that came while it was going.
+/// A run this replica started: when it claimed it, and when its action was
+/// going (by the database's clock). An instant that comes before the action
+/// starts (its lease or start record waits on the database) or while its
+/// end is recorded and its lease released is no overrun: only one that came
+/// while the action was going.
 struct Current {
     task: JoinHandle<()>,
     claimed_at: DateTime<Utc>,
-    ended: Arc<OnceLock<DateTime<Utc>>>,
+    going: Arc<execute::Going>,
 }
 
 impl Current {
@@ -50,7 +52,7 @@ impl Current {
 
     /// Whether the run was going at `instant`.
     fn was_going_at(&self, instant: DateTime<Utc>) -> bool {
-        self.claimed_at < instant && self.ended.get().is_none_or(|end| *end > instant)
+        self.going.at(instant)
     }
 }
 
@@ -110,10 +112,14 @@ pub(crate) async fn job_loop(
                 }
                 if state == DbState::Up && current.as_ref().is_none_or(|run| !run.is_running()) {
                     // Back from an outage: the missed instants are catch-up's.
-                    ticker = Ticker::new(job.schedule.clone(), engine.clock.clone());
+                    // No instant handed out already comes again, even if
+                    // the estimate of the database's clock moved back.
+                    let handled = ticker.last();
+                    ticker = Ticker::new(job.schedule.clone(), engine.clock.clone()).not_before(handled);
                     if let Some((instant, run)) = catch_up(&engine, &job).await {
                         current = run;
-                        ticker = Ticker::resuming_after(job.schedule.clone(), engine.clock.clone(), instant);
+                        let after = handled.map_or(instant, |handled| handled.max(instant));
+                        ticker = Ticker::resuming_after(job.schedule.clone(), engine.clock.clone(), after);
                     }
                 }
                 continue;
@@ -125,7 +131,7 @@ pub(crate) async fn job_loop(
         };
         telemetry::schedule(&job.name, job.schedule.next_after(instant), None);
         if let Some(skipped) = ticker.take_skipped() {
-            telemetry::skipped(&job.name, "too_late", skipped.count);
+            telemetry::skipped(&job.name, telemetry::Skip::TooLate, skipped.count);
             warn!(
                 job = %job.name,
                 first = %fmt_instant(skipped.first),
@@ -136,7 +142,7 @@ pub(crate) async fn job_loop(
             );
         }
         if !engine.health.is_up() {
-            telemetry::skipped(&job.name, "database_down", 1);
+            telemetry::skipped(&job.name, telemetry::Skip::DatabaseDown, 1);
             debug!(job = %job.name, instant = %fmt_instant(instant), "skipped: the database is unreachable");
             skipped_down = Some(match skipped_down {
                 Some((first, _, count)) => (first, instant, count + 1),
@@ -158,9 +164,11 @@ pub(crate) async fn job_loop(
                 }
                 continue;
             }
-            // The run started after this instant came due (this replica was
-            // blocked: a stall, a slow claim), or it had ended and is being
-            // recorded and released. The instant waits for it.
+            // The run's action started after this instant came due (this
+            // replica was blocked: a stall, a slow claim), has not started
+            // yet (its lease or start record waits on the database), or had
+            // ended and is being recorded and released. The instant waits
+            // for it.
             let deadline = deadline_for(&engine, &job, instant);
             tokio::select! {
                 biased;
@@ -225,7 +233,7 @@ fn deadline_for(engine: &Engine, job: &Job, instant: DateTime<Utc>) -> Instant {
 }
 
 fn skip_too_late(job: &Job, instant: DateTime<Utc>, why: &str) {
-    telemetry::skipped(&job.name, "too_late", 1);
+    telemetry::skipped(&job.name, telemetry::Skip::TooLate, 1);
     warn!(
         job = %job.name,
         instant = %fmt_instant(instant),
@@ -327,7 +335,7 @@ enum Attempt {
 async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
     // Said once per change by the drift check.
     if engine.drift.is_minority(&job.name) {
-        telemetry::skipped(&job.name, "minority", 1);
+        telemetry::skipped(&job.name, telemetry::Skip::Minority, 1);
         debug!(job = %job.name, instant = %fmt_instant(instant), "not claimed: this replica's definition of the job is in the minority");
         return Attempt::Skipped;
     }
@@ -350,9 +358,50 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
             engine.health.report_ok();
         }
         let pause = match claimed {
-            Ok(Claimed::Won(lease, run_id)) => {
+            Ok(Claimed::Won { lease, run, sent }) => {
                 telemetry::claim(&job.name, true);
-                return start(engine, job, lease, run_id, false);
+                let every = lease_times(job).every;
+                if sent.elapsed() < every {
+                    return start(engine, job, lease, run, sent, false);
+                }
+                // Answered so late that the lease may be gone: confirm it
+                // again before anything runs.
+                warn!(
+                    job = %job.name,
+                    instant = %fmt_instant(instant),
+                    answered_after_ms = sent.elapsed().as_millis() as u64,
+                    "the claim was answered after a third of its lease: confirming the lease again before the run starts"
+                );
+                let late = Unanswered::late(&lease, sent);
+                match settle(engine, job, instant, late, deadline).await {
+                    Settled::Won { lease, run, sent } => {
+                        return start(engine, job, lease, run, sent, false);
+                    }
+                    Settled::Lost => return Attempt::Lost,
+                    Settled::Retry | Settled::Skipped => return Attempt::Skipped,
+                }
+            }
+            Ok(Claimed::Unanswered(unanswered)) => {
+                engine.health.report_error(&unanswered.error);
+                // The claim may have committed without this replica hearing:
+                // its row says, once the database answers again.
+                warn!(
+                    job = %job.name,
+                    instant = %fmt_instant(instant),
+                    "claim not answered: asking the database whether it committed once it answers: {}",
+                    unanswered.error
+                );
+                match settle(engine, job, instant, unanswered, deadline).await {
+                    Settled::Won { lease, run, sent } => {
+                        return start(engine, job, lease, run, sent, false);
+                    }
+                    Settled::Lost => return Attempt::Lost,
+                    Settled::Skipped => return Attempt::Skipped,
+                    Settled::Retry => match wait("its claims were not answered") {
+                        Some(pause) => pause,
+                        None => return Attempt::Skipped,
+                    },
+                }
             }
             Ok(Claimed::NotWon(Claim::Won(_) | Claim::Taken)) => {
                 telemetry::claim(&job.name, false);
@@ -360,7 +409,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 return Attempt::Lost;
             }
             Ok(Claimed::NotWon(Claim::Paused { by, reason })) => {
-                telemetry::skipped(&job.name, "paused", 1);
+                telemetry::skipped(&job.name, telemetry::Skip::Paused, 1);
                 debug!(job = %job.name, instant = %fmt_instant(instant), "paused: not claimed");
                 return Attempt::Paused { by, reason };
             }
@@ -394,20 +443,41 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                             return Attempt::Overrun { since };
                         }
                         match was_going_at(engine, job, &holder, start).await {
-                            Ok(true) => {
+                            Ok(Held::Going) => {
                                 telemetry::overrun(&job.name);
                                 return Attempt::Overrun { since };
                             }
                             // Its run had ended: its release has not landed yet.
-                            Ok(false) => {
+                            Ok(Held::Ended) => {
                                 match wait("the release of the job's previous run did not land") {
+                                    Some(pause) => pause,
+                                    None => return Attempt::Skipped,
+                                }
+                            }
+                            // Nothing runs without a start record: no run
+                            // holds the lease, only a claim (one whose
+                            // replica died, or did not hear it won, before
+                            // recording it). The instant waits for the
+                            // lease to be given back or to run out.
+                            Ok(Held::NoRun) => {
+                                match wait(
+                                    "the job's lease stayed held by a claim that started no run",
+                                ) {
+                                    Some(pause) => pause,
+                                    None => return Attempt::Skipped,
+                                }
+                            }
+                            Ok(Held::StartedLater) => {
+                                match wait(
+                                    "the job's lease stayed held by a run that started after it",
+                                ) {
                                     Some(pause) => pause,
                                     None => return Attempt::Skipped,
                                 }
                             }
                             Err(e) => {
                                 engine.health.report_error(&e);
-                                telemetry::skipped(&job.name, "error", 1);
+                                telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
                                 warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
                                 return Attempt::Skipped;
                             }
@@ -417,23 +487,8 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
             }
             Err(e) => {
                 engine.health.report_error(&e);
-                if e.is_unreachable() {
-                    // The outage itself is said once by the health state,
-                    // but a claim whose answer was lost may still have been
-                    // committed: then this replica won an instant it will
-                    // not run, and nobody else may. Say which, by name.
-                    telemetry::skipped(&job.name, "unanswered", 1);
-                    warn!(
-                        job = %job.name,
-                        instant = %fmt_instant(instant),
-                        "claim not answered: the database may have committed it without this replica \
-                         hearing, so this instant may not run anywhere; if it does not, the check for \
-                         missed instants records it missed: {e}"
-                    );
-                } else {
-                    telemetry::skipped(&job.name, "error", 1);
-                    warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
-                }
+                telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
+                warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
                 return Attempt::Skipped;
             }
         };
@@ -441,20 +496,22 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
     }
 }
 
-/// Starts the run of `lease`'s instant: under the fleet's lease, or (for
-/// `per_host`, a `run_on = "every"` job) under this replica's own.
+/// Starts the run of `lease`'s instant, whose claim was sent at `claimed`:
+/// under the fleet's lease, or (for `per_host`, a `run_on = "every"` job)
+/// under this replica's own.
 fn start(
     engine: &Arc<Engine>,
     job: &Arc<Job>,
     lease: lease::Lease,
     first_run: Option<i64>,
+    claimed: Instant,
     per_host: bool,
 ) -> Attempt {
     let Some(work) = execute::Work::of(job) else {
         return Attempt::Skipped;
     };
     let claimed_at = engine.clock.now();
-    let ended = Arc::new(OnceLock::new());
+    let going = Arc::new(execute::Going::default());
     let run = execute::execute(
         engine.clone(),
         Plan {
@@ -465,9 +522,9 @@ fn start(
                 ..Recording::default()
             },
             lease,
-            claimed: Instant::now(),
+            claimed,
             first_run,
-            ended: Some(ended.clone()),
+            going: Some(going.clone()),
         },
     );
     Attempt::Won(Current {
@@ -475,7 +532,7 @@ fn start(
             run.await;
         }),
         claimed_at,
-        ended,
+        going,
     })
 }
 
@@ -491,7 +548,7 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
                 crate::db::clock::to_db_time(instant).0,
             ) =>
         {
-            telemetry::skipped(&job.name, "paused", 1);
+            telemetry::skipped(&job.name, telemetry::Skip::Paused, 1);
             return Attempt::Paused {
                 by: row.paused_by,
                 reason: row.paused_reason,
@@ -500,7 +557,7 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
         Ok(_) => engine.health.report_ok(),
         Err(e) => {
             engine.health.report_error(&e);
-            telemetry::skipped(&job.name, "error", 1);
+            telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
             warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
             return Attempt::Skipped;
         }
@@ -510,8 +567,9 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
         instant,
         instance: engine.instance.clone(),
         fence: 0,
+        nonce: 0,
     };
-    start(engine, job, lease, None, true)
+    start(engine, job, lease, None, Instant::now(), true)
 }
 
 /// Whether a lease claimed at `since` is held only because of
@@ -530,17 +588,29 @@ fn held_on_purpose(job: &Job, holder: &lease::Holder, since: DateTime<Utc>) -> b
 const END_RECORD_PATIENCE: Duration = Duration::from_millis(250);
 const END_RECORD_PATIENCE_AFTER_STALL: Duration = Duration::from_secs(3);
 
-/// Whether the run holding `holder`'s lease was going at `at` (an
-/// instant's start), by its history: it ended (its last attempt, with no
-/// retry to come) before then, or it did not.
+/// What holds a lease, as the history tells.
+enum Held {
+    /// A run that was going at the instant's start.
+    Going,
+    /// A run that had ended by then (its release has not landed).
+    Ended,
+    /// A claim that recorded no run.
+    NoRun,
+    /// A run that started after it, under a lease taken up after it.
+    StartedLater,
+}
+
+/// What holds `holder`'s lease as of `at` (an instant's start), by its
+/// history: a run that ended (its last attempt, with no retry to come)
+/// before then, one that did not, or no run at all under its fence.
 async fn was_going_at(
     engine: &Engine,
     job: &Job,
     holder: &lease::Holder,
     at: DateTime<Utc>,
-) -> Result<bool, DbError> {
+) -> Result<Held, DbError> {
     let Some(held_instant) = holder.instant else {
-        return Ok(true);
+        return Ok(Held::Going);
     };
     let late = (engine.clock.now() - at).to_std().unwrap_or_default();
     let patience = if late > Duration::from_secs(1) {
@@ -554,6 +624,21 @@ async fn was_going_at(
             .store
             .latest_attempt(&job.name, held_instant, holder.fence)
             .await?;
+        let recorded = row.is_some();
+        // A run that started after the instant, under a lease taken up
+        // after it (its claim was answered, or found committed, late), was
+        // not going when the instant came: the instant waits for it. One
+        // that started late under a lease held since before the instant
+        // (it waited for its shared locks) was going.
+        if row
+            .as_ref()
+            .is_some_and(|run| run.attempt == 1 && run.started_at.and_utc() > at)
+            && engine.store.find_lock(&job.name).await?.is_some_and(|row| {
+                row.fence == holder.fence && row.locked_at.is_some_and(|since| since.and_utc() > at)
+            })
+        {
+            return Ok(Held::StartedLater);
+        }
         let ended = row.and_then(|run| {
             let status = run.status;
             let retry_to_come = matches!(status, RunStatus::Failed | RunStatus::TimedOut)
@@ -562,11 +647,18 @@ async fn was_going_at(
             (status != RunStatus::Running && !retry_to_come).then(|| finished.and_utc())
         });
         match ended {
-            Some(end) => return Ok(end > at),
-            None if Instant::now() >= give_up => return Ok(true),
-            None => tokio::time::sleep(Duration::from_millis(50)).await,
+            Some(end) if end > at => return Ok(Held::Going),
+            Some(_) => return Ok(Held::Ended),
+            None if Instant::now() < give_up => tokio::time::sleep(Duration::from_millis(50)).await,
+            None if recorded => return Ok(Held::Going),
+            None => return Ok(Held::NoRun),
         }
     }
+}
+
+/// The timings of `job`'s lease.
+fn lease_times(job: &Job) -> crate::lease::keeper::LeaseTimes {
+    crate::lease::keeper::LeaseTimes::new(job.settings.lock_at_most_for, job.settings.kill_grace)
 }
 
 /// The longest pause before claiming again an instant the database said is

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::engine::Engine;
 use super::{Job, Outcome, Plan, Recording, Work};
-use crate::lease::Claim;
+use crate::lease::{Claim, Pause};
 
 /// How a trigger began.
 #[derive(Debug)]
@@ -23,8 +23,15 @@ pub(crate) enum Started {
         /// The run.
         handle: JoinHandle<Option<Outcome>>,
     },
-    /// The job is paused: "paused by … since …".
-    Paused(String),
+    /// Not started.
+    Refused(Refusal),
+}
+
+/// Why a trigger started no run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The job is paused (and the trigger was not forced).
+    Paused(Pause),
     /// Its lease is held: a run is going on some replica.
     Held,
     /// The job has nothing to run on this replica.
@@ -43,14 +50,16 @@ pub(crate) async fn start(
         .ensure_rows(vec![job.name().to_string()])
         .await?;
     if !force && let Some(row) = engine.store.find_lock(job.name()).await? {
-        let now = engine.store.database_now().await?.naive_utc();
-        if let Some(until) = row.paused_at_time(now) {
-            return Ok(Started::Paused(row.describe_pause(until)));
+        let now = engine.store.database_now().await?;
+        if let Some(pause) = row.pause_at(now) {
+            return Ok(Started::Refused(Refusal::Paused(pause)));
         }
     }
     let Some(work) = Work::of(job) else {
-        return Ok(Started::NotRunnable);
+        return Ok(Started::Refused(Refusal::NotRunnable));
     };
+    // The lease counts from when its claim was sent.
+    let sent = Instant::now();
     let claimed = engine
         .store
         .claim_now(job.name(), &engine.instance, job.settings.lock_at_most_for)
@@ -62,14 +71,14 @@ pub(crate) async fn start(
                 work,
                 lease,
                 recording: Recording::default(),
-                claimed: Instant::now(),
+                claimed: sent,
                 first_run: None,
-                ended: None,
+                going: None,
             };
             let handle = tokio::spawn(super::execute::execute(engine, plan));
             Ok(Started::Running { fence, handle })
         }
-        _ => Ok(Started::Held),
+        _ => Ok(Started::Refused(Refusal::Held)),
     }
 }
 
@@ -81,7 +90,7 @@ pub(crate) struct Request {
     /// Run it even though it is paused.
     pub(crate) force: bool,
     /// How it began, or why it could not.
-    pub(crate) reply: tokio::sync::oneshot::Sender<Result<Answer, String>>,
+    pub(crate) reply: tokio::sync::oneshot::Sender<Answer>,
 }
 
 /// How a requested trigger began.
@@ -89,37 +98,30 @@ pub(crate) struct Request {
 pub(crate) enum Answer {
     /// The run is going, under this lease's fence.
     Running(i64),
-    /// The job is paused: "paused by … since …".
-    Paused(String),
-    /// Its lease is held: a run is going on some replica.
-    Held,
-    /// The job has nothing to run on this replica.
-    NotRunnable,
+    /// No run was started, for this reason.
+    Refused(Refusal),
+    /// The scheduler could not try: it is shutting down, or the database
+    /// did not answer.
+    Failed(String),
 }
 
 /// Starts `request`'s run, answers how it began, and waits for it to end.
 pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
     let Request { job, force, reply } = request;
     if *engine.phase.borrow() != super::Phase::Running {
-        let _ = reply.send(Err("replicron is shutting down".to_string()));
+        let _ = reply.send(Answer::Failed("replicron is shutting down".to_string()));
         return;
     }
     match start(engine, &job, force).await {
         Ok(Started::Running { fence, handle }) => {
-            let _ = reply.send(Ok(Answer::Running(fence)));
+            let _ = reply.send(Answer::Running(fence));
             let _ = handle.await;
         }
-        Ok(Started::Paused(why)) => {
-            let _ = reply.send(Ok(Answer::Paused(why)));
-        }
-        Ok(Started::Held) => {
-            let _ = reply.send(Ok(Answer::Held));
-        }
-        Ok(Started::NotRunnable) => {
-            let _ = reply.send(Ok(Answer::NotRunnable));
+        Ok(Started::Refused(refusal)) => {
+            let _ = reply.send(Answer::Refused(refusal));
         }
         Err(e) => {
-            let _ = reply.send(Err(e.to_string()));
+            let _ = reply.send(Answer::Failed(e.to_string()));
         }
     }
 }

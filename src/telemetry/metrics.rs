@@ -11,7 +11,7 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::debug;
 
-use crate::history::RunStatus;
+use crate::run::{Event, RunStatus};
 
 /// Installs the Prometheus recorder once per process and returns its handle.
 pub(crate) fn install() -> PrometheusHandle {
@@ -126,8 +126,20 @@ fn describe() {
         Unit::Seconds,
         "The time between two instants of the job's schedule (the next two, for an irregular one)"
     );
+    describe_counter!(
+        "replicron_web_sign_ins_total",
+        "Sign-ins to this replica's dashboard, by result: ok, refused (not the token), throttled (too many wrong tokens from the address)"
+    );
     counter!("replicron_database_errors_total").increment(0);
     gauge!("replicron_history_pending_writes").set(0.0);
+    for result in ["ok", "refused", "throttled"] {
+        counter!("replicron_web_sign_ins_total", "result" => result).increment(0);
+    }
+}
+
+/// A sign-in to the dashboard: `ok`, `refused` or `throttled`.
+pub(crate) fn sign_in(result: &'static str) {
+    counter!("replicron_web_sign_ins_total", "result" => result).increment(1);
 }
 
 /// Every per-job counter and gauge an alert may need, at 0, so that a rule
@@ -139,15 +151,8 @@ pub(crate) fn register_job(job: &str) {
             .increment(0);
     }
     counter!("replicron_overruns_total", "job" => job.to_string()).increment(0);
-    for reason in [
-        "database_down",
-        "too_late",
-        "unanswered",
-        "paused",
-        "minority",
-        "error",
-    ] {
-        counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
+    for reason in Skip::ALL {
+        counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason.as_str())
             .increment(0);
     }
     for status in RunStatus::ALL {
@@ -161,7 +166,7 @@ pub(crate) fn register_job(job: &str) {
     counter!("replicron_missed_instants_total", "job" => job.to_string()).increment(0);
     gauge!("replicron_job_paused", "job" => job.to_string()).increment(0.0);
     gauge!("replicron_config_drift", "job" => job.to_string()).increment(0.0);
-    for event in crate::notify::Event::ALL {
+    for event in Event::ALL {
         for result in ["sent", "failed", "dropped"] {
             counter!("replicron_notifications_total", "job" => job.to_string(), "event" => event.as_str(), "result" => result)
                 .increment(0);
@@ -217,10 +222,52 @@ pub(crate) fn paused(job: &str, paused: bool) {
     gauge!("replicron_job_paused", "job" => job.to_string()).set(if paused { 1.0 } else { 0.0 });
 }
 
-/// Instants skipped for `reason` (`database_down`, `too_late`, `unanswered`, `paused`, `minority`, `error`);
-/// overruns are counted by [`overrun`].
-pub(crate) fn skipped(job: &str, reason: &'static str, count: usize) {
-    counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason)
+/// Why an instant was not run here (overruns are counted by [`overrun`]):
+/// `replicron_instants_skipped_total`'s `reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// The database could not be reached.
+    DatabaseDown,
+    /// More than `LATE_LIMIT` late.
+    TooLate,
+    /// Its claim got no answer, and whether it committed could not be
+    /// learnt in time.
+    Unanswered,
+    /// The job is paused fleet-wide.
+    Paused,
+    /// This replica's definition of the job is in the minority.
+    Minority,
+    /// The claim or the run could not be set up.
+    Error,
+}
+
+impl Skip {
+    /// Every reason.
+    pub(crate) const ALL: [Skip; 6] = [
+        Skip::DatabaseDown,
+        Skip::TooLate,
+        Skip::Unanswered,
+        Skip::Paused,
+        Skip::Minority,
+        Skip::Error,
+    ];
+
+    /// Its label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Skip::DatabaseDown => "database_down",
+            Skip::TooLate => "too_late",
+            Skip::Unanswered => "unanswered",
+            Skip::Paused => "paused",
+            Skip::Minority => "minority",
+            Skip::Error => "error",
+        }
+    }
+}
+
+/// Instants skipped for `reason`.
+pub(crate) fn skipped(job: &str, reason: Skip, count: usize) {
+    counter!("replicron_instants_skipped_total", "job" => job.to_string(), "reason" => reason.as_str())
         .increment(count as u64);
 }
 

@@ -7,10 +7,12 @@ pub(crate) mod metrics;
 pub(crate) mod systemd;
 
 pub(crate) use self::metrics::*;
-pub(crate) use self::systemd::{heartbeat, notify_systemd};
+pub(crate) use self::systemd::{SystemdState, heartbeat, notify_systemd};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// `/healthz` fails when the tick loop has not beaten for this long.
 const TICK_STALE_AFTER: Duration = Duration::from_secs(5);
@@ -58,18 +60,40 @@ impl Liveness {
     }
 
     /// `None` when healthy, else why not.
-    pub(crate) fn problem(&self) -> Option<&'static str> {
+    pub(crate) fn problem(&self) -> Option<Unhealthy> {
         let now = self.now_ms();
         let age =
             |at: &AtomicU64| Duration::from_millis(now.saturating_sub(at.load(Ordering::Relaxed)));
         if age(&self.tick_ms) > TICK_STALE_AFTER {
-            Some("the tick loop is not running")
+            Some(Unhealthy::TickLoopStopped)
         } else if self.database_down.load(Ordering::Relaxed) {
-            Some("the database is unreachable")
+            Some(Unhealthy::DatabaseUnreachable)
         } else if age(&self.database_ms) > DATABASE_STALE_AFTER {
-            Some("the database has not answered recently")
+            Some(Unhealthy::DatabaseSilent)
         } else {
             None
+        }
+    }
+}
+
+/// Why a replica is not healthy (`/healthz`'s reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unhealthy {
+    /// The tick loop has not beaten for 5 s: the watchdog is not fed.
+    TickLoopStopped,
+    /// The database's last answer was an error.
+    DatabaseUnreachable,
+    /// The database has not answered for 30 s.
+    DatabaseSilent,
+}
+
+impl Unhealthy {
+    /// The reason `/healthz` gives.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Unhealthy::TickLoopStopped => "the tick loop is not running",
+            Unhealthy::DatabaseUnreachable => "the database is unreachable",
+            Unhealthy::DatabaseSilent => "the database has not answered recently",
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use super::Liveness;
+use super::{Liveness, Unhealthy};
 
 /// Beats every second while the runtime runs tasks, and passes the beat on
 /// to systemd's watchdog when one is configured.
@@ -17,18 +17,29 @@ pub(crate) async fn heartbeat(liveness: Arc<Liveness>) {
     loop {
         every.tick().await;
         liveness.tick();
-        if watchdog.is_some() && liveness.problem() != Some("the tick loop is not running") {
+        if watchdog.is_some() && liveness.problem() != Some(Unhealthy::TickLoopStopped) {
             let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
         }
     }
 }
 
+/// What the daemon tells systemd it is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SystemdState {
+    /// Its loops run (again, after a reload).
+    Ready,
+    /// It reads its job file again.
+    Reloading,
+    /// Shutdown has begun.
+    Stopping,
+}
+
 /// Tells systemd (if it started us) what the daemon is doing.
-pub(crate) fn notify_systemd(state: &str) {
+pub(crate) fn notify_systemd(state: SystemdState) {
     let state = match state {
-        "ready" => sd_notify::NotifyState::Ready,
-        "reloading" => sd_notify::NotifyState::Reloading,
-        _ => sd_notify::NotifyState::Stopping,
+        SystemdState::Ready => sd_notify::NotifyState::Ready,
+        SystemdState::Reloading => sd_notify::NotifyState::Reloading,
+        SystemdState::Stopping => sd_notify::NotifyState::Stopping,
     };
     if let Err(e) = sd_notify::notify(&[state]) {
         warn!("cannot notify systemd: {e}");

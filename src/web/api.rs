@@ -133,7 +133,7 @@ pub(super) async fn instances(State(web): State<Shared>) -> Response {
 pub(super) async fn notifications(State(web): State<Shared>) -> Response {
     Json(json!({
         "instance": web.instance,
-        "notifications": crate::notify::recent(),
+        "notifications": web.notifications.recent(),
     }))
     .into_response()
 }
@@ -151,12 +151,13 @@ pub(super) async fn openapi() -> Response {
 /// as a JSON body or in the query string.
 pub(super) async fn act(
     State(web): State<Shared>,
-    Path((name, action)): Path<(String, String)>,
+    path: Result<Path<(String, super::Action)>, axum::extract::rejection::PathRejection>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match web.auth.caller(&headers) {
+    let caller = super::caller(&web, &headers).await;
+    match &caller {
         Caller::ReadOnly => {
             return error(
                 StatusCode::FORBIDDEN,
@@ -171,9 +172,11 @@ pub(super) async fn act(
             )
                 .into_response();
         }
-        Caller::Session => {
+        Caller::Session(_) => {
             let csrf = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
-            if !same_origin(&headers) || !csrf.is_some_and(|c| web.auth.is_csrf(c)) {
+            if !same_origin(&headers, web.public.as_ref())
+                || !csrf.is_some_and(|c| caller.is_csrf(c))
+            {
                 return error(
                     StatusCode::FORBIDDEN,
                     "a browser session must send the page's CSRF token in X-CSRF-Token, from the dashboard's origin",
@@ -182,20 +185,61 @@ pub(super) async fn act(
         }
         Caller::Bearer => {}
     }
-    let params = if body.iter().all(u8::is_ascii_whitespace) {
-        match serde_urlencoded::from_str::<ActionParams>(query.as_deref().unwrap_or("")) {
-            Ok(params) => params,
-            Err(e) => return error(StatusCode::BAD_REQUEST, format!("the query string: {e}")),
-        }
-    } else {
-        match serde_json::from_slice::<ActionParams>(&body) {
-            Ok(params) => params,
-            Err(e) => return error(StatusCode::BAD_REQUEST, format!("the JSON body: {e}")),
-        }
+    let (name, action) = match super::action_path(path) {
+        Ok(path) => path,
+        Err((status, message)) => return error(status, message),
+    };
+    let params = match action_params(query.as_deref(), &body) {
+        Ok(params) => params,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     let by = format!("api@{}", web.instance);
-    match super::act(&web, &name, &action, &params, &by).await {
+    match super::act(&web, &name, action, &params, &by).await {
         Ok((status, message)) => (status, Json(json!({ "message": message }))).into_response(),
         Err((status, message)) => error(status, message),
+    }
+}
+
+/// An action's parameters: from the query string, or from a JSON object as
+/// the body, never both (one would be silently ignored).
+fn action_params(query: Option<&str>, body: &[u8]) -> Result<ActionParams, String> {
+    let query = query.unwrap_or("");
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return serde_urlencoded::from_str::<ActionParams>(query)
+            .map_err(|e| format!("the query string: {e}"));
+    }
+    if !query.is_empty() {
+        return Err(
+            "parameters in both the query string and the body: send them in one of the two"
+                .to_string(),
+        );
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(value @ serde_json::Value::Object(_)) => {
+            serde_json::from_value::<ActionParams>(value).map_err(|e| format!("the JSON body: {e}"))
+        }
+        Ok(_) => Err("the JSON body must be an object, e.g. {\"reason\": \"…\"}".to_string()),
+        Err(e) => Err(format!("the JSON body: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::action_params;
+
+    #[test]
+    fn parameters_come_from_one_place() {
+        let params = action_params(Some("reason=r&force=1"), b"").expect("query");
+        assert_eq!(params.reason.as_deref(), Some("r"));
+        assert!(params.force);
+        let params = action_params(None, br#"{"reason": "r", "force": true}"#).expect("body");
+        assert_eq!(params.reason.as_deref(), Some("r"));
+        assert!(params.force);
+        assert!(action_params(Some("force=1"), br#"{"reason": "r"}"#).is_err());
+        for body in [&b"[]"[..], b"[\"r\"]", b"\"r\"", b"1", b"null"] {
+            let e = action_params(None, body).expect_err("not an object");
+            assert!(e.contains("must be an object"), "{e}");
+        }
+        assert!(action_params(None, b"{").is_err());
     }
 }

@@ -1,28 +1,40 @@
 //! Who may act: the bearer token of `[web] token_env`, shown either in an
-//! `Authorization: Bearer` header (scripts) or, in a browser, as a session
-//! cookie set by the login form. A browser's POSTs also carry a CSRF token
-//! and must come from the dashboard's own origin.
-//!
-//! Neither the cookie nor the CSRF token is the bearer token itself: each is
-//! an HMAC-SHA256 keyed by it (the cookie's over its issue time, which
-//! bounds its life to [`SESSION_LIFE`]), so a leaked page or cookie does
-//! not reveal the token, and changing the token (a restart) ends every
-//! session. Comparisons run in constant time (`Mac::verify_slice`).
+//! `Authorization: Bearer` header (scripts) or, in a browser, once to the
+//! sign-in form, which opens a session ([`super::sessions`]): a random id
+//! in a cookie, stored (hashed) in the database with the replica that
+//! issued it, its own CSRF token and its expiry; sign-out deletes it. A
+//! browser's POSTs carry the session's CSRF token and must come from the
+//! dashboard's own origin. The messages a page shows after an action are
+//! signed with an HMAC-SHA256 keyed by the token. Comparisons of secrets
+//! run in constant time.
 
 use axum::http::{HeaderMap, header};
+
+use crate::config::PublicUrl;
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
 
-/// The session cookie's name.
-pub(crate) const COOKIE: &str = "replicron_session";
-
-/// How long a session cookie is good for.
+/// How long a session is good for.
 pub(crate) const SESSION_LIFE: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 
-fn unix_now() -> u64 {
+/// Seconds since the Unix epoch, by this host's clock.
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// How long a signed message may be shown after its action.
+pub(crate) const MESSAGE_LIFE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What a message's signature covers: every part, length-prefixed so that
+/// no two different messages share a label.
+fn message_label(job: &str, instance: &str, expires: u64, text: &str) -> String {
+    format!(
+        "message:{}:{job}:{}:{instance}:{expires}:{text}",
+        job.len(),
+        instance.len()
+    )
 }
 
 /// The header a script may send the CSRF token in, with a session cookie.
@@ -45,7 +57,7 @@ impl std::fmt::Debug for Auth {
 }
 
 /// Who a request is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Caller {
     /// Actions are off: no token is configured.
     ReadOnly,
@@ -53,8 +65,37 @@ pub(crate) enum Caller {
     Anonymous,
     /// The right bearer token in `Authorization`.
     Bearer,
-    /// A browser with a valid session cookie.
-    Session,
+    /// A browser with a live session of this replica's.
+    Session(super::sessions::Session),
+}
+
+impl Caller {
+    /// Whether `given` is its session's CSRF token (constant time).
+    pub(crate) fn is_csrf(&self, given: &str) -> bool {
+        match self {
+            Caller::Session(session) => {
+                use subtle_eq::eq;
+                eq(session.csrf.as_bytes(), given.trim().as_bytes())
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Equality of secrets in time that does not depend on where they differ.
+mod subtle_eq {
+    pub(super) fn eq(a: &[u8], b: &[u8]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).fold(0_u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+/// What a request's headers show.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Credential<'h> {
+    /// Who it is, already.
+    Known(Caller),
+    /// A session cookie's value, to look up.
+    Cookie(&'h str),
 }
 
 /// An HMAC-SHA256 of `label` keyed by `key`.
@@ -64,7 +105,7 @@ fn keyed(key: &str, label: &str) -> Option<Hmac> {
     Some(mac)
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -114,52 +155,41 @@ impl Auth {
         }
     }
 
-    /// A new session cookie's value: its issue time and its HMAC.
-    pub(crate) fn session(&self) -> Option<String> {
-        let issued = unix_now();
-        Some(format!(
-            "{issued}.{}",
-            self.signed(&format!("session:{issued}"))?
-        ))
+    /// `text`'s signature for the page of `job` on replica `instance`,
+    /// good until `expires` (Unix seconds), so that a page shows only
+    /// messages it wrote, about itself, and only for a short while.
+    pub(crate) fn sign(
+        &self,
+        job: &str,
+        instance: &str,
+        expires: u64,
+        text: &str,
+    ) -> Option<String> {
+        self.signed(&message_label(job, instance, expires, text))
     }
 
-    fn is_session(&self, value: &str) -> bool {
-        let Some((issued, mac)) = value.split_once('.') else {
-            return false;
-        };
-        let Ok(at) = issued.parse::<u64>() else {
-            return false;
-        };
+    /// Whether `signature` is [`Auth::sign`]'s of `text` for this page and
+    /// replica, and not expired.
+    pub(crate) fn is_signed(
+        &self,
+        job: &str,
+        instance: &str,
+        expires: u64,
+        text: &str,
+        signature: &str,
+    ) -> bool {
         let now = unix_now();
-        at <= now + 60
-            && now.saturating_sub(at) < SESSION_LIFE.as_secs()
-            && self.verify(&format!("session:{at}"), mac)
+        expires >= now
+            && expires <= now + 2 * MESSAGE_LIFE.as_secs()
+            && self.verify(&message_label(job, instance, expires, text), signature)
     }
 
-    /// `text`'s signature, so that a page shows only messages it wrote.
-    pub(crate) fn sign(&self, text: &str) -> Option<String> {
-        self.signed(&format!("message:{text}"))
-    }
-
-    /// Whether `signature` is [`Auth::sign`]'s of `text`.
-    pub(crate) fn is_signed(&self, text: &str, signature: &str) -> bool {
-        self.verify(&format!("message:{text}"), signature)
-    }
-
-    /// The CSRF token the dashboard puts in its forms.
-    pub(crate) fn csrf(&self) -> Option<String> {
-        self.signed("csrf")
-    }
-
-    /// Whether `given` is the CSRF token.
-    pub(crate) fn is_csrf(&self, given: &str) -> bool {
-        self.verify("csrf", given)
-    }
-
-    /// Who sent `headers`.
-    pub(crate) fn caller(&self, headers: &HeaderMap) -> Caller {
+    /// Who sent `headers`, as far as the headers alone tell: read-only, a
+    /// bearer (right or wrong), or the value of the session cookie named
+    /// `cookie`, which [`super::caller`] looks up.
+    pub(crate) fn credential<'h>(&self, headers: &'h HeaderMap, cookie: &str) -> Credential<'h> {
         if !self.actions() {
-            return Caller::ReadOnly;
+            return Credential::Known(Caller::ReadOnly);
         }
         if let Some(bearer) = headers
             .get(header::AUTHORIZATION)
@@ -168,11 +198,11 @@ impl Auth {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token)
         {
-            return if self.is_token(bearer) {
+            return Credential::Known(if self.is_token(bearer) {
                 Caller::Bearer
             } else {
                 Caller::Anonymous
-            };
+            });
         }
         let session = headers
             .get_all(header::COOKIE)
@@ -180,20 +210,23 @@ impl Auth {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(name, _)| *name == COOKIE)
-            .map(|(_, value)| value);
+            .find(|(name, _)| *name == cookie)
+            .map(|(_, value)| value.trim())
+            .filter(|value| !value.is_empty());
         match session {
-            Some(value) if self.is_session(value) => Caller::Session,
-            _ => Caller::Anonymous,
+            Some(value) => Credential::Cookie(value),
+            None => Credential::Known(Caller::Anonymous),
         }
     }
 }
 
 /// Whether a browser's POST comes from the dashboard's own pages: a
-/// cross-site `Sec-Fetch-Site`, or an `Origin` whose host is not the
-/// request's `Host`, is refused. (Browsers send at least one of them on
-/// every POST; a script without either is judged by its token alone.)
-pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+/// cross-site `Sec-Fetch-Site`, or an `Origin` that is neither the
+/// request's `Host` nor `public` (`[web] public_url`, which a proxy that
+/// rewrites `Host` leaves as the only witness), is refused. (Browsers send
+/// at least one of them on every POST; a script without either is judged
+/// by its token alone.)
+pub(crate) fn same_origin(headers: &HeaderMap, public: Option<&PublicUrl>) -> bool {
     let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
     if let Some(site) = site
         && !matches!(site, "same-origin" | "none")
@@ -204,6 +237,9 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
     match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
         None => true,
         Some(origin) => {
+            if public.is_some_and(|public| origin.eq_ignore_ascii_case(&public.origin)) {
+                return true;
+            }
             let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
             host.is_some_and(|host| host == origin_host)
         }
@@ -213,73 +249,114 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_COOKIE as COOKIE;
     use axum::http::HeaderValue;
 
     #[test]
-    fn tokens_cookies_and_csrf_tokens() {
+    fn tokens_messages_and_credentials() {
         let auth = Auth::new(Some("correct-horse-battery-staple".to_string()));
         assert!(auth.is_token("correct-horse-battery-staple"));
         assert!(!auth.is_token("correct-horse-battery-stapl"));
-        let session = auth.session().expect("a session");
-        let csrf = auth.csrf().expect("a csrf token");
-        assert_ne!(session, csrf);
-        assert!(!session.contains("horse") && auth.is_csrf(&csrf) && !auth.is_csrf(&session));
-        assert!(auth.is_session(&session));
-        // An old session, or one signed for another time, is no session.
-        let old = unix_now() - SESSION_LIFE.as_secs() - 1;
-        let expired = format!(
-            "{old}.{}",
-            auth.signed(&format!("session:{old}")).expect("mac")
-        );
-        assert!(!auth.is_session(&expired));
-        let (_, mac) = session.split_once('.').expect("issued.mac");
-        assert!(!auth.is_session(&format!("{old}.{mac}")));
         // Messages a page shows are its own.
-        let signature = auth.sign("job: paused").expect("signed");
-        assert!(auth.is_signed("job: paused", &signature));
-        assert!(!auth.is_signed("re-enter your token at evil.example", &signature));
-        assert!(!auth.is_csrf("zz") && !auth.is_csrf(""));
+        let expires = unix_now() + 60;
+        let signature = auth
+            .sign("job", "r1", expires, "job: paused")
+            .expect("signed");
+        assert!(auth.is_signed("job", "r1", expires, "job: paused", &signature));
+        assert!(!auth.is_signed(
+            "job",
+            "r1",
+            expires,
+            "re-enter your token at evil.example",
+            &signature
+        ));
+        assert!(!auth.is_signed("other", "r1", expires, "job: paused", &signature));
+        assert!(!auth.is_signed("job", "r2", expires, "job: paused", &signature));
+        assert!(!auth.is_signed("job", "r1", expires + 1, "job: paused", &signature));
+        let past = unix_now() - 1;
+        let old = auth.sign("job", "r1", past, "job: paused").expect("signed");
+        assert!(!auth.is_signed("job", "r1", past, "job: paused", &old));
 
         let mut headers = HeaderMap::new();
-        assert_eq!(auth.caller(&headers), Caller::Anonymous);
+        assert_eq!(
+            auth.credential(&headers, COOKIE),
+            Credential::Known(Caller::Anonymous)
+        );
         headers.insert(
             header::COOKIE,
-            HeaderValue::from_str(&format!("a=b; {COOKIE}={session}")).expect("header"),
+            HeaderValue::from_static("a=b; replicron_session=abc; other=x"),
         );
-        assert_eq!(auth.caller(&headers), Caller::Session);
+        assert_eq!(auth.credential(&headers, COOKIE), Credential::Cookie("abc"));
+        assert_eq!(
+            auth.credential(&headers, "mine"),
+            Credential::Known(Caller::Anonymous)
+        );
         headers.insert(
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer wrong"),
         );
-        assert_eq!(auth.caller(&headers), Caller::Anonymous);
+        assert_eq!(
+            auth.credential(&headers, COOKIE),
+            Credential::Known(Caller::Anonymous)
+        );
         headers.insert(
             header::AUTHORIZATION,
             HeaderValue::from_static("bearer correct-horse-battery-staple"),
         );
-        assert_eq!(auth.caller(&headers), Caller::Bearer);
+        assert_eq!(
+            auth.credential(&headers, COOKIE),
+            Credential::Known(Caller::Bearer)
+        );
 
         let off = Auth::new(None);
-        assert_eq!(off.caller(&headers), Caller::ReadOnly);
-        assert!(!off.is_token("") && off.csrf().is_none());
+        assert_eq!(
+            off.credential(&headers, COOKIE),
+            Credential::Known(Caller::ReadOnly)
+        );
+
+        let session = Caller::Session(super::super::sessions::Session {
+            id: "id".to_string(),
+            csrf: "0123abcd".to_string(),
+        });
+        assert!(
+            session.is_csrf("0123abcd") && !session.is_csrf("0123abce") && !session.is_csrf("")
+        );
+        assert!(!Caller::Bearer.is_csrf("0123abcd"));
     }
 
     #[test]
     fn only_the_dashboards_own_pages_may_post() {
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:9187"));
-        assert!(same_origin(&headers));
+        assert!(same_origin(&headers, None));
         headers.insert(
             header::ORIGIN,
             HeaderValue::from_static("http://127.0.0.1:9187"),
         );
-        assert!(same_origin(&headers));
+        assert!(same_origin(&headers, None));
         headers.insert(
             header::ORIGIN,
             HeaderValue::from_static("http://evil.example"),
         );
-        assert!(!same_origin(&headers));
+        assert!(!same_origin(&headers, None));
         headers.remove(header::ORIGIN);
         headers.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
-        assert!(!same_origin(&headers));
+        assert!(!same_origin(&headers, None));
+        // Behind a proxy that rewrites Host, the public origin is the
+        // dashboard's own.
+        let public = PublicUrl::parse("https://cron.example.com").expect("origin");
+        let mut proxied = HeaderMap::new();
+        proxied.insert(header::HOST, "127.0.0.1:9187".parse().expect("header"));
+        proxied.insert(
+            header::ORIGIN,
+            "https://cron.example.com".parse().expect("header"),
+        );
+        assert!(!same_origin(&proxied, None));
+        assert!(same_origin(&proxied, Some(&public)));
+        proxied.insert(
+            header::ORIGIN,
+            "https://evil.example".parse().expect("header"),
+        );
+        assert!(!same_origin(&proxied, Some(&public)));
     }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::config::{Command, Config, RunOn};
 use crate::db::{DbError, Store};
 use crate::history::{RunBrief, RunFilter, RunRow, RunStatus, rfc3339};
-use crate::lease::LockRow;
+use crate::ops::fleet;
 use crate::registry::Instance;
 
 /// A job: its definition and its state across the fleet.
@@ -219,7 +219,7 @@ fn command_text(command: &Command) -> String {
             .collect::<Vec<_>>()
             .join(" "),
     };
-    crate::config::redact(&text)
+    crate::db::redact(&text)
 }
 
 fn definition(job: &crate::config::Job) -> Definition {
@@ -277,8 +277,8 @@ fn drifted_by_replica(
 
 /// Every registered replica.
 pub(crate) async fn instances(store: &Store) -> Result<Vec<InstanceView>, DbError> {
-    let instances = store.list_instances().await?;
-    let drifted = drifted_by_replica(&crate::scheduler::drift::among(&instances));
+    let (instances, drift) = fleet::replicas(store).await?;
+    let drifted = drifted_by_replica(&drift);
     Ok(instances
         .iter()
         .map(|i| instance_view(i, &drifted))
@@ -294,36 +294,21 @@ pub(crate) async fn overview(
     recent: Recent,
     only: Option<&str>,
 ) -> Result<Overview, DbError> {
-    let now = store.database_now().await?;
-    let locks = store.list_locks().await?;
-    let instances = store.list_instances().await?;
-    let drift = crate::scheduler::drift::among(&instances);
-    let mut names = crate::cli::status::job_names(config, &locks);
-    if let Some(only) = only {
-        names.retain(|name| name == only);
-    }
     let count = match recent {
         Recent::Last => 1,
-        Recent::Runs(n) => n.max(1),
+        Recent::Runs(n) => n.max(1) as usize,
     };
-    let mut runs: BTreeMap<String, Vec<RunBrief>> = store
-        .recent_briefs(names.clone(), count)
-        .await?
-        .into_iter()
-        .collect();
-    let jobs = names
-        .into_iter()
-        .map(|name| {
-            let briefs = runs.remove(&name).unwrap_or_default();
-            let lock = locks.iter().find(|l| l.name == name);
-            job_view(config, &name, lock, &briefs, &drift, &instances, now)
-        })
-        .collect();
-    let drifted = drifted_by_replica(&drift);
+    let fleet = fleet::read(store, config, count, only).await?;
+    let drifted = drifted_by_replica(&fleet.drift);
     Ok(Overview {
-        now,
-        jobs,
-        instances: instances
+        now: fleet.now,
+        jobs: fleet
+            .jobs
+            .iter()
+            .map(|state| job_view(config, state, &fleet.drift, fleet.now))
+            .collect(),
+        instances: fleet
+            .instances
             .iter()
             .map(|i| instance_view(i, &drifted))
             .collect(),
@@ -332,59 +317,42 @@ pub(crate) async fn overview(
 
 fn job_view(
     config: &Config,
-    name: &str,
-    lock: Option<&LockRow>,
-    briefs: &[RunBrief],
+    state: &fleet::JobState,
     drift: &BTreeMap<String, crate::scheduler::drift::Drift>,
-    instances: &[Instance],
     now: DateTime<Utc>,
 ) -> JobView {
-    let job = config.job(name);
-    let last = briefs.first();
-    let held = lock.is_some_and(|l| l.lock_until.and_utc() > now);
-    let drift = drift.get(name);
-    let problem = crate::cli::status::problem(job, lock, last, held, now, instances, drift);
-    // A paused job's next instant is the first at or after its pause's end
-    // (none while paused until resumed).
-    let pause = lock.and_then(|l| l.paused_at_time(now.naive_utc()).map(|until| (l, until)));
-    let after = match pause {
-        Some((_, None)) => None,
-        Some((_, Some(until))) => Some(until - chrono::TimeDelta::milliseconds(1)),
-        None => Some(now),
-    };
-    let next = job
-        .filter(|j| j.enabled)
-        .zip(after)
-        .and_then(|(j, after)| j.schedule.next_after(after));
-    let start = job.zip(next).map(|(j, next)| j.schedule.start_of(next));
+    let job = config.job(&state.name);
+    let next = state.next(job, now);
+    let lock = state.lock.as_ref();
     JobView {
-        name: name.to_string(),
+        name: state.name.clone(),
         in_config: job.is_some(),
         enabled: job.is_some_and(|j| j.enabled),
         definition: job.map(definition),
-        next_instant: next.map(crate::schedule::fmt_instant),
-        next_start: job.zip(start).map(|(j, start)| {
+        next_instant: next.map(|(next, _)| crate::schedule::fmt_instant(next)),
+        next_start: job.zip(next).map(|(j, (_, start))| {
             start
                 .with_timezone(&j.schedule.zone())
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
         }),
-        next_start_in_seconds: start.map(|s| (s - now).num_milliseconds() as f64 / 1000.0),
-        paused: pause.map(|(l, until)| PauseView {
-            by: l.paused_by.clone(),
-            since: l.paused_at.map(rfc3339),
-            until: until.map(crate::schedule::fmt_instant),
-            reason: l.paused_reason.clone(),
+        next_start_in_seconds: next
+            .map(|(_, start)| (start - now).num_milliseconds() as f64 / 1000.0),
+        paused: state.pause.as_ref().map(|pause| PauseView {
+            by: pause.by.clone(),
+            since: pause.since.map(rfc3339),
+            until: pause.until.map(crate::schedule::fmt_instant),
+            reason: pause.reason.clone(),
         }),
         lease: lock.map_or_else(LeaseView::default, |l| LeaseView {
-            held,
+            held: state.held,
             holder: l.locked_by.clone(),
             until: (l.fence > 0).then(|| rfc3339(l.lock_until)),
             fence: l.fence,
         }),
-        last_run: last.map(RunView::from),
-        drift: drift.map(|d| d.describe()),
-        problem,
-        recent: briefs.iter().map(RunView::from).collect(),
+        last_run: state.last().map(RunView::from),
+        drift: drift.get(&state.name).map(|d| d.describe()),
+        problem: state.problem.clone(),
+        recent: state.recent.iter().map(RunView::from).collect(),
     }
 }
 
@@ -416,17 +384,22 @@ pub(crate) async fn runs(store: &Store, mut filter: RunFilter) -> Result<RunPage
 
 /// A since time: RFC 3339, or a duration before `now` (`1h`, `30m`).
 pub(crate) fn parse_since(text: &str, now: DateTime<Utc>) -> Result<NaiveDateTime, String> {
-    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
-        return Ok(at.with_timezone(&Utc).naive_utc());
+    let since = match DateTime::parse_from_rfc3339(text) {
+        Ok(at) => at.with_timezone(&Utc),
+        Err(_) => humantime::parse_duration(text)
+            .ok()
+            .and_then(|d| chrono::TimeDelta::from_std(d).ok())
+            .and_then(|d| now.checked_sub_signed(d))
+            .ok_or_else(|| {
+                format!(
+                    "since={text:?} is neither an RFC 3339 time (2026-12-01T06:00:00Z) nor a duration (1h, 30m)"
+                )
+            })?,
+    };
+    // Older than anything stored: every run is since then.
+    if since.timestamp() < 0 {
+        return Ok(DateTime::UNIX_EPOCH.naive_utc());
     }
-    humantime::parse_duration(text)
-        .ok()
-        .and_then(|d| chrono::TimeDelta::from_std(d).ok())
-        .and_then(|d| now.checked_sub_signed(d))
-        .map(|t| t.naive_utc())
-        .ok_or_else(|| {
-            format!(
-                "since={text:?} is neither an RFC 3339 time (2026-12-01T06:00:00Z) nor a duration (1h, 30m)"
-            )
-        })
+    crate::db::clock::storable(since).map_err(|e| format!("since={text:?}: {e}"))?;
+    Ok(since.naive_utc())
 }

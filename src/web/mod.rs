@@ -9,9 +9,11 @@
 mod api;
 mod auth;
 pub(crate) mod data;
+pub(crate) mod listener;
 mod pages;
+mod sessions;
+mod throttle;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -28,7 +30,8 @@ use tracing::warn;
 pub(crate) use self::auth::Auth;
 use crate::config::Config;
 use crate::db::Store;
-use crate::scheduler::trigger::{self, Answer};
+use crate::ops::actions::{self, Refused, Unlocked};
+use crate::scheduler::trigger::{self, Answer, Refusal};
 use crate::telemetry::Liveness;
 
 /// What the handlers share.
@@ -47,11 +50,107 @@ pub(crate) struct Web {
     pub(crate) liveness: Arc<Liveness>,
     /// Triggered runs go to the scheduler.
     pub(crate) triggers: mpsc::Sender<trigger::Request>,
+    /// The notifications the scheduler sent, or failed to.
+    pub(crate) notifications: crate::notify::SentLog,
     /// The listener is on a loopback address: requests must name this host
     /// (`localhost`, `127.0.0.1`, `[::1]`), so that a web page whose DNS
     /// name is rebound to 127.0.0.1 cannot read the dashboard through a
     /// browser on this host.
     pub(crate) loopback: bool,
+    /// `[web] public_url`: the origin a reverse proxy serves the dashboard
+    /// at.
+    pub(crate) public: Option<crate::config::PublicUrl>,
+    /// `[web]`'s session cookie settings, as at start.
+    pub(crate) cookie: CookieSettings,
+    /// Wrong tokens per client address.
+    pub(crate) throttle: throttle::Throttle,
+    /// `[web] trusted_proxies`.
+    pub(crate) trusted_proxies: Vec<std::net::IpAddr>,
+}
+
+impl Web {
+    /// The client's address: the peer's, or, from a trusted proxy, the
+    /// last address of `X-Forwarded-For` that is not a trusted proxy
+    /// (proxies append the address they heard from).
+    pub(crate) fn client(
+        &self,
+        peer: Option<std::net::IpAddr>,
+        headers: &axum::http::HeaderMap,
+    ) -> std::net::IpAddr {
+        let peer = peer.unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+        if !self.trusted_proxies.contains(&peer) {
+            return peer;
+        }
+        let forwarded: Vec<Option<std::net::IpAddr>> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|hop| hop.trim().parse().ok())
+            .collect();
+        // From the right: the hops our proxies added, then the first one
+        // they heard from. What a client wrote further left is not
+        // believed; an unreadable hop leaves the proxy's own address.
+        forwarded
+            .into_iter()
+            .rev()
+            .find(|hop| !hop.is_some_and(|ip| self.trusted_proxies.contains(&ip)))
+            .flatten()
+            .unwrap_or(peer)
+    }
+}
+
+/// The session cookie: its name, path and `Secure` flag.
+#[derive(Clone, Debug)]
+pub(crate) struct CookieSettings {
+    /// `[web] cookie_name`.
+    pub(crate) name: String,
+    /// `[web] cookie_path`.
+    pub(crate) path: String,
+    /// `[web] cookie_secure`.
+    pub(crate) secure: bool,
+}
+
+impl CookieSettings {
+    /// From `[web]`.
+    pub(crate) fn of(web: &crate::config::WebConfig) -> Self {
+        CookieSettings {
+            name: web.cookie_name.clone(),
+            path: web.cookie_path.clone(),
+            secure: web.cookie_secure,
+        }
+    }
+
+    /// The `Set-Cookie` value that sets `value` for `life` (zero: removes
+    /// the cookie).
+    pub(crate) fn set(&self, value: &str, life: Duration) -> String {
+        format!(
+            "{}={value}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}{}",
+            self.name,
+            self.path,
+            life.as_secs(),
+            if self.secure { "; Secure" } else { "" }
+        )
+    }
+}
+
+/// Who sent `headers`: a bearer token is checked at once, a session cookie
+/// looked up in the database (a session of another replica's, expired or
+/// signed out is none).
+pub(crate) async fn caller(web: &Web, headers: &axum::http::HeaderMap) -> auth::Caller {
+    match web.auth.credential(headers, &web.cookie.name) {
+        auth::Credential::Known(caller) => caller,
+        auth::Credential::Cookie(value) => {
+            match web.store.find_session(&web.instance, value).await {
+                Ok(Some(session)) => auth::Caller::Session(session),
+                Ok(None) => auth::Caller::Anonymous,
+                Err(e) => {
+                    warn!("a session could not be read; the request is taken as signed out: {e}");
+                    auth::Caller::Anonymous
+                }
+            }
+        }
+    }
 }
 
 impl Web {
@@ -65,6 +164,9 @@ impl Web {
 }
 
 type Shared = Arc<Web>;
+
+/// The largest request body taken.
+const MAX_BODY: usize = 64 * 1024;
 
 /// Every route.
 pub(crate) fn router(web: Shared) -> Router {
@@ -86,16 +188,21 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(not_found)
-        .layer(axum::middleware::map_response(security_headers))
+        // No request of ours carries more than a pause reason or a sign-in.
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),
             local_names_only,
         ))
+        .layer(axum::middleware::from_fn(json_errors))
+        // Outermost: every answer carries them, a refusal too.
+        .layer(axum::middleware::map_response(security_headers))
         .with_state(web)
 }
 
-/// Serves [`router`] on `listener` until the task is dropped.
-pub(crate) async fn serve(listener: TcpListener, web: Shared) {
+/// Serves [`router`] on `listener` until the task is dropped, at most
+/// `cap` connections at once ([`listener`]).
+pub(crate) async fn serve(listener: TcpListener, web: Shared, cap: usize) {
     if let Ok(addr) = listener.local_addr()
         && !addr.ip().is_loopback()
     {
@@ -105,10 +212,7 @@ pub(crate) async fn serve(listener: TcpListener, web: Shared) {
             warn!(%addr, "the dashboard and API are reachable beyond this host and read-only: anyone who reaches {addr} sees every job, run and output; set [web] token_env to allow actions, and firewall the port");
         }
     }
-    let app = router(web).into_make_service_with_connect_info::<SocketAddr>();
-    if let Err(e) = axum::serve(listener, app).await {
-        warn!("the HTTP listener stopped: {e}");
-    }
+    listener::serve(listener, router(web), cap).await;
 }
 
 /// On a loopback listener, a request must name this host.
@@ -129,10 +233,14 @@ async fn local_names_only(
         };
         let local =
             matches!(name, "localhost" | "127.0.0.1" | "::1") || name.ends_with(".localhost");
-        if !local {
+        let public = web
+            .public
+            .as_ref()
+            .is_some_and(|public| host.eq_ignore_ascii_case(&public.host));
+        if !local && !public {
             return (
                 StatusCode::MISDIRECTED_REQUEST,
-                "this replica listens on a loopback address and answers only to localhost, 127.0.0.1 or [::1]\n",
+                "this replica listens on a loopback address and answers only to localhost, 127.0.0.1, [::1] or the host of [web] public_url\n",
             )
                 .into_response();
         }
@@ -140,10 +248,51 @@ async fn local_names_only(
     next.run(request).await
 }
 
-/// No script runs on these pages, nothing is framed, and forms post only
-/// to the dashboard itself.
+/// Every error answer that is not a page is JSON, `{"error": "…"}`,
+/// whatever gave it: a handler, an extractor's rejection (a malformed query
+/// string), the body limit, an unknown path or method, the host check.
+async fn json_errors(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let kind = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if kind.starts_with("application/json") || kind.starts_with("text/html") {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let text = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_ascii_lowercase()
+    } else {
+        text
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let body = serde_json::json!({ "error": text }).to_string();
+    Response::from_parts(parts, axum::body::Body::from(body))
+}
+
+/// No script runs on these pages, nothing is framed, forms post only to
+/// the dashboard itself, and nothing is kept by a browser or a proxy (pages
+/// hold runs' output, signed-in pages their forms' tokens).
 async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
@@ -178,7 +327,7 @@ async fn healthz(State(web): State<Shared>) -> Response {
             .into_response(),
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({"status": "unhealthy", "reason": reason})),
+            axum::Json(serde_json::json!({"status": "unhealthy", "reason": reason.as_str()})),
         )
             .into_response(),
     }
@@ -187,7 +336,9 @@ async fn healthz(State(web): State<Shared>) -> Response {
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "not found: try /, /api/v1/jobs, /metrics or /healthz\n",
+        axum::Json(serde_json::json!({
+            "error": "not found: try /, /api/v1/jobs, /metrics or /healthz"
+        })),
     )
         .into_response()
 }
@@ -234,28 +385,74 @@ fn failed(e: impl std::fmt::Display) -> (StatusCode, String) {
     (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
 }
 
+/// The answer to an action the operations layer refused.
+fn refused(refused: Refused) -> (StatusCode, String) {
+    let status = match &refused {
+        Refused::Invalid(_) | Refused::Reserved(_) => StatusCode::BAD_REQUEST,
+        Refused::NoRow(_) => StatusCode::NOT_FOUND,
+        Refused::Running { .. } => StatusCode::CONFLICT,
+        Refused::Db(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, refused.to_string())
+}
+
+/// What an operator does to a job: the last segment of
+/// `POST /jobs/{name}/{action}` and `POST /api/v1/jobs/{name}/{action}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Action {
+    /// Run it once now, here.
+    Trigger,
+    /// Pause it on every replica.
+    Pause,
+    /// End its pause.
+    Resume,
+    /// End its lease.
+    Unlock,
+}
+
+/// The path of an action, as axum read it: an action it does not know is
+/// no such page (404), whatever the job.
+pub(crate) fn action_path(
+    path: Result<axum::extract::Path<(String, Action)>, axum::extract::rejection::PathRejection>,
+) -> Result<(String, Action), (StatusCode, String)> {
+    match path {
+        Ok(axum::extract::Path(path)) => Ok(path),
+        Err(_) => Err((
+            StatusCode::NOT_FOUND,
+            "unknown action: trigger, pause, resume or unlock".to_string(),
+        )),
+    }
+}
+
 /// Carries out `action` on `name` for `by`.
 pub(crate) async fn act(
     web: &Web,
     name: &str,
-    action: &str,
+    action: Action,
     params: &ActionParams,
     by: &str,
 ) -> Acted {
     let config = web.config();
     let job = config.job(name);
     let conflict = |text: String| Err((StatusCode::CONFLICT, text));
-    if action != "unlock" && job.is_none() {
+    if action != Action::Unlock && job.is_none() {
         return Err((
             StatusCode::NOT_FOUND,
             format!("{name}: no such job in {}", config.path.display()),
         ));
     }
     match action {
-        "trigger" => {
+        Action::Trigger => {
             let Some(job) = job else {
                 return conflict(format!("{name}: no such job"));
             };
+            if !job.enabled && !params.force {
+                return conflict(format!(
+                    "{name} is disabled (enabled = false in {}); trigger it with force to run it anyway",
+                    config.path.display()
+                ));
+            }
             let (reply, answer) = oneshot::channel();
             let request = trigger::Request {
                 job: crate::scheduler::Job::from_config(job),
@@ -266,23 +463,23 @@ pub(crate) async fn act(
                 return Err(failed("replicron is shutting down"));
             }
             match tokio::time::timeout(Duration::from_secs(30), answer).await {
-                Ok(Ok(Ok(Answer::Running(fence)))) => Ok((
+                Ok(Ok(Answer::Running(fence))) => Ok((
                     StatusCode::ACCEPTED,
                     format!(
                         "{name}: triggered on {} (lease fence {fence})",
                         web.instance
                     ),
                 )),
-                Ok(Ok(Ok(Answer::Paused(why)))) => conflict(format!(
-                    "{name} is {why}; trigger it with force to run it anyway"
+                Ok(Ok(Answer::Refused(Refusal::Paused(pause)))) => conflict(format!(
+                    "{name} is {pause}; trigger it with force to run it anyway"
                 )),
-                Ok(Ok(Ok(Answer::Held))) => conflict(format!(
+                Ok(Ok(Answer::Refused(Refusal::Held))) => conflict(format!(
                     "{name} is running elsewhere (its lease is held); not triggered"
                 )),
-                Ok(Ok(Ok(Answer::NotRunnable))) => {
+                Ok(Ok(Answer::Refused(Refusal::NotRunnable))) => {
                     conflict(format!("{name} has nothing to run on this replica"))
                 }
-                Ok(Ok(Err(e))) => Err(failed(e)),
+                Ok(Ok(Answer::Failed(e))) => Err(failed(e)),
                 Ok(Err(_)) => Err(failed("the scheduler did not answer")),
                 // Still queued: it may yet run. Saying it failed would invite
                 // a second trigger.
@@ -294,25 +491,16 @@ pub(crate) async fn act(
                 )),
             }
         }
-        "pause" => {
-            let now = web.store.database_now().await.map_err(failed)?;
-            let until = match params
+        Action::Pause => {
+            let until = params
                 .until
                 .as_deref()
                 .map(str::trim)
-                .filter(|u| !u.is_empty())
-            {
-                Some(text) => Some(
-                    crate::cli::pause::parse_future_until(text, now)
-                        .map_err(|e| (StatusCode::BAD_REQUEST, e))?,
-                ),
-                None => None,
-            };
+                .filter(|u| !u.is_empty());
             let reason = params.reason.clone().filter(|r| !r.trim().is_empty());
-            web.store
-                .pause(name, until, by.to_string(), reason)
+            let until = actions::pause(&web.store, name, until, by.to_string(), reason)
                 .await
-                .map_err(failed)?;
+                .map_err(refused)?;
             Ok((
                 StatusCode::OK,
                 match until {
@@ -324,46 +512,27 @@ pub(crate) async fn act(
                 },
             ))
         }
-        "resume" => {
-            if web.store.resume(name).await.map_err(failed)? {
+        Action::Resume => {
+            if actions::resume(&web.store, name).await.map_err(refused)? {
                 Ok((StatusCode::OK, format!("{name}: resumed")))
             } else {
                 Ok((StatusCode::OK, format!("{name}: not paused")))
             }
         }
-        "unlock" => {
-            let Some(lock) = web.store.find_lock(name).await.map_err(failed)? else {
-                return Err((StatusCode::NOT_FOUND, format!("{name} has no lease row")));
-            };
-            if !web.store.is_held(name).await.map_err(failed)? {
-                return Ok((StatusCode::OK, format!("{name}: not held")));
-            }
-            let running = web
-                .store
-                .running_under(name, lock.fence)
-                .await
-                .map_err(failed)?;
-            if let Some(run) = running
-                && !params.force
-            {
-                return conflict(format!(
-                    "{name} is held by {} whose run {} is still recorded running; unlock with force to end the lease anyway (its holder then stops that run)",
-                    run.instance, run.id
-                ));
-            }
-            web.store.force_unlock(name).await.map_err(failed)?;
-            Ok((
+        Action::Unlock => match actions::unlock(&web.store, name, params.force).await {
+            Ok(Unlocked::NotHeld) => Ok((StatusCode::OK, format!("{name}: not held"))),
+            Ok(Unlocked::Ended { holder, fence }) => Ok((
                 StatusCode::OK,
                 format!(
-                    "{name}: lease of {} (fence {}) ended",
-                    lock.locked_by.as_deref().unwrap_or("?"),
-                    lock.fence
+                    "{name}: lease of {} (fence {fence}) ended",
+                    holder.as_deref().unwrap_or("?"),
                 ),
-            ))
-        }
-        other => Err((
-            StatusCode::NOT_FOUND,
-            format!("unknown action {other:?}: trigger, pause, resume or unlock"),
-        )),
+            )),
+            Err(Refused::Running { job, run }) => conflict(format!(
+                "{job} is held by {} whose run {} is still recorded running; unlock with force to end the lease anyway (its holder then stops that run)",
+                run.instance, run.id
+            )),
+            Err(e) => Err(refused(e)),
+        },
     }
 }

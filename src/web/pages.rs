@@ -10,8 +10,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Deserialize;
+use std::time::Duration;
+use tracing::{info, warn};
 
-use super::auth::{COOKIE, Caller, same_origin};
+use super::auth::{Caller, same_origin};
 use super::data::{self, CHART_RUNS, InstanceView, JobView, Recent, RunView};
 use super::{ActionParams, Shared};
 use crate::history::{RunFilter, RunStatus};
@@ -179,7 +181,24 @@ fn chart(runs: &[RunView], linked: bool) -> Markup {
 }
 
 /// The page around `body`.
-fn layout(web: &Shared, title: &str, refresh: bool, caller: Caller, body: Markup) -> Markup {
+fn layout(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup) -> Markup {
+    let page = page(web, title, refresh, caller, body).into_string();
+    // Nothing of ours holds one: a bidirectional control comes from a
+    // command, an output, a reason or an instance id, and is shown, not
+    // obeyed.
+    PreEscaped(crate::text::bidi_visible(&page).into_owned())
+}
+
+/// The CSRF token a signed-in page's forms carry.
+fn csrf_of(caller: &Caller) -> &str {
+    match caller {
+        Caller::Session(session) => &session.csrf,
+        _ => "",
+    }
+}
+
+fn page(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup) -> Markup {
+    let csrf = csrf_of(caller).to_string();
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -197,9 +216,12 @@ fn layout(web: &Shared, title: &str, refresh: bool, caller: Caller, body: Markup
                     span class="meta" {
                         @match caller {
                             Caller::ReadOnly => "read-only (no [web] token_env)",
-                            Caller::Session | Caller::Bearer => {
+                            Caller::Session(_) | Caller::Bearer => {
                                 "signed in · "
-                                form method="post" action="/logout" { button type="submit" { "sign out" } }
+                                form method="post" action="/logout" {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    button type="submit" { "sign out" }
+                                }
                             }
                             Caller::Anonymous => a href="/login" { "sign in to act" },
                         }
@@ -211,7 +233,7 @@ fn layout(web: &Shared, title: &str, refresh: bool, caller: Caller, body: Markup
     }
 }
 
-fn unavailable(web: &Shared, caller: Caller, e: impl std::fmt::Display) -> Response {
+fn unavailable(web: &Shared, caller: &Caller, e: impl std::fmt::Display) -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         layout(
@@ -286,8 +308,7 @@ fn replicas_table(instances: &[InstanceView]) -> Markup {
     }
 }
 
-fn notifications_table() -> Markup {
-    let sent = crate::notify::recent();
+fn notifications_table(sent: &[crate::notify::Sent]) -> Markup {
     html! {
         @if sent.is_empty() {
             p class="muted" { "None sent by this replica since it started." }
@@ -311,18 +332,18 @@ fn notifications_table() -> Markup {
 }
 
 pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> Response {
-    let caller = web.auth.caller(&headers);
+    let caller = super::caller(&web, &headers).await;
     let config = web.config();
     let overview = match data::overview(&web.store, &config, Recent::Runs(CHART_RUNS), None).await {
         Ok(o) => o,
-        Err(e) => return unavailable(&web, caller, e),
+        Err(e) => return unavailable(&web, &caller, e),
     };
     let problems = overview.jobs.iter().filter(|j| j.problem.is_some()).count();
     layout(
         &web,
         "jobs",
         true,
-        caller,
+        &caller,
         html! {
             h1 { (overview.jobs.len()) " jobs" @if problems > 0 { ", " span class="problem" { (problems) " need a look" } } }
             p class="muted" { "Database time " (crate::schedule::fmt_instant(overview.now)) "; refreshed every " (REFRESH) " s." }
@@ -330,7 +351,7 @@ pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> R
             h2 { "Replicas" }
             (replicas_table(&overview.instances))
             h2 { "Notifications sent by this replica" }
-            (notifications_table())
+            (notifications_table(&web.notifications.recent()))
         },
     )
     .into_response()
@@ -343,12 +364,17 @@ pub(super) struct JobQuery {
     before: Option<i64>,
     msg: Option<String>,
     sig: Option<String>,
+    exp: Option<u64>,
     bad: Option<String>,
 }
 
-fn flash(web: &Shared, query: &JobQuery) -> Markup {
-    let shown = match (&query.msg, &query.sig) {
-        (Some(msg), Some(sig)) if web.auth.is_signed(msg, sig) => Some(msg),
+fn flash(web: &Shared, job: &str, query: &JobQuery) -> Markup {
+    let shown = match (&query.msg, &query.sig, query.exp) {
+        (Some(msg), Some(sig), Some(exp))
+            if web.auth.is_signed(job, &web.instance, exp, msg, sig) =>
+        {
+            Some(msg)
+        }
         _ => None,
     };
     html! {
@@ -358,15 +384,15 @@ fn flash(web: &Shared, query: &JobQuery) -> Markup {
     }
 }
 
-fn action_forms(web: &Shared, job: &JobView, caller: Caller) -> Markup {
-    let csrf = web.auth.csrf().unwrap_or_default();
+fn action_forms(job: &JobView, caller: &Caller) -> Markup {
+    let csrf = csrf_of(caller).to_string();
     let action = |name: &str| format!("/jobs/{}/{name}", encode(&job.name));
     html! {
         div class="actions" {
             @match caller {
                 Caller::ReadOnly => p class="muted" { "Read-only: set [web] token_env to trigger, pause, resume and unlock from here." },
                 Caller::Anonymous => p { a href={"/login?next=/jobs/" (encode(&job.name))} { "Sign in" } " to trigger, pause, resume or unlock." },
-                Caller::Session | Caller::Bearer => {
+                Caller::Session(_) | Caller::Bearer => {
                     @if job.in_config {
                         form method="post" action=(action("trigger")) {
                             input type="hidden" name="csrf" value=(csrf);
@@ -429,12 +455,12 @@ pub(super) async fn job(
     Query(query): Query<JobQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = web.auth.caller(&headers);
+    let caller = super::caller(&web, &headers).await;
     let config = web.config();
     let overview =
         match data::overview(&web.store, &config, Recent::Runs(CHART_RUNS), Some(&name)).await {
             Ok(o) => o,
-            Err(e) => return unavailable(&web, caller, e),
+            Err(e) => return unavailable(&web, &caller, e),
         };
     let Some(job) = overview.jobs.iter().find(|j| j.name == name) else {
         return (
@@ -443,7 +469,7 @@ pub(super) async fn job(
                 &web,
                 "no such job",
                 false,
-                caller,
+                &caller,
                 html! { h1 { "No job " code { (name) } } p { a href="/" { "All jobs" } } },
             ),
         )
@@ -461,7 +487,7 @@ pub(super) async fn job(
     .await;
     let page = match page {
         Ok(page) => page,
-        Err(e) => return unavailable(&web, caller, e),
+        Err(e) => return unavailable(&web, &caller, e),
     };
     let now = overview.now;
     layout(
@@ -470,11 +496,11 @@ pub(super) async fn job(
         // Not while its forms may be being filled in, nor on older pages.
         query.before.is_none()
             && query.msg.is_none()
-            && !matches!(caller, Caller::Session | Caller::Bearer),
-        caller,
+            && !matches!(caller, Caller::Session(_) | Caller::Bearer),
+        &caller,
         html! {
             h1 { span class={"dot s-" (job_state(job))} {} (job.name) }
-            (flash(&web, &query))
+            (flash(&web, &job.name, &query))
             @if let Some(problem) = &job.problem { p class="problem" { (problem) } }
             dl {
                 @if let Some(d) = &job.definition {
@@ -504,7 +530,7 @@ pub(super) async fn job(
                 @if let Some(drift) = &job.drift { dt { "Drift" } dd class="problem" { (drift) } }
                 dt { "Durations" } dd { (chart(&job.recent, true)) }
             }
-            (action_forms(&web, job, caller))
+            (action_forms(job, &caller))
             h2 { "Runs" }
             (runs_table(&page.runs, now))
             @if let Some(cursor) = &page.next_cursor {
@@ -520,7 +546,7 @@ pub(super) async fn run(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = web.auth.caller(&headers);
+    let caller = super::caller(&web, &headers).await;
     let Ok(id) = id.parse::<i64>() else {
         return (StatusCode::BAD_REQUEST, "not a run id\n").into_response();
     };
@@ -533,19 +559,19 @@ pub(super) async fn run(
                     &web,
                     "no such run",
                     false,
-                    caller,
+                    &caller,
                     html! { h1 { "No run " (id) } },
                 ),
             )
                 .into_response();
         }
-        Err(e) => return unavailable(&web, caller, e),
+        Err(e) => return unavailable(&web, &caller, e),
     };
     layout(
         &web,
         &format!("run {id}"),
         run.status == RunStatus::Running,
-        caller,
+        &caller,
         html! {
             h1 { "Run " (run.id) " of " a href={"/jobs/" (encode(&run.job))} { (run.job) } " " (status_badge(run.status)) }
             dl {
@@ -587,7 +613,7 @@ fn local_path(next: Option<&str>) -> String {
     .to_string()
 }
 
-fn login_page(web: &Shared, caller: Caller, next: &str, problem: Option<&str>) -> Markup {
+fn login_page(web: &Shared, caller: &Caller, next: &str, problem: Option<&str>) -> Markup {
     layout(
         web,
         "sign in",
@@ -595,7 +621,7 @@ fn login_page(web: &Shared, caller: Caller, next: &str, problem: Option<&str>) -
         caller,
         html! {
             h1 { "Sign in" }
-            @if caller == Caller::ReadOnly {
+            @if *caller == Caller::ReadOnly {
                 p { "Actions are off: this replica has no [web] token_env, so the dashboard is read-only." }
             } @else {
                 @if let Some(problem) = problem { div class="flash bad" { (problem) } }
@@ -614,53 +640,122 @@ pub(super) async fn login_form(
     Query(query): Query<Login>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = web.auth.caller(&headers);
-    login_page(&web, caller, &local_path(query.next.as_deref()), None).into_response()
+    let caller = super::caller(&web, &headers).await;
+    login_page(&web, &caller, &local_path(query.next.as_deref()), None).into_response()
 }
 
 pub(super) async fn login(
     State(web): State<Shared>,
     headers: HeaderMap,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     axum::Form(form): axum::Form<Login>,
 ) -> Response {
-    let caller = web.auth.caller(&headers);
+    let caller = super::caller(&web, &headers).await;
     let next = local_path(form.next.as_deref());
     if !web.auth.actions() {
-        return (StatusCode::FORBIDDEN, login_page(&web, caller, &next, None)).into_response();
+        return (
+            StatusCode::FORBIDDEN,
+            login_page(&web, &caller, &next, None),
+        )
+            .into_response();
     }
-    if !same_origin(&headers) {
+    if !same_origin(&headers, web.public.as_ref()) {
         return (StatusCode::FORBIDDEN, "cross-site sign-in refused\n").into_response();
     }
-    match web
-        .auth
-        .session()
-        .filter(|_| web.auth.is_token(&form.token))
-    {
-        Some(session) => (
-            [(
-                header::SET_COOKIE,
-                format!(
-                    "{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-                    super::auth::SESSION_LIFE.as_secs()
-                ),
-            )],
-            Redirect::to(&next),
+    let client = web.client(peer.map(|peer| peer.0.0.ip()), &headers);
+    if let Some(wait) = web.throttle.wait(client) {
+        crate::telemetry::sign_in("throttled");
+        let seconds = wait.as_secs() + 1;
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, seconds.to_string())],
+            login_page(
+                &web,
+                &caller,
+                &next,
+                Some(&format!(
+                    "Too many wrong tokens from your address: try again in {seconds} s."
+                )),
+            ),
         )
-            .into_response(),
-        None => (
+            .into_response();
+    }
+    if !web.auth.is_token(&form.token) {
+        let wait = web.throttle.failed(client);
+        crate::telemetry::sign_in("refused");
+        warn!(
+            client = %client,
+            wait_s = wait.as_secs(),
+            "sign-in refused: not the token"
+        );
+        return (
             StatusCode::UNAUTHORIZED,
-            login_page(&web, caller, &next, Some("That is not the token.")),
+            login_page(&web, &caller, &next, Some("That is not the token.")),
+        )
+            .into_response();
+    }
+    web.throttle.succeeded(client);
+    match web
+        .store
+        .create_session(&web.instance, super::auth::SESSION_LIFE)
+        .await
+    {
+        Ok((cookie, _)) => {
+            crate::telemetry::sign_in("ok");
+            info!(client = %client, "signed in");
+            (
+                [(
+                    header::SET_COOKIE,
+                    web.cookie.set(&cookie, super::auth::SESSION_LIFE),
+                )],
+                Redirect::to(&next),
+            )
+                .into_response()
+        }
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            login_page(
+                &web,
+                &caller,
+                &next,
+                Some(&format!("The session could not be stored: {e}")),
+            ),
         )
             .into_response(),
     }
 }
 
-pub(super) async fn logout() -> Response {
+/// Sign-out: a form of the dashboard's own, with its session's CSRF token
+/// (a cross-site form cannot sign anyone out). The session ends on the
+/// server, so a copy of the cookie is worth nothing after it.
+pub(super) async fn logout(
+    State(web): State<Shared>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let caller = super::caller(&web, &headers).await;
+    let csrf_ok = serde_urlencoded::from_bytes::<ActionParams>(&body)
+        .ok()
+        .and_then(|params| params.csrf)
+        .is_some_and(|csrf| caller.is_csrf(&csrf));
+    if !csrf_ok || !same_origin(&headers, web.public.as_ref()) {
+        return (
+            StatusCode::FORBIDDEN,
+            "sign-out refused: the form did not come from the dashboard (its CSRF token is missing or wrong)\n",
+        )
+            .into_response();
+    }
+    if let Caller::Session(session) = &caller
+        && let Err(e) = web.store.revoke_session(&session.id).await
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("sign-out failed: the session could not be ended: {e}\n"),
+        )
+            .into_response();
+    }
     (
-        [(
-            header::SET_COOKIE,
-            format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
-        )],
+        [(header::SET_COOKIE, web.cookie.set("", Duration::ZERO))],
         Redirect::to("/"),
     )
         .into_response()
@@ -670,17 +765,17 @@ pub(super) async fn logout() -> Response {
 /// token, from the dashboard's own origin.
 pub(super) async fn act(
     State(web): State<Shared>,
-    Path((name, action)): Path<(String, String)>,
+    path: Result<Path<(String, super::Action)>, axum::extract::rejection::PathRejection>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let caller = web.auth.caller(&headers);
+    let caller = super::caller(&web, &headers).await;
     let refused = |status: StatusCode, text: &str| {
         let page = layout(
             &web,
             "refused",
             false,
-            caller,
+            &caller,
             html! { h1 { "Refused" } p { (text) } },
         );
         let mut response = (status, page).into_response();
@@ -700,7 +795,7 @@ pub(super) async fn act(
             );
         }
         Caller::Anonymous => return refused(StatusCode::UNAUTHORIZED, "Sign in first."),
-        Caller::Session | Caller::Bearer => {}
+        Caller::Session(_) | Caller::Bearer => {}
     }
     let params: ActionParams = match serde_urlencoded::from_bytes(&body) {
         Ok(params) => params,
@@ -711,21 +806,32 @@ pub(super) async fn act(
             );
         }
     };
-    let csrf_ok = params.csrf.as_deref().is_some_and(|c| web.auth.is_csrf(c));
-    if !csrf_ok || !same_origin(&headers) {
+    // A bearer token cannot come from a cross-site form; a session must
+    // show its page's CSRF token.
+    let csrf_ok =
+        caller == Caller::Bearer || params.csrf.as_deref().is_some_and(|c| caller.is_csrf(c));
+    if !csrf_ok || !same_origin(&headers, web.public.as_ref()) {
         return refused(
             StatusCode::FORBIDDEN,
             "This form did not come from the dashboard (its CSRF token is missing or wrong). Reload the page and try again.",
         );
     }
+    let (name, action) = match super::action_path(path) {
+        Ok(path) => path,
+        Err((status, message)) => return refused(status, &message),
+    };
     let by = format!("web@{}", web.instance);
-    let (message, bad) = match super::act(&web, &name, &action, &params, &by).await {
+    let (message, bad) = match super::act(&web, &name, action, &params, &by).await {
         Ok((_, message)) => (message, false),
         Err((_, message)) => (message, true),
     };
-    let signature = web.auth.sign(&message).unwrap_or_default();
+    let expires = super::auth::unix_now() + super::auth::MESSAGE_LIFE.as_secs();
+    let signature = web
+        .auth
+        .sign(&name, &web.instance, expires, &message)
+        .unwrap_or_default();
     let mut to = format!(
-        "/jobs/{}?msg={}&sig={signature}",
+        "/jobs/{}?msg={}&sig={signature}&exp={expires}",
         encode(&name),
         encode(&message)
     );

@@ -3,6 +3,7 @@
 //! Galera cluster. Each gets its own data directory and ports under a
 //! temporary folder, starts with `--no-defaults`, and is stopped by PID.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,12 +42,30 @@ fn available(galera: bool) -> bool {
 pub(crate) struct Node {
     pub port: u16,
     dir: PathBuf,
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
 impl Node {
     fn start(dir: &Path, port: u16, extra: &[String]) -> Node {
-        let log = std::fs::File::create(dir.with_extension("out")).expect("node log");
+        let mut node = Node {
+            port,
+            dir: dir.to_path_buf(),
+            extra: extra.to_vec(),
+            child: None,
+        };
+        node.spawn();
+        node
+    }
+
+    /// Starts `mariadbd` on the node's data directory and port.
+    fn spawn(&mut self) {
+        let dir = &self.dir;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.with_extension("out"))
+            .expect("node log");
         // The server dies with the test, even one killed before its Drop.
         let mut command = if Path::new("/usr/bin/setpriv").exists() {
             let mut c = Command::new("/usr/bin/setpriv");
@@ -67,23 +86,53 @@ impl Node {
                 "--log-error={}",
                 dir.with_extension("err").display()
             ))
-            .arg(format!("--port={port}"))
+            .arg(format!("--port={}", self.port))
             .args(["--bind-address=127.0.0.1", "--user=root"])
             .args([
                 "--innodb-buffer-pool-size=32M",
                 "--innodb-log-file-size=16M",
             ])
-            .args(extra)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("start mariadbd");
-        Node {
-            port,
-            dir: dir.to_path_buf(),
-            child: Some(child),
+        self.child = Some(child);
+    }
+
+    /// Starts the node again after [`Node::kill`], on the same data and
+    /// port (it recovers as after a crash), and waits until it answers.
+    pub(crate) fn restart(&mut self, timeout: Duration) {
+        self.kill();
+        self.spawn();
+        let deadline = Instant::now() + timeout;
+        while self.connect().is_none() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("mariadbd exited {status}:\n{}", self.error_log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the restarted server does not answer after {timeout:?}:\n{}",
+                self.error_log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The server's address.
+    pub(crate) fn address(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Starts a killed node of a Galera cluster again: it rejoins the
+    /// cluster (never bootstraps a new one) and catches up by state
+    /// transfer; waits until it is ready.
+    pub(crate) fn rejoin(&mut self, timeout: Duration) {
+        self.extra.retain(|option| option != "--wsrep-new-cluster");
+        self.kill();
+        self.spawn();
+        self.wait_for_status("wsrep_ready", "ON", timeout);
     }
 
     /// A URL for database `name` on this node.
@@ -294,5 +343,226 @@ impl Galera {
             started.elapsed()
         );
         Some(Galera { nodes, _dir: dir })
+    }
+}
+
+/// PostgreSQL's server programs, the newest installed.
+fn postgres_bin() -> Option<PathBuf> {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|entry| Some(entry.ok()?.path().join("bin")))
+        .filter(|bin| bin.join("postgres").exists() && bin.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions.pop()
+}
+
+/// A command run as the `postgres` user, which the server requires, and
+/// killed with the test.
+fn as_postgres(program: &Path) -> Command {
+    let mut command = Command::new("/usr/bin/setpriv");
+    command
+        .args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--pdeathsig",
+            "KILL",
+            "--",
+        ])
+        .arg(program);
+    command
+}
+
+/// One private PostgreSQL server, for tests that crash or stall it.
+pub(crate) struct PgServer {
+    port: u16,
+    bin: PathBuf,
+    data: PathBuf,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl PgServer {
+    /// Initialises and starts a server of its own, or `None` (skipped)
+    /// where this machine has no PostgreSQL server programs; in CI they
+    /// must be there.
+    pub(crate) fn start() -> Option<PgServer> {
+        let Some(bin) = postgres_bin().filter(|_| Path::new("/usr/bin/setpriv").exists()) else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "no PostgreSQL server programs: install Debian's postgresql"
+            );
+            eprintln!("skipped: no PostgreSQL server programs");
+            return None;
+        };
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        // The server runs as postgres, which must reach its folder.
+        let _ = Command::new("chmod").arg("755").arg(dir.path()).status();
+        std::fs::create_dir_all(&data).expect("data dir");
+        let _ = Command::new("chown")
+            .arg("postgres:postgres")
+            .arg(&data)
+            .status();
+        let output = as_postgres(&bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "--auth=trust", "--no-sync"])
+            .output()
+            .expect("initdb");
+        assert!(
+            output.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let [port] = crate::web::free_ports();
+        let mut server = PgServer {
+            port,
+            bin,
+            data,
+            child: None,
+            _dir: dir,
+        };
+        server.restart(Duration::from_secs(60));
+        Some(server)
+    }
+
+    /// The server's address.
+    pub(crate) fn address(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn connect(&self) -> Option<RawConnection> {
+        raw_try_connect(&format!(
+            "postgres://postgres@127.0.0.1:{}/postgres",
+            self.port
+        ))
+        .ok()
+    }
+
+    /// SIGKILL to the server and every backend: a crash.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+            let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server (again, after a crash: it recovers) and waits
+    /// until it answers.
+    pub(crate) fn restart(&mut self, timeout: Duration) {
+        self.kill();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data.with_extension("log"))
+            .expect("server log");
+        let child = as_postgres(&self.bin.join("postgres"))
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            // Its own data folder: the only one the server's user owns.
+            .arg(format!("unix_socket_directories={}", self.data.display()))
+            .args(["-c", "max_connections=200", "-c", "shared_buffers=32MB"])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start postgres");
+        self.child = Some(child);
+        let deadline = Instant::now() + timeout;
+        while self.connect().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the private PostgreSQL does not answer after {timeout:?}: {}",
+                std::fs::read_to_string(self.data.with_extension("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl PgServer {
+    /// A streaming standby of `primary` (`pg_basebackup -R`, asynchronous
+    /// unless the primary names it synchronous), started and answering.
+    pub(crate) fn standby_of(primary: &PgServer) -> PgServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let _ = Command::new("chmod").arg("755").arg(dir.path()).status();
+        let [port] = crate::web::free_ports();
+        let mut server = PgServer {
+            port,
+            bin: primary.bin.clone(),
+            data: dir.path().join("data"),
+            child: None,
+            _dir: dir,
+        };
+        server.follow(primary);
+        server
+    }
+
+    /// Makes this server (its own one dead) a fresh standby of `primary`,
+    /// on the same port: its data is copied anew, as an operator rebuilds
+    /// a failed primary.
+    pub(crate) fn follow(&mut self, primary: &PgServer) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.data);
+        std::fs::create_dir_all(&self.data).expect("data dir");
+        let _ = Command::new("chown")
+            .arg("postgres:postgres")
+            .arg(&self.data)
+            .status();
+        let _ = Command::new("chmod").arg("700").arg(&self.data).status();
+        let output = as_postgres(&self.bin.join("pg_basebackup"))
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-R", "-X", "stream"])
+            .args(["--checkpoint=fast", "--no-sync", "-p"])
+            .arg(primary.port.to_string())
+            .arg("-D")
+            .arg(&self.data)
+            .output()
+            .expect("pg_basebackup");
+        assert!(
+            output.status.success(),
+            "pg_basebackup: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        self.restart(Duration::from_secs(60));
+    }
+
+    /// Promotes this standby and waits until it takes writes.
+    pub(crate) fn promote(&self) {
+        let output = as_postgres(&self.bin.join("pg_ctl"))
+            .args(["promote", "-w", "-t", "30", "-D"])
+            .arg(&self.data)
+            .output()
+            .expect("pg_ctl promote");
+        assert!(
+            output.status.success(),
+            "pg_ctl promote: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// The port it listens on.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Runs `sql` on its `postgres` database.
+    pub(crate) fn execute(&self, sql: &str) {
+        let mut conn = self.connect().expect("connect to the private PostgreSQL");
+        conn.batch_execute(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

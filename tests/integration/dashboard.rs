@@ -31,7 +31,7 @@ impl Driver {
             .spawn()
             .expect("start chromedriver");
         wait_until("chromedriver", Duration::from_secs(20), || {
-            http(port, "GET", "/status", &[], "").0 == 200
+            crate::web::request(port, "GET", "/status", &[], "").0 == 200
         });
         Driver { child, port }
     }

@@ -361,3 +361,81 @@ fn a_frozen_holder_neither_overlaps_nor_records_success_mysql() {
 fn a_frozen_holder_neither_overlaps_nor_records_success_postgres() {
     stalled_holder(Kind::Postgres);
 }
+
+/// The job's lease row is locked (`SELECT … FOR UPDATE`) from just before
+/// an instant until past the lease's end: both replicas' claims wait in
+/// the server, and the one that wins gets its answer after its 3 s lease
+/// has run out in the database (MariaDB counts it from when the statement
+/// began). The winner counts its lease from when it sent the claim, so it
+/// takes the lease up again before it runs the instant, late; the next
+/// instant is an overrun, not a second run beside the first.
+fn claim_answered_after_its_lease(kind: Kind) {
+    let db = TestDb::new(kind);
+    let out = db.dir().join("beats.txt");
+    let config = db.config(&heartbeat_job("long", "*/4 * * * * *", "3s", 2, &out));
+    let replicas: Vec<Replica> = ["p", "q"]
+        .iter()
+        .map(|id| Replica::start(&config, id, None, &[]))
+        .collect();
+    let explain = || explain(&config, "long", &replicas);
+    wait_until_or(
+        "a first heartbeat",
+        Duration::from_secs(20),
+        || !runs_of(&out).is_empty(),
+        explain,
+    );
+    // The first instant at least 2 s ahead.
+    let now = Utc::now();
+    let instant = (now + TimeDelta::seconds(2))
+        .duration_trunc(TimeDelta::seconds(4))
+        .expect("truncate")
+        + TimeDelta::seconds(4);
+    let sleep_until = |t: DateTime<Utc>| {
+        if let Ok(wait) = (t - Utc::now()).to_std() {
+            sleep(wait);
+        }
+    };
+    sleep_until(instant - TimeDelta::milliseconds(300));
+    let mut conn = db.raw();
+    diesel::connection::SimpleConnection::batch_execute(
+        &mut conn,
+        "BEGIN; SELECT * FROM replicron_locks WHERE name = 'long' FOR UPDATE",
+    )
+    .expect("lock the row");
+    sleep_until(instant + TimeDelta::milliseconds(3500));
+    diesel::connection::SimpleConnection::batch_execute(&mut conn, "COMMIT").expect("unlock");
+    sleep_until(instant + TimeDelta::seconds(10));
+    let runs = assert_no_overlap(&out);
+    let held = chrono::SecondsFormat::Millis;
+    let late = instant.to_rfc3339_opts(held, true);
+    assert!(
+        runs.iter().any(|((_, at), _)| *at == late),
+        "the instant whose claim waited did not run: {runs:?}\n{}",
+        explain()
+    );
+    assert_eq!(
+        status_of(&config, "long", &late),
+        ["succeeded"],
+        "{}",
+        explain()
+    );
+    let logs: String = replicas.iter().map(Replica::log_text).collect();
+    assert!(
+        logs.contains("confirming the lease again"),
+        "no replica noticed its claim came back late:\n{logs}"
+    );
+    eprintln!(
+        "{kind:?}: a claim answered 3.5 s late ran its instant once, late, under a lease taken up again; {} runs, no overlap",
+        runs.len()
+    );
+    drop(replicas);
+}
+
+#[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
+fn a_claim_answered_after_its_lease_ran_out_runs_alone_mysql() {
+    claim_answered_after_its_lease(Kind::Mysql);
+}

@@ -6,11 +6,13 @@
 mod databases;
 
 mod backends;
+mod campaign;
 mod check;
 mod cluster;
 mod daemon;
 mod dashboard;
 mod database_time;
+mod failover;
 mod faults;
 mod fleet;
 mod galera;
@@ -18,8 +20,11 @@ mod history;
 mod hooks;
 mod import;
 mod library;
+mod nginx;
 mod notify;
 mod operate;
 mod proxy;
+mod secrets;
 mod support;
+mod verify;
 mod web;

@@ -1,18 +1,33 @@
 //! A TCP proxy between replicas and the database, which a test can cut and
-//! restore: cutting closes every forwarded connection and refuses new ones,
-//! as a partition or a database restart does.
+//! restore. Cutting resets every forwarded connection and refuses new ones,
+//! as a database restart or a firewall's reject does; a black hole keeps
+//! the connections open but carries nothing either way until it is lifted,
+//! as a partition that drops packets does (what was sent meanwhile arrives
+//! afterwards, as TCP's retransmissions would bring it).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
+
+/// What the proxy does with traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// Forwards.
+    Open,
+    /// Resets every connection and refuses new ones.
+    Reset,
+    /// Holds every connection, new ones included, carrying nothing.
+    Blackhole,
+}
 
 /// A running proxy; it stops when dropped.
 pub(crate) struct Proxy {
     pub port: u16,
-    open: Arc<AtomicBool>,
+    link: watch::Sender<Link>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -29,23 +44,19 @@ impl Proxy {
             .block_on(TcpListener::bind("127.0.0.1:0"))
             .expect("bind the proxy");
         let port = listener.local_addr().expect("proxy address").port();
-        let open = Arc::new(AtomicBool::new(true));
+        let (link, _) = watch::channel(Link::Open);
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let (accept_open, accept_connections) = (open.clone(), connections.clone());
+        let (accept_link, accept_connections) = (link.subscribe(), connections.clone());
         runtime.spawn(async move {
             loop {
-                let Ok((mut client, _)) = listener.accept().await else {
+                let Ok((client, _)) = listener.accept().await else {
                     continue;
                 };
-                if !accept_open.load(Ordering::SeqCst) {
-                    drop(client);
+                if *accept_link.borrow() == Link::Reset {
+                    reset(client);
                     continue;
                 }
-                let task = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
+                let task = tokio::spawn(forward(client, target, accept_link.clone()));
                 let mut list = accept_connections.lock().expect("connections");
                 list.retain(|c| !c.is_finished());
                 list.push(task.abort_handle());
@@ -53,23 +64,101 @@ impl Proxy {
         });
         Proxy {
             port,
-            open,
+            link,
             connections,
             runtime: Some(runtime),
         }
     }
 
-    /// Closes every forwarded connection and refuses new ones.
+    /// Resets every forwarded connection and refuses new ones.
     pub(crate) fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
+        self.link.send_replace(Link::Reset);
         for connection in self.connections.lock().expect("connections").drain(..) {
             connection.abort();
         }
     }
 
+    /// Carries nothing, either way, on any connection until [`restore`]:
+    /// statements sent meanwhile wait, and arrive once it is lifted.
+    ///
+    /// [`restore`]: Proxy::restore
+    pub(crate) fn blackhole(&self) {
+        self.link.send_replace(Link::Blackhole);
+    }
+
     /// Forwards again.
     pub(crate) fn restore(&self) {
-        self.open.store(true, Ordering::SeqCst);
+        self.link.send_replace(Link::Open);
+    }
+}
+
+/// Closes `stream` with a reset rather than an orderly close.
+fn reset(stream: TcpStream) {
+    let _ = stream.set_zero_linger();
+    drop(stream);
+}
+
+/// Waits until the link carries traffic; `false` once it is reset.
+async fn open(link: &mut watch::Receiver<Link>) -> bool {
+    loop {
+        match *link.borrow_and_update() {
+            Link::Open => return true,
+            Link::Reset => return false,
+            Link::Blackhole => {}
+        }
+        if link.changed().await.is_err() {
+            return false;
+        }
+    }
+}
+
+/// Copies one direction, each chunk only while the link is open.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut link: watch::Receiver<Link>,
+) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if !open(&mut link).await || to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn forward(client: TcpStream, target: SocketAddr, mut link: watch::Receiver<Link>) {
+    // A connection opened into a black hole waits, as a SYN that is dropped
+    // does, until its client gives up.
+    if !open(&mut link).await {
+        reset(client);
+        return;
+    }
+    let Ok(server) = TcpStream::connect(target).await else {
+        reset(client);
+        return;
+    };
+    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    let mut up = tokio::spawn(pump(client_read, server_write, link.clone()));
+    let mut down = tokio::spawn(pump(server_read, client_write, link.clone()));
+    // When one side closes, the other is closed too; a task aborted by
+    // `cut` drops both halves (the abort reaches the pumps through Drop).
+    struct Both(AbortHandle, AbortHandle);
+    impl Drop for Both {
+        fn drop(&mut self) {
+            self.0.abort();
+            self.1.abort();
+        }
+    }
+    let _both = Both(up.abort_handle(), down.abort_handle());
+    tokio::select! {
+        _ = &mut up => {}
+        _ = &mut down => {}
     }
 }
 

@@ -86,10 +86,81 @@ impl Replica {
         skew: Option<&str>,
         env: &[(&str, &str)],
     ) -> Replica {
+        Replica::launch(&binary(), config, id, skew, env, false, &[])
+    }
+
+    /// [`Replica::start`] with a limit of `nofile` open descriptors, soft
+    /// and hard (through prlimit(1), which execs the daemon).
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn start_with_nofile(
+        config: &Path,
+        id: &str,
+        env: &[(&str, &str)],
+        nofile: u64,
+    ) -> Replica {
+        let limit = format!("--nofile={nofile}:{nofile}");
+        Replica::launch(
+            &binary(),
+            config,
+            id,
+            None,
+            env,
+            false,
+            &["prlimit", &limit, "--"],
+        )
+    }
+
+    /// [`Replica::start`] through `wrapper`, a command that execs the
+    /// daemon it is given (`setpriv --reuid=… --`, `prlimit … --`).
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn start_through(
+        wrapper: &[&str],
+        config: &Path,
+        id: &str,
+        env: &[(&str, &str)],
+    ) -> Replica {
+        Replica::launch(&binary(), config, id, None, env, false, wrapper)
+    }
+
+    /// [`Replica::start`] of another build of replicron. A replica started
+    /// again under the same id logs on after its predecessor, so that the
+    /// log of an id tells its whole story.
+    pub(crate) fn start_binary(
+        binary: &Path,
+        config: &Path,
+        id: &str,
+        skew: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Replica {
+        Replica::launch(binary, config, id, skew, env, true, &[])
+    }
+
+    fn launch(
+        binary: &Path,
+        config: &Path,
+        id: &str,
+        skew: Option<&str>,
+        env: &[(&str, &str)],
+        append: bool,
+        wrapper: &[&str],
+    ) -> Replica {
         let dir = config.parent().expect("config folder");
         let log = dir.join(format!("replica-{id}.log"));
-        let log_file = std::fs::File::create(&log).expect("log file");
-        let mut command = Command::new(binary());
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&log)
+            .expect("log file");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut wrapped = Command::new(program);
+                wrapped.args(args).arg(binary);
+                wrapped
+            }
+            None => Command::new(binary),
+        };
         if let Some(offset) = skew {
             // Preloaded directly: the `faketime` wrapper would stand between
             // the test and the replica and swallow its signals.

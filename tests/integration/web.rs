@@ -27,8 +27,30 @@ pub(crate) fn free_ports<const N: usize>() -> [u16; N] {
     std::array::from_fn(|i| listeners[i].local_addr().expect("addr").port())
 }
 
-/// One HTTP/1.1 request: its status, headers (lower-case names) and body.
+/// One HTTP/1.1 request to a replica: its status, headers (lower-case
+/// names) and body. Every answer must say `Cache-Control: no-store`.
 pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let (code, headers, body) = request(port, method, path, headers, body);
+    if code != 0 {
+        assert!(
+            headers
+                .iter()
+                .any(|(n, v)| n == "cache-control" && v == "no-store"),
+            "{method} {path} answered {code} without Cache-Control: no-store: {headers:?}"
+        );
+    }
+    (code, headers, body)
+}
+
+/// One HTTP/1.1 request to any server: its status, headers (lower-case
+/// names) and body.
+pub(crate) fn request(
     port: u16,
     method: &str,
     path: &str,
@@ -87,7 +109,7 @@ pub(crate) fn http(
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let headers = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
@@ -341,4 +363,403 @@ backend_test! {
         drop(other);
         drop(replica);
     }
+}
+
+/// 2,000 connections that send half a request head and wait, against a
+/// replica limited to 1,024 descriptors: every per-second job keeps running
+/// on time, connections past the listener's cap are answered 503 at once,
+/// and the held ones are closed once their head is overdue.
+#[cfg(feature = "sqlite")]
+#[test]
+fn half_open_connections_starve_neither_the_jobs_nor_the_listener() {
+    let db = TestDb::sqlite();
+    let port = free_port();
+    let config = web_config(&db, port, false);
+    let replica = Replica::start_with_nofile(&config, "held", &[], 1024);
+    replica.wait_for_log("replicron started", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let flood_from = chrono::Utc::now();
+    let mut held = Vec::new();
+    let mut refused_at_once = 0;
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut not_connected = 0;
+    for _ in 0..2000 {
+        // A listener that stopped accepting leaves its backlog full.
+        let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(200))
+        else {
+            not_connected += 1;
+            continue;
+        };
+        let _ = stream.write_all(b"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+        held.push(stream);
+    }
+    // Those past the cap were answered 503 and closed, without a head.
+    for stream in &mut held {
+        let _ = stream.set_nonblocking(true);
+        let mut buffer = [0_u8; 64];
+        if let Ok(n) = stream.read(&mut buffer)
+            && n > 0
+            && buffer.starts_with(b"HTTP/1.1 503")
+        {
+            refused_at_once += 1;
+        }
+        let _ = stream.set_nonblocking(false);
+    }
+    // A client with a whole request is answered at once meanwhile: 200,
+    // or 503 while the listener is full.
+    let answered =
+        TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok_and(|mut stream| {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = stream.write_all(
+                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+            );
+            let mut head = [0_u8; 12];
+            stream.read_exact(&mut head).is_ok()
+                && (head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.1 503"))
+        });
+    // Held past the head deadline (10 s), every connection is closed.
+    std::thread::sleep(Duration::from_secs(12));
+    let flood_to = chrono::Utc::now();
+    let mut still_open = 0;
+    for stream in &mut held {
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
+        let mut buffer = [0_u8; 256];
+        match stream.read(&mut buffer) {
+            Ok(0) => {}
+            Ok(_) => {
+                // The 503 (or a 408) was unread: the end follows.
+                if !matches!(stream.read(&mut buffer), Ok(0) | Err(_)) {
+                    still_open += 1;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(_) => still_open += 1,
+        }
+    }
+    drop(held);
+    std::thread::sleep(Duration::from_secs(2));
+    let log = replica.log_text();
+    replica.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(!log.contains("Too many open files"), "{log}");
+    // Every instant of the per-second jobs during the flood ran, on time.
+    let mut late = Vec::new();
+    let mut missing = Vec::new();
+    for job in ["fine", "broken", "html"] {
+        let page = crate::support::history_json(&config, job);
+        let runs: Vec<(chrono::DateTime<chrono::Utc>, f64)> = page
+            .iter()
+            .filter(|r| r["status"] != "missed")
+            .filter_map(|r| {
+                let at = chrono::DateTime::parse_from_rfc3339(r["scheduled_at"].as_str()?).ok()?;
+                let started =
+                    chrono::DateTime::parse_from_rfc3339(r["started_at"].as_str()?).ok()?;
+                Some((
+                    at.with_timezone(&chrono::Utc),
+                    (started - at).num_milliseconds() as f64,
+                ))
+            })
+            .collect();
+        let mut t =
+            chrono::DurationRound::duration_trunc(flood_from, chrono::TimeDelta::seconds(1))
+                .expect("truncate")
+                + chrono::TimeDelta::seconds(1);
+        while t < flood_to - chrono::TimeDelta::seconds(1) {
+            match runs.iter().find(|(at, _)| *at == t) {
+                None => missing.push(format!("{job} {t}")),
+                Some((_, ms)) if *ms > 1000.0 => late.push(format!("{job} {t} {ms} ms")),
+                Some(_) => {}
+            }
+            t += chrono::TimeDelta::seconds(1);
+        }
+    }
+    eprintln!(
+        "2000 half-open connections: {not_connected} not accepted, {refused_at_once} answered 503 at once, {still_open} still open after 12 s, a whole request answered: {answered}; \
+         instants of 3 per-second jobs not run: {}, started over 1 s late: {}",
+        missing.len(),
+        late.len()
+    );
+    assert!(
+        answered,
+        "a whole request was not answered during the flood"
+    );
+    assert!(missing.is_empty(), "{missing:?}\n{log}");
+    assert!(late.is_empty(), "{late:?}");
+    assert!(refused_at_once > 1000, "{refused_at_once}");
+    assert_eq!(still_open, 0);
+}
+
+/// The API's edges, each a finding of an audit: every error is JSON and
+/// every answer `Cache-Control: no-store` (checked by [`http`] on each
+/// request); replicron's own lease rows are not unlocked; a disabled job
+/// is triggered only with force; a pause reason is bounded; parameters come
+/// from the query string or a JSON object, never both, never an array.
+#[cfg(feature = "sqlite")]
+#[test]
+fn the_api_refuses_what_it_should_not_do() {
+    let db = TestDb::sqlite();
+    let port = free_port();
+    let config = db.config_named(
+        "edges.toml",
+        &db.url,
+        &format!(
+            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+             [web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\n\n\
+             [[job]]\nname = \"fine\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n\n\
+             [[job]]\nname = \"off\"\nschedule = \"@yearly\"\nenabled = false\ncommand = 'echo ran'\n\n\
+             [[job]]\nname = \"hostile\"\nschedule = \"* * * * * *\"\ncommand = 'printf \"r1\\342\\200\\256lave \\033[31mred\\n\"'\n"
+        ),
+    );
+    let replica = Replica::start(
+        &config,
+        "edges",
+        None,
+        &[("REPLICRON_TEST_WEB_TOKEN", TOKEN)],
+    );
+    replica.wait_for_log("replicron started", Duration::from_secs(30));
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [("Authorization", bearer.as_str())];
+    let json = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let error = |(code, body): (u16, Value)| -> (u16, String) {
+        let message = body["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{code}: not a JSON error: {body}"));
+        (code, message.to_string())
+    };
+
+    for row in [
+        "replicron.missed",
+        "replicron.retention",
+        "replicron.lock.db",
+    ] {
+        let (code, message) = error(post_json(
+            port,
+            &format!("/api/v1/jobs/{row}/unlock"),
+            &auth,
+            "",
+        ));
+        assert_eq!(code, 400, "{row}: {message}");
+        assert!(message.contains("replicron's own lease rows"), "{message}");
+    }
+
+    let (code, message) = error(post_json(port, "/api/v1/jobs/off/trigger", &auth, ""));
+    assert_eq!(code, 409, "{message}");
+    assert!(message.contains("disabled"), "{message}");
+    let (code, body) = post_json(port, "/api/v1/jobs/off/trigger?force=true", &auth, "");
+    assert_eq!(code, 202, "{body}");
+
+    let long = "x".repeat(501);
+    let (code, message) = error(post_json(
+        port,
+        "/api/v1/jobs/fine/pause",
+        &json,
+        &serde_json::json!({ "reason": long }).to_string(),
+    ));
+    assert_eq!(code, 400, "{message}");
+    assert!(message.contains("at most 500"), "{message}");
+    let megabyte = serde_json::json!({ "reason": "x".repeat(200 << 10) }).to_string();
+    let (code, _) = error(post_json(port, "/api/v1/jobs/fine/pause", &json, &megabyte));
+    assert_eq!(code, 413);
+
+    for body in ["[]", "[\"a reason\"]", "\"a reason\"", "null"] {
+        let (code, message) = error(post_json(port, "/api/v1/jobs/fine/pause", &json, body));
+        assert_eq!(code, 400, "{body}: {message}");
+        assert!(message.contains("must be an object"), "{message}");
+    }
+    let (code, message) = error(post_json(
+        port,
+        "/api/v1/jobs/fine/pause?until=1h",
+        &json,
+        "{\"reason\": \"both\"}",
+    ));
+    assert_eq!(code, 400, "{message}");
+    assert!(message.contains("one of the two"), "{message}");
+    // None of those paused it.
+    let (_, job) = get_json(port, "/api/v1/jobs/fine");
+    assert!(job["paused"].is_null(), "{job}");
+
+    // Errors that no handler of ours wrote are JSON too.
+    let (code, _) = error(get_json(port, "/api/v1/runs?limit=1&limit=2"));
+    assert_eq!(code, 400);
+    let (code, _) = error(get_json(port, "/nowhere"));
+    assert_eq!(code, 404);
+    let (code, _, body) = http(port, "GET", "/api/v1/jobs/fine/pause", &[], "");
+    assert_eq!(code, 405, "{body}");
+    assert!(
+        serde_json::from_str::<Value>(&body).is_ok_and(|b| b["error"].is_string()),
+        "{body}"
+    );
+    let (code, _) = error(post_json(
+        port,
+        "/api/v1/jobs",
+        &[("Host", "evil.example")],
+        "",
+    ));
+    assert_eq!(code, 421);
+
+    // Sign-out needs the dashboard's form: a cross-site one is refused.
+    let (code, _, _) = http(
+        port,
+        "POST",
+        "/logout",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        "",
+    );
+    assert_eq!(code, 403);
+
+    // A bidirectional override in an output is shown, not obeyed, and an
+    // escape sequence reaches the log written out.
+    let mut id = None;
+    wait_until("a run of hostile", Duration::from_secs(20), || {
+        let (_, page) = get_json(port, "/api/v1/runs?job=hostile&status=succeeded&limit=1");
+        id = page["runs"][0]["id"].as_i64();
+        id.is_some()
+    });
+    let (code, _, page) = http(
+        port,
+        "GET",
+        &format!("/runs/{}", id.unwrap_or_default()),
+        &[],
+        "",
+    );
+    assert_eq!(code, 200);
+    assert!(page.contains("r1⟨U+202E⟩lave"), "{page}");
+    assert!(!page.contains('\u{202E}'), "{page}");
+    let log = replica.log_text();
+    assert!(log.contains(r"r1\\u{202e}lave \\u{1b}[31mred"), "{log}");
+    assert!(!log.contains(r"\u001b[31mred"), "{log}");
+    drop(replica);
+}
+
+/// Signs in on `port` from its own origin: the session cookie (`name=value`).
+#[cfg(feature = "sqlite")]
+fn sign_in(port: u16) -> String {
+    let form = ("Content-Type", "application/x-www-form-urlencoded");
+    let (code, headers, body) = http(port, "POST", "/login", &[form], &format!("token={TOKEN}"));
+    assert_eq!(code, 303, "{body}");
+    let cookie = headers
+        .iter()
+        .find(|(n, _)| n == "set-cookie")
+        .map(|(_, v)| v.split(';').next().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    assert!(cookie.starts_with("replicron_session="), "{headers:?}");
+    cookie
+}
+
+/// The CSRF token of the page `/jobs/fine` as `cookie` sees it, if signed in.
+#[cfg(feature = "sqlite")]
+fn csrf_of(port: u16, cookie: &str) -> Option<String> {
+    let (code, _, page) = http(port, "GET", "/jobs/fine", &[("Cookie", cookie)], "");
+    assert_eq!(code, 200, "{page}");
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .filter(|csrf| !csrf.is_empty())
+        .map(str::to_string)
+}
+
+/// Sessions live in the database and belong to their replica: a cookie of
+/// one replica's is refused by another on the same host (browsers send it
+/// to every port), each session has its own CSRF token, sign-out ends the
+/// session on the server (a copy of the cookie is refused after it), and
+/// the 20th wrong token in a second is throttled, logged and counted.
+#[cfg(feature = "sqlite")]
+#[test]
+fn sessions_are_their_replicas_end_at_sign_out_and_sign_in_is_throttled() {
+    let db = TestDb::sqlite();
+    let [a, b] = free_ports::<2>();
+    let env = [("REPLICRON_TEST_WEB_TOKEN", TOKEN)];
+    let config_a = web_config(&db, a, true);
+    let config_b = web_config(&db, b, true);
+    let replica_a = Replica::start(&config_a, "session-a", None, &env);
+    let replica_b = Replica::start(&config_b, "session-b", None, &env);
+    replica_a.wait_for_log("replicron started", Duration::from_secs(30));
+    replica_b.wait_for_log("replicron started", Duration::from_secs(30));
+    let pause = |port: u16, cookie: &str, csrf: &str| {
+        post_json(
+            port,
+            "/api/v1/jobs/fine/pause",
+            &[("Cookie", cookie), ("X-CSRF-Token", csrf)],
+            "",
+        )
+        .0
+    };
+
+    let first = sign_in(a);
+    let csrf = csrf_of(a, &first).expect("signed in on its replica");
+    // The same cookie on the other replica's port is no session there.
+    assert_eq!(csrf_of(b, &first), None);
+    assert_eq!(pause(b, &first, &csrf), 401);
+    // A second session has a CSRF token of its own.
+    let second = sign_in(a);
+    let other_csrf = csrf_of(a, &second).expect("signed in");
+    assert_ne!(csrf, other_csrf);
+    assert_eq!(pause(a, &first, &other_csrf), 403);
+    assert_eq!(pause(a, &first, &csrf), 200);
+    assert_eq!(
+        post_json(
+            a,
+            "/api/v1/jobs/fine/resume",
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+            ""
+        )
+        .0,
+        200
+    );
+
+    // Sign-out ends the session itself.
+    let form = ("Content-Type", "application/x-www-form-urlencoded");
+    let (code, _, _) = http(
+        a,
+        "POST",
+        "/logout",
+        &[form, ("Cookie", &first)],
+        &format!("csrf={csrf}"),
+    );
+    assert_eq!(code, 303);
+    assert_eq!(csrf_of(a, &first), None);
+    assert_eq!(pause(a, &first, &csrf), 401);
+    assert!(csrf_of(a, &second).is_some(), "the other session goes on");
+
+    // Wrong tokens: a few are free, then each waits longer.
+    let mut codes = Vec::new();
+    for _ in 0..20 {
+        let (code, _, _) = http(b, "POST", "/login", &[form], "token=not-the-token");
+        codes.push(code);
+    }
+    assert_eq!(codes[0], 401, "{codes:?}");
+    assert_eq!(codes[19], 429, "{codes:?}");
+    // Throttled for the right token too, until the wait is over.
+    let (code, headers, _) = http(b, "POST", "/login", &[form], &format!("token={TOKEN}"));
+    assert_eq!(code, 429);
+    assert!(
+        headers.iter().any(|(n, _)| n == "retry-after"),
+        "{headers:?}"
+    );
+    let (_, _, metrics) = http(b, "GET", "/metrics", &[], "");
+    let count = |result: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "replicron_web_sign_ins_total{{result=\"{result}\"}}"
+                ))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(-1.0)
+    };
+    assert!(
+        count("refused") >= 6.0 && count("throttled") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        replica_b
+            .log_text()
+            .contains("sign-in refused: not the token")
+    );
+    drop(replica_a);
+    drop(replica_b);
 }

@@ -298,7 +298,7 @@ impl Checker<'_> {
         span: Range<usize>,
         mut raw: RawJob,
         defaults: &Settings,
-        notify: &crate::notify::Notify,
+        notify: &crate::config::notify::Notify,
         names: &mut HashSet<String>,
     ) -> Option<Job> {
         let position = format!("#{}", index + 1);

@@ -223,7 +223,7 @@ impl<'t> Checker<'t> {
         let defaults = self.settings(defaults, &Settings::default(), Scope::Table("defaults"));
         let notify = self.notify(
             notify,
-            &crate::notify::Notify::default(),
+            &crate::config::notify::Notify::default(),
             Scope::Table("notify"),
             "",
             &defaults.shell,

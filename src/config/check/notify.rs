@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 
 use super::raw::{RawCommand, RawNotify};
 use super::*;
-use crate::notify::{Event, MAX_RETRIES, Notify, Template};
+use crate::config::notify::{MAX_RETRIES, Notify, Template};
+use crate::run::Event;
 
 impl Checker<'_> {
     /// Applies `raw` over `base`. `prefix` is how keys are named in

@@ -87,7 +87,105 @@ impl Checker<'_> {
                 None
             }
         });
-        WebConfig { token_env }
+        let public_url = raw.public_url.and_then(|given| {
+            match crate::config::PublicUrl::parse(given.get_ref()) {
+                Ok(url) => Some(url),
+                Err(problem) => {
+                    self.report(
+                        Some(given.span()),
+                        Some(Scope::Table("web")),
+                        Some("public_url"),
+                        problem,
+                    );
+                    None
+                }
+            }
+        });
+        let cookie_name = match raw.cookie_name {
+            Some(given) => {
+                let name = given.get_ref().trim();
+                // A cookie name is an RFC 6265 token; these are enough.
+                if !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                {
+                    name.to_string()
+                } else {
+                    self.report(
+                        Some(given.span()),
+                        Some(Scope::Table("web")),
+                        Some("cookie_name"),
+                        format!(
+                            "{:?} is not a cookie name (letters, digits, -, _ and .)",
+                            given.get_ref()
+                        ),
+                    );
+                    crate::config::DEFAULT_COOKIE.to_string()
+                }
+            }
+            None => crate::config::DEFAULT_COOKIE.to_string(),
+        };
+        let cookie_path = match raw.cookie_path {
+            Some(given) => {
+                let path = given.get_ref().trim();
+                if path.starts_with('/')
+                    && !path.contains(|c: char| {
+                        c == ';' || c == ',' || c.is_whitespace() || c.is_control()
+                    })
+                {
+                    path.to_string()
+                } else {
+                    self.report(
+                        Some(given.span()),
+                        Some(Scope::Table("web")),
+                        Some("cookie_path"),
+                        format!(
+                            "{:?} is not a cookie path: it starts with / and holds no ;, comma or space",
+                            given.get_ref()
+                        ),
+                    );
+                    "/".to_string()
+                }
+            }
+            None => "/".to_string(),
+        };
+        // Behind https, the cookie never crosses plain HTTP unless the
+        // operator says otherwise.
+        let cookie_secure = raw.cookie_secure.map_or_else(
+            || public_url.as_ref().is_some_and(|url| url.secure),
+            |given| *given.get_ref(),
+        );
+        if cookie_name.starts_with("__Host-") && (!cookie_secure || cookie_path != "/") {
+            self.report(
+                None,
+                Some(Scope::Table("web")),
+                Some("cookie_name"),
+                "a __Host- cookie must be Secure with path /: set cookie_secure = true (or an https public_url) and leave cookie_path at /".to_string(),
+            );
+        }
+        let mut trusted_proxies = Vec::new();
+        if let Some(given) = raw.trusted_proxies {
+            for address in given.get_ref() {
+                match address.trim().parse::<std::net::IpAddr>() {
+                    Ok(ip) => trusted_proxies.push(ip),
+                    Err(_) => self.report(
+                        Some(given.span()),
+                        Some(Scope::Table("web")),
+                        Some("trusted_proxies"),
+                        format!("{address:?} is not an IP address"),
+                    ),
+                }
+            }
+        }
+        WebConfig {
+            token_env,
+            public_url,
+            cookie_name,
+            cookie_path,
+            cookie_secure,
+            trusted_proxies,
+        }
     }
 
     pub(super) fn daemon(&mut self, raw: RawDaemon, env: &Environment) -> DaemonConfig {

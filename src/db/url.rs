@@ -51,6 +51,11 @@ impl fmt::Display for Backend {
 pub(crate) struct DatabaseUrl {
     backend: Backend,
     connection_string: String,
+    /// MariaDB/MySQL with several hosts (`mysql://u@h1:3306,h2:3306/db`):
+    /// one single-host URL per host, in order (a Galera cluster's nodes, or
+    /// a primary and the servers that may be promoted in its place).
+    /// Empty otherwise.
+    hosts: Vec<String>,
 }
 
 impl DatabaseUrl {
@@ -101,10 +106,32 @@ impl DatabaseUrl {
             Backend::Mysql => format!("mysql://{rest}"),
             Backend::Postgres => format!("postgres://{rest}"),
         };
+        let hosts = match backend {
+            Backend::Mysql => mysql_hosts(&connection_string)
+                .map_err(|e| format!("database URL {}: {e}", redact(url)))?,
+            _ => Vec::new(),
+        };
         Ok(DatabaseUrl {
             backend,
             connection_string,
+            hosts,
         })
+    }
+
+    #[cfg_attr(
+        not(any(feature = "mysql", test)),
+        expect(dead_code, reason = "only MariaDB/MySQL URLs list several hosts")
+    )]
+    /// The URLs to try in turn, one host each: the URL itself, or for a
+    /// MariaDB/MySQL URL that lists several hosts, one per host (the
+    /// driver takes a single one). Never log them: they carry the
+    /// password.
+    pub(crate) fn alternatives(&self) -> Vec<&str> {
+        if self.hosts.is_empty() {
+            vec![self.connection_string.as_str()]
+        } else {
+            self.hosts.iter().map(String::as_str).collect()
+        }
     }
 
     /// The backend this URL names.
@@ -116,6 +143,33 @@ impl DatabaseUrl {
     pub(crate) fn connection_string(&self) -> &str {
         &self.connection_string
     }
+}
+
+/// The single-host URLs of a MariaDB/MySQL URL whose host part lists
+/// several hosts, separated by commas; none for a URL with one host. The
+/// user information ends at the last `@` (a password may hold `@`, `/` or
+/// `,`), and the host part at the next `/` or `?`.
+fn mysql_hosts(url: &str) -> Result<Vec<String>, String> {
+    let rest = url.strip_prefix("mysql://").unwrap_or(url);
+    let (user, after) = match rest.rfind('@') {
+        Some(at) => (&rest[..=at], &rest[at + 1..]),
+        None => ("", rest),
+    };
+    let end = after.find(['/', '?']).unwrap_or(after.len());
+    let (hosts, tail) = after.split_at(end);
+    if !hosts.contains(',') {
+        return Ok(Vec::new());
+    }
+    hosts
+        .split(',')
+        .map(|host| {
+            if host.trim().is_empty() {
+                Err("an empty host in its list of hosts".to_string())
+            } else {
+                Ok(format!("mysql://{user}{}{tail}", host.trim()))
+            }
+        })
+        .collect()
 }
 
 impl fmt::Display for DatabaseUrl {
@@ -293,6 +347,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_mysql_url_may_list_several_hosts() {
+        let Ok(url) = DatabaseUrl::parse(
+            "mysql://app:p@s,s/w@db1:3306, db2:3307,db3/jobs?ssl_mode=required",
+            Path::new("."),
+        ) else {
+            return;
+        };
+        assert_eq!(
+            url.alternatives(),
+            [
+                "mysql://app:p@s,s/w@db1:3306/jobs?ssl_mode=required",
+                "mysql://app:p@s,s/w@db2:3307/jobs?ssl_mode=required",
+                "mysql://app:p@s,s/w@db3/jobs?ssl_mode=required",
+            ]
+        );
+        assert!(!url.to_string().contains("p@s,s"), "{url}");
+        let one = DatabaseUrl::parse("mysql://app@db1/jobs", Path::new(".")).expect("valid");
+        assert_eq!(one.alternatives(), ["mysql://app@db1/jobs"]);
+        let err = DatabaseUrl::parse("mysql://app:pw@db1,,db2/jobs", Path::new("."))
+            .expect_err("an empty host");
+        assert!(err.contains("empty host") && !err.contains("pw"), "{err}");
     }
 
     #[test]

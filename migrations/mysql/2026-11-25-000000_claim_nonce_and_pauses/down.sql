@@ -1,0 +1,2 @@
+DROP TABLE replicron_pauses;
+ALTER TABLE replicron_locks DROP COLUMN claim_nonce;

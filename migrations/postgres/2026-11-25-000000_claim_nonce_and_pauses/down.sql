@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS replicron_pauses;
+ALTER TABLE replicron_locks DROP COLUMN IF EXISTS claim_nonce;

@@ -1,0 +1,187 @@
+//! What an operator does to a job's lease row, for `pause`, `resume` and
+//! `unlock` on the command line and the same actions of the dashboard and
+//! API: each checks what it is given, acts, and says what happened as a
+//! value that the caller renders (text, JSON, HTML, an exit status).
+
+use chrono::{DateTime, Utc};
+
+use crate::config::RESERVED_PREFIX;
+use crate::db::{DbError, Store};
+use crate::history::{RunRow, rfc3339};
+
+/// The longest pause reason taken, in characters.
+pub(crate) const MAX_REASON: usize = 500;
+
+/// Why an action was not carried out.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refused {
+    /// What the operator gave is wrong; the text says how.
+    #[error("{0}")]
+    Invalid(String),
+    /// The job has no lease row (it never ran, nor was paused).
+    #[error("{0} has no lease row")]
+    NoRow(String),
+    /// One of replicron's own rows, which no operator ends.
+    #[error(
+        "{0} is one of replicron's own lease rows, not a job's: it is not unlocked (it ends by itself)"
+    )]
+    Reserved(String),
+    /// The lease's run is recorded running and `force` was not given.
+    #[error("{job} is held by {} whose run {} (started {}) is still recorded running", run.instance, run.id, rfc3339(run.started_at))]
+    Running {
+        /// The job.
+        job: String,
+        /// Its run under the lease.
+        run: Box<RunRow>,
+    },
+    /// The database did not answer.
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// Pauses `job` on every replica until `until` (an RFC 3339 time or a
+/// duration from the database's now; `None` until resumed), for `by` and
+/// `reason`. Returns the end of the pause.
+pub(crate) async fn pause(
+    store: &Store,
+    job: &str,
+    until: Option<&str>,
+    by: String,
+    reason: Option<String>,
+) -> Result<Option<DateTime<Utc>>, Refused> {
+    if let Some(reason) = &reason
+        && reason.chars().count() > MAX_REASON
+    {
+        return Err(Refused::Invalid(format!(
+            "the reason is {} characters long: at most {MAX_REASON}",
+            reason.chars().count()
+        )));
+    }
+    let until = match until {
+        Some(text) => {
+            let now = store.database_now().await?;
+            Some(parse_future_until(text, now).map_err(Refused::Invalid)?)
+        }
+        None => None,
+    };
+    store.pause(job, until, by, reason).await?;
+    Ok(until)
+}
+
+/// Resumes `job`; `false` if it was not paused.
+pub(crate) async fn resume(store: &Store, job: &str) -> Result<bool, Refused> {
+    Ok(store.resume(job).await?)
+}
+
+/// What `unlock` did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unlocked {
+    /// The lease was not held: nothing to end.
+    NotHeld,
+    /// The lease of `holder` under `fence` ended.
+    Ended {
+        /// Who held it.
+        holder: Option<String>,
+        /// Its fence.
+        fence: i64,
+    },
+}
+
+/// Ends the lease of `job` (a job's, or an `exec` lock's). A lease whose
+/// run is recorded running is ended only with `force` (its holder then
+/// stops that run).
+pub(crate) async fn unlock(store: &Store, job: &str, force: bool) -> Result<Unlocked, Refused> {
+    if job.starts_with(RESERVED_PREFIX) {
+        return Err(Refused::Reserved(job.to_string()));
+    }
+    let Some(lock) = store.find_lock(job).await? else {
+        return Err(Refused::NoRow(job.to_string()));
+    };
+    if !store.is_held(job).await? {
+        return Ok(Unlocked::NotHeld);
+    }
+    if let Some(run) = store.running_under(job, lock.fence).await?
+        && !force
+    {
+        return Err(Refused::Running {
+            job: job.to_string(),
+            run: Box::new(run),
+        });
+    }
+    store.force_unlock(job).await?;
+    Ok(Unlocked::Ended {
+        holder: lock.locked_by,
+        fence: lock.fence,
+    })
+}
+
+/// A pause's end, which must be after `now` (the database's): an RFC 3339
+/// time, or a duration after `now`.
+pub(crate) fn parse_future_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    let until = parse_until(text, now)?;
+    crate::db::clock::storable(until)
+        .map_err(|e| format!("--until {text:?}: {e}; leave it out to pause until resumed"))?;
+    if until <= now {
+        return Err(format!(
+            "--until {text:?} is not in the future (the database's clock says {})",
+            rfc3339(now.naive_utc())
+        ));
+    }
+    Ok(until)
+}
+
+/// `--until`'s time: an RFC 3339 time, or a duration after `now`.
+fn parse_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    match humantime::parse_duration(text) {
+        Ok(after) => chrono::TimeDelta::from_std(after)
+            .ok()
+            .and_then(|after| now.checked_add_signed(after))
+            .ok_or_else(|| format!("--until {text:?} is too far away")),
+        Err(_) => Err(format!(
+            "--until {text:?} is neither an RFC 3339 time (2026-12-01T06:00:00Z) nor a duration (2h, 30m)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_future_until, parse_until};
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn until_is_a_time_or_a_duration_from_now() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 24, 12, 0, 0).unwrap();
+        assert_eq!(
+            parse_until("2026-12-01T06:00:00Z", now),
+            Ok(Utc.with_ymd_and_hms(2026, 12, 1, 6, 0, 0).unwrap())
+        );
+        assert_eq!(
+            parse_until("2026-12-01T07:00:00+01:00", now),
+            Ok(Utc.with_ymd_and_hms(2026, 12, 1, 6, 0, 0).unwrap())
+        );
+        assert_eq!(
+            parse_until("90m", now),
+            Ok(Utc.with_ymd_and_hms(2026, 11, 24, 13, 30, 0).unwrap())
+        );
+        let past = parse_future_until("2026-11-24T11:00:00Z", now).unwrap_err();
+        assert!(past.contains("not in the future"), "{past}");
+        let error = parse_until("tomorrow", now).unwrap_err();
+        assert!(
+            error.contains("\"tomorrow\"") && error.contains("RFC 3339"),
+            "{error}"
+        );
+        // Past what every database stores (a fuzzer's 22,000 years made
+        // MariaDB store a date nothing could read back).
+        for far in ["193335343h", "9999-12-31T00:00:00Z"] {
+            let error = parse_future_until(far, now).unwrap_err();
+            assert!(
+                error.contains("latest time every database stores"),
+                "{error}"
+            );
+        }
+        assert!(parse_future_until("7000y", now).is_ok());
+    }
+}

@@ -1,0 +1,458 @@
+//! The fleet as an operator sees it, in one read: each job's lease, pause,
+//! latest runs and the problem to look at first; the shared locks and who
+//! holds them; the replicas and how their definitions drifted. `status`
+//! prints it and the dashboard and API show it: neither queries on its own.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+
+use crate::config::{Config, Job, LOCK_ROW_PREFIX, RESERVED_PREFIX};
+use crate::db::{DbError, Store};
+use crate::history::{RunBrief, RunRow, RunStatus, rfc3339};
+use crate::lease::{LockRow, Pause};
+use crate::registry::Instance;
+use crate::schedule::{Offset, SystemClock};
+use crate::scheduler::drift::{self, Drift};
+
+/// What one read of the fleet found.
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    /// The database's time when it was read.
+    pub(crate) now: DateTime<Utc>,
+    /// The job file's jobs in its order, then the lease rows of jobs no
+    /// longer in it.
+    pub(crate) jobs: Vec<JobState>,
+    /// The shared locks the job file's jobs take, by name.
+    pub(crate) locks: Vec<LockState>,
+    /// Every registered replica.
+    pub(crate) instances: Vec<Instance>,
+    /// The jobs live replicas define differently.
+    pub(crate) drift: BTreeMap<String, Drift>,
+}
+
+/// One job as the fleet has it.
+#[derive(Debug)]
+pub(crate) struct JobState {
+    /// Its name.
+    pub(crate) name: String,
+    /// Its lease row, if it has one yet.
+    pub(crate) lock: Option<LockRow>,
+    /// Whether its lease is held now.
+    pub(crate) held: bool,
+    /// Its fleet-wide pause, if it is paused now.
+    pub(crate) pause: Option<Pause>,
+    /// Its latest runs, newest first.
+    pub(crate) recent: Vec<RunBrief>,
+    /// What an operator should look at first, if anything.
+    pub(crate) problem: Option<String>,
+}
+
+/// A shared lock of the jobs.
+#[derive(Debug)]
+pub(crate) struct LockState {
+    /// Its name in the job file.
+    pub(crate) lock: String,
+    /// The jobs that take it.
+    pub(crate) jobs: Vec<String>,
+    /// Who holds it now, and until when unless extended or released.
+    pub(crate) held: Option<(Option<String>, NaiveDateTime)>,
+}
+
+impl JobState {
+    /// Its last run.
+    pub(crate) fn last(&self) -> Option<&RunBrief> {
+        self.recent.first()
+    }
+
+    /// Its next instant after `now`, and that instant's start (a jittered
+    /// job's is later): none for a job not in the file, disabled, or paused
+    /// until resumed; a paused job's first at or after its pause's end.
+    pub(crate) fn next(
+        &self,
+        job: Option<&Job>,
+        now: DateTime<Utc>,
+    ) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let job = job.filter(|j| j.enabled)?;
+        let after = match &self.pause {
+            Some(Pause { until: None, .. }) => return None,
+            Some(Pause {
+                until: Some(until), ..
+            }) => *until - chrono::TimeDelta::milliseconds(1),
+            None => now,
+        };
+        let next = job.schedule.next_after(after)?;
+        Some((next, job.schedule.start_of(next)))
+    }
+}
+
+/// Reads the fleet: every job's state (or only job `only`'s) with its
+/// `recent` latest runs (at least one), the shared locks and the replicas.
+pub(crate) async fn read(
+    store: &Store,
+    config: &Config,
+    recent: usize,
+    only: Option<&str>,
+) -> Result<Fleet, DbError> {
+    let now = store.database_now().await?;
+    let rows = store.list_locks().await?;
+    let (instances, drift) = replicas(store).await?;
+    let mut names = job_names(config, &rows);
+    if let Some(only) = only {
+        names.retain(|name| name == only);
+    }
+    let mut runs: BTreeMap<String, Vec<RunBrief>> = store
+        .recent_briefs(names.clone(), recent.max(1) as i64)
+        .await?
+        .into_iter()
+        .collect();
+    let jobs = names
+        .into_iter()
+        .map(|name| {
+            let recent = runs.remove(&name).unwrap_or_default();
+            let lock = rows.iter().find(|l| l.name == name).cloned();
+            let held = lock.as_ref().is_some_and(|l| l.lock_until.and_utc() > now);
+            let pause = lock.as_ref().and_then(|l| l.pause_at(now));
+            let problem = problem(
+                config.job(&name),
+                lock.as_ref(),
+                recent.first(),
+                held,
+                now,
+                &instances,
+                drift.get(&name),
+            );
+            JobState {
+                name,
+                lock,
+                held,
+                pause,
+                recent,
+                problem,
+            }
+        })
+        .collect();
+    Ok(Fleet {
+        now,
+        jobs,
+        locks: shared_locks(config, &rows, now),
+        instances,
+        drift,
+    })
+}
+
+/// This host's clock against the database's, from `samples` round trips.
+pub(crate) async fn clock_offset(store: &Store, samples: usize) -> Result<Offset, DbError> {
+    store
+        .call("reading the database clock", move |conn| {
+            crate::db::clock::estimate_offset(conn, &SystemClock, samples)
+        })
+        .await
+}
+
+/// The last run of each of `fleet`'s jobs with its output, in the order of
+/// its jobs.
+pub(crate) async fn with_output(
+    store: &Store,
+    fleet: &Fleet,
+) -> Result<Vec<Option<RunRow>>, DbError> {
+    let mut runs = Vec::with_capacity(fleet.jobs.len());
+    for job in &fleet.jobs {
+        runs.push(match job.last() {
+            Some(last) => store.find_run(last.id).await?,
+            None => None,
+        });
+    }
+    Ok(runs)
+}
+
+/// Every registered replica, and the jobs live ones define differently.
+pub(crate) async fn replicas(
+    store: &Store,
+) -> Result<(Vec<Instance>, BTreeMap<String, Drift>), DbError> {
+    let instances = store.list_instances().await?;
+    let drift = drift::among(&instances);
+    Ok((instances, drift))
+}
+
+/// The shared locks the jobs of `config` take, each with its jobs and its
+/// holder in `rows` at `now`.
+fn shared_locks(config: &Config, rows: &[LockRow], now: DateTime<Utc>) -> Vec<LockState> {
+    let mut shared: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for job in &config.jobs {
+        for lock in &job.locks {
+            shared.entry(lock).or_default().push(job.name.clone());
+        }
+    }
+    shared
+        .into_iter()
+        .map(|(lock, jobs)| {
+            let row_name = format!("{LOCK_ROW_PREFIX}{lock}");
+            let held = rows
+                .iter()
+                .find(|l| l.name == row_name)
+                .filter(|l| l.lock_until.and_utc() > now)
+                .map(|l| (l.locked_by.clone(), l.lock_until));
+            LockState {
+                lock: lock.to_string(),
+                jobs,
+                held,
+            }
+        })
+        .collect()
+}
+
+/// The jobs an operator sees: those of the job file in its order, then the
+/// lease rows of jobs no longer in it (not replicron's own rows, nor those
+/// of `exec` locks).
+pub(crate) fn job_names(config: &Config, locks: &[LockRow]) -> Vec<String> {
+    let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
+    for lock in locks {
+        let own = lock.name.starts_with(RESERVED_PREFIX) || crate::lease::is_once_row(&lock.name);
+        if !own && !names.contains(&lock.name) {
+            names.push(lock.name.clone());
+        }
+    }
+    names
+}
+
+/// What an operator should look at for a job, the first that applies: a
+/// stuck or orphaned lease, a definition that drifted between replicas, a
+/// last run that ended badly.
+fn problem(
+    job: Option<&Job>,
+    lock: Option<&LockRow>,
+    last: Option<&RunBrief>,
+    held: bool,
+    now: DateTime<Utc>,
+    instances: &[Instance],
+    drift: Option<&Drift>,
+) -> Option<String> {
+    stuck(job, lock, last, held, now, instances)
+        .or_else(|| {
+            drift.map(|drift| {
+                format!(
+                    "DRIFT: live replicas define it differently: {}",
+                    drift.describe()
+                )
+            })
+        })
+        .or_else(|| failed(last))
+}
+
+/// Whether the job's last run ended badly: an operator should look.
+fn failed(last: Option<&RunBrief>) -> Option<String> {
+    let run = last?;
+    let status = run.status;
+    let bad = matches!(
+        status,
+        RunStatus::Failed
+            | RunStatus::TimedOut
+            | RunStatus::LostLock
+            | RunStatus::Abandoned
+            | RunStatus::Error
+    );
+    bad.then(|| {
+        let how = match run.exit_code {
+            Some(code) => format!("{status} (exit {code})"),
+            None => status.to_string(),
+        };
+        format!(
+            "FAILED: last run {} {how} at {} on {}; `replicron history --job {}` shows its output",
+            run.id,
+            rfc3339(run.started_at),
+            run.instance,
+            run.job
+        )
+    })
+}
+
+/// Why a job's lease looks stuck, if it does (see README, "status").
+fn stuck(
+    job: Option<&Job>,
+    lock: Option<&LockRow>,
+    last: Option<&RunBrief>,
+    held: bool,
+    now: DateTime<Utc>,
+    instances: &[Instance],
+) -> Option<String> {
+    let holder = last.and_then(|run| instances.iter().find(|i| i.row.id == run.instance));
+    let lock = lock?;
+    let current = last.filter(|run| run.fence == lock.fence);
+    let running = current.filter(|run| run.status == RunStatus::Running);
+    match (held, running) {
+        (true, Some(run)) => {
+            let job = job?;
+            let allowed = job.timeout + job.kill_grace + job.lock_at_most_for;
+            let age = (now - run.started_at.and_utc())
+                .to_std()
+                .unwrap_or_default();
+            (age > allowed).then(|| {
+                format!(
+                    "STUCK: running {} (timeout {}); its holder may be frozen",
+                    humantime::format_duration(Duration::from_secs(age.as_secs())),
+                    humantime::format_duration(job.timeout)
+                )
+            })
+        }
+        (true, None) => {
+            let locked_at = lock.locked_at?.and_utc();
+            let expected = job.map_or(Duration::ZERO, |j| {
+                j.lock_at_least_for + j.retry_backoff * j.retries
+            }) + Duration::from_secs(60);
+            let age = (now - locked_at).to_std().unwrap_or_default();
+            (age > expected).then(|| {
+                "STUCK: lease held with no run recorded running; `replicron unlock` ends it"
+                    .to_string()
+            })
+        }
+        (false, Some(run)) => {
+            let ended = (now - lock.lock_until.and_utc())
+                .to_std()
+                .unwrap_or_default();
+            let ended = humantime::format_duration(Duration::from_secs(ended.as_secs()));
+            Some(match holder {
+                // The holder runs on: it finds its lease gone when it next
+                // confirms it, and stops the run (recorded lost_lock).
+                Some(alive) if alive.alive => format!(
+                    "LEASE ENDED: run {} is recorded running, but its lease ended {ended} ago (unlocked, or lost); \
+                     its holder is alive ({}) and stops the run when it next confirms the lease",
+                    run.id, run.instance
+                ),
+                Some(gone) => format!(
+                    "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
+                     was last seen at {}: it vanished; the next claim marks the run abandoned",
+                    run.id,
+                    run.instance,
+                    rfc3339(gone.row.last_seen)
+                ),
+                None => format!(
+                    "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
+                     is not a running replica; the next claim marks the run abandoned",
+                    run.id, run.instance
+                ),
+            })
+        }
+        (false, None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
+
+    use super::problem;
+    use crate::config::{Config, Environment};
+    use crate::history::{RunBrief, RunStatus};
+    use crate::lease::LockRow;
+    use crate::registry::{Instance, InstanceRow};
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-26T12:00:00Z")
+            .expect("time")
+            .with_timezone(&Utc)
+    }
+
+    fn ago(seconds: i64) -> NaiveDateTime {
+        (now() - TimeDelta::seconds(seconds)).naive_utc()
+    }
+
+    fn config() -> Config {
+        let text = "[database]\nurl = \"sqlite:///tmp/replicron-fleet-test.db\"\n\n\
+                    [[job]]\nname = \"report\"\nschedule = \"0 * * * *\"\ncommand = \"true\"\n\
+                    timeout = \"10m\"\nlock_at_most_for = \"5m\"\nkill_grace = \"10s\"\n";
+        Config::parse(Path::new("jobs.toml"), text, &Environment::default()).expect("valid")
+    }
+
+    fn lock(until: i64, fence: i64) -> LockRow {
+        LockRow {
+            name: "report".to_string(),
+            lock_until: ago(-until),
+            locked_at: Some(ago(3600)),
+            locked_by: Some("r1".to_string()),
+            last_scheduled_at: Some(ago(3600)),
+            fence,
+            created_at: None,
+            missed_checked_until: None,
+            paused_at: None,
+            paused_until: None,
+            paused_by: None,
+            paused_reason: None,
+            claim_nonce: None,
+        }
+    }
+
+    fn run(status: RunStatus, fence: i64, started: i64) -> RunBrief {
+        RunBrief {
+            id: 7,
+            job: "report".to_string(),
+            scheduled_at: ago(started),
+            attempt: 1,
+            instance: "r1".to_string(),
+            fence,
+            started_at: ago(started),
+            finished_at: (status != RunStatus::Running).then(|| ago(started - 1)),
+            status,
+            exit_code: (status == RunStatus::Failed).then_some(3),
+        }
+    }
+
+    fn replica(alive: bool) -> Instance {
+        Instance {
+            row: InstanceRow {
+                id: "r1".to_string(),
+                host: "h1".to_string(),
+                pid: 1,
+                version: "0".to_string(),
+                started_at: ago(7200),
+                last_seen: ago(if alive { 1 } else { 600 }),
+                job_digests: None,
+                clock_offset_us: None,
+            },
+            alive,
+        }
+    }
+
+    /// Each problem an operator is shown, and none for a healthy job: a
+    /// run held past its timeout, a lease held with no run, a run whose
+    /// lease ended while its holder lives, one whose holder vanished, and a
+    /// failed last run.
+    #[test]
+    fn each_problem_is_named_and_a_healthy_job_has_none() {
+        let config = config();
+        let job = config.job("report");
+        let diagnose = |lock: &LockRow, last: Option<&RunBrief>, replicas: &[Instance]| {
+            let held = lock.lock_until.and_utc() > now();
+            problem(job, Some(lock), last, held, now(), replicas, None)
+        };
+        let alive = [replica(true)];
+        let ok = run(RunStatus::Succeeded, 4, 3600);
+        assert_eq!(diagnose(&lock(-10, 4), Some(&ok), &alive), None);
+        let going = run(RunStatus::Running, 4, 60);
+        assert_eq!(diagnose(&lock(240, 4), Some(&going), &alive), None);
+
+        let stuck = run(RunStatus::Running, 4, 3600);
+        let text = diagnose(&lock(240, 4), Some(&stuck), &alive).expect("stuck");
+        assert!(text.starts_with("STUCK: running 1h"), "{text}");
+        let text = diagnose(&lock(240, 4), Some(&ok), &alive).expect("held, no run");
+        assert!(text.contains("lease held with no run"), "{text}");
+        let text = diagnose(&lock(-30, 4), Some(&going), &alive).expect("ended");
+        assert!(text.starts_with("LEASE ENDED: run 7"), "{text}");
+        let text = diagnose(&lock(-30, 4), Some(&going), &[replica(false)]).expect("gone");
+        assert!(
+            text.starts_with("ORPHANED: run 7") && text.contains("last seen"),
+            "{text}"
+        );
+        let text = diagnose(&lock(-30, 4), Some(&going), &[]).expect("unknown");
+        assert!(text.contains("is not a running replica"), "{text}");
+        let failed = run(RunStatus::Failed, 4, 3600);
+        let text = diagnose(&lock(-10, 4), Some(&failed), &alive).expect("failed");
+        assert!(
+            text.starts_with("FAILED: last run 7 failed (exit 3)"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,635 @@
+//! `replicron verify`'s judgement of the history: for every instant a job
+//! was due in a range, whether it ran exactly once (one chain of attempts,
+//! under one lease), or is accounted for otherwise (recorded `missed` or
+//! `skipped`, paused, an overrun of a run that held the job's lease, before
+//! the job reached the fleet, or too recent to judge); and across the
+//! job's runs, whether any started before its instant, overlapped another,
+//! or is left `running` with no live lease. It reads only.
+//!
+//! The instants due come from the job file given: a schedule that changed
+//! within the range is judged by the file as it is now (see
+//! `docs/design.md#verifying-the-history`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
+use diesel::prelude::*;
+use serde::Serialize;
+
+use crate::db::DbConnection;
+use crate::db::clock::to_db_time;
+use crate::db::schema::replicron_runs::dsl as runs;
+use crate::history::RunStatus;
+use crate::schedule::{Schedule, fmt_instant};
+
+/// What a job promises, as the job file says.
+#[derive(Clone, Debug)]
+pub(crate) struct Promise {
+    /// The job.
+    pub(crate) name: String,
+    /// When it is due.
+    pub(crate) schedule: Schedule,
+    /// Its lease's length.
+    pub(crate) lock_at_most_for: Duration,
+    /// How long its lease is kept after a run.
+    pub(crate) lock_at_least_for: Duration,
+    /// After how long an instant nobody ran is recorded missed (zero:
+    /// never).
+    pub(crate) missed_after: Duration,
+    /// How often the check for missed instants comes round: an instant is
+    /// judged once it may have been recorded.
+    pub(crate) check_every: Duration,
+}
+
+/// A run's row, as verify reads it.
+#[derive(Clone, Debug, Queryable, Selectable)]
+#[diesel(table_name = crate::db::schema::replicron_runs)]
+pub(crate) struct Row {
+    id: i64,
+    scheduled_at: NaiveDateTime,
+    attempt: i32,
+    instance: String,
+    fence: i64,
+    started_at: NaiveDateTime,
+    finished_at: Option<NaiveDateTime>,
+    status: RunStatus,
+    confirmed_at: Option<NaiveDateTime>,
+}
+
+/// Everything verify knows of one job.
+#[derive(Clone, Debug)]
+pub(crate) struct Evidence {
+    /// The database's clock.
+    pub(crate) now: DateTime<Utc>,
+    /// When its lease row was created (`None`: no row, or older than the
+    /// column).
+    pub(crate) created_at: Option<DateTime<Utc>>,
+    /// The fence and end of its lease now, if it has a row.
+    pub(crate) lease: Option<(i64, DateTime<Utc>)>,
+    /// Its pauses that cover some of the range.
+    pub(crate) pauses: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    /// Its runs that concern the range.
+    pub(crate) runs: Vec<Row>,
+}
+
+/// Reads what verify needs of `job` for `[from, to]`: its runs for those
+/// instants, and the runs that may have held its lease then.
+pub(crate) fn gather(
+    conn: &mut DbConnection,
+    job: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> QueryResult<Evidence> {
+    let now = crate::db::clock::database_now(conn)?;
+    let row = crate::lease::find_lock(conn, job)?;
+    let pauses = crate::lease::pauses_between(conn, job, from, to)?
+        .into_iter()
+        .map(|(at, until)| (at.and_utc(), until.and_utc()))
+        .collect();
+    let runs: Vec<Row> = runs::replicron_runs
+        .select(Row::as_select())
+        .filter(runs::job.eq(job))
+        .filter(runs::scope.eq(""))
+        .filter(runs::scheduled_at.le(to_db_time(to)))
+        .filter(
+            runs::scheduled_at
+                .ge(to_db_time(from))
+                .or(runs::finished_at.ge(to_db_time(from).nullable()))
+                .or(runs::finished_at.is_null()),
+        )
+        .order((runs::scheduled_at, runs::attempt))
+        .load(conn)?;
+    Ok(Evidence {
+        now,
+        created_at: row.as_ref().and_then(|r| r.created_at).map(|t| t.and_utc()),
+        lease: row.map(|r| (r.fence, r.lock_until.and_utc())),
+        pauses,
+        runs,
+    })
+}
+
+/// What kind of thing is wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Finding {
+    /// An instant neither run nor accounted for: the worst.
+    Unaccounted,
+    /// An instant run under two leases, or an attempt recorded twice.
+    Duplicate,
+    /// A run that started before its instant, by the database's clock.
+    Early,
+    /// Two runs of one job at once.
+    Overlap,
+    /// A run still `running` whose lease is no longer held.
+    LeftRunning,
+}
+
+impl Finding {
+    /// Its name in the report.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Finding::Unaccounted => "unaccounted",
+            Finding::Duplicate => "duplicate",
+            Finding::Early => "early",
+            Finding::Overlap => "overlap",
+            Finding::LeftRunning => "left_running",
+        }
+    }
+}
+
+/// One thing wrong, with what shows it.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Violation {
+    /// What kind.
+    pub(crate) kind: Finding,
+    /// The job.
+    pub(crate) job: String,
+    /// The instant concerned, RFC 3339.
+    pub(crate) instant: Option<String>,
+    /// The history rows concerned.
+    pub(crate) runs: Vec<i64>,
+    /// The replicas that recorded them.
+    pub(crate) replicas: Vec<String>,
+    /// What is wrong, in a sentence.
+    pub(crate) message: String,
+}
+
+/// How one job's instants in the range are accounted for.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct Tally {
+    /// The job.
+    pub(crate) job: String,
+    /// Instants due in the range.
+    pub(crate) due: usize,
+    /// Run (one chain of attempts).
+    pub(crate) ran: usize,
+    /// Recorded `missed`, and not run.
+    pub(crate) missed: usize,
+    /// Recorded `skipped` (with the reason in its output).
+    pub(crate) skipped: usize,
+    /// In a pause.
+    pub(crate) paused: usize,
+    /// While a run of the job held its lease.
+    pub(crate) overrun: usize,
+    /// Before the job's lease row was created: the job was not yet in the
+    /// fleet.
+    pub(crate) before_job: usize,
+    /// Too recent to judge: the check for missed instants has not got to
+    /// them yet.
+    pub(crate) pending: usize,
+    /// Neither run nor accounted for.
+    pub(crate) unaccounted: usize,
+}
+
+/// One chain of attempts: the rows of one instant under one lease.
+struct Chain<'r> {
+    rows: Vec<&'r Row>,
+    start: DateTime<Utc>,
+    /// Its end if it is known: every attempt ended.
+    end: Option<DateTime<Utc>>,
+}
+
+impl Chain<'_> {
+    /// Whether anything ran: a chain of `skipped` rows only records an
+    /// instant that was not run (its claim's answer came too late, or a
+    /// shared lock stayed held), when it was found so, not a run.
+    fn ran(&self) -> bool {
+        !self.rows.iter().all(|r| r.status == RunStatus::Skipped)
+    }
+}
+
+/// Judges `promise`'s instants in `[from, to]` and its runs, by `evidence`.
+pub(crate) fn judge(
+    promise: &Promise,
+    evidence: &Evidence,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> (Tally, Vec<Violation>) {
+    let mut tally = Tally {
+        job: promise.name.clone(),
+        ..Tally::default()
+    };
+    let mut found = Vec::new();
+    let lease = TimeDelta::from_std(promise.lock_at_most_for).unwrap_or(TimeDelta::MAX);
+    let at_least = TimeDelta::from_std(promise.lock_at_least_for).unwrap_or_default();
+    let violation =
+        |kind, instant: Option<NaiveDateTime>, rows: &[&Row], message: String| Violation {
+            kind,
+            job: promise.name.clone(),
+            instant: instant.map(|t| fmt_instant(t.and_utc())),
+            runs: rows.iter().map(|r| r.id).collect(),
+            replicas: rows
+                .iter()
+                .map(|r| r.instance.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            message,
+        };
+    // The chains of attempts, by instant and lease.
+    let mut chains: BTreeMap<(NaiveDateTime, i64), Vec<&Row>> = BTreeMap::new();
+    let mut missed: BTreeSet<NaiveDateTime> = BTreeSet::new();
+    for row in &evidence.runs {
+        if row.attempt == 0 {
+            missed.insert(row.scheduled_at);
+        } else {
+            chains
+                .entry((row.scheduled_at, row.fence))
+                .or_default()
+                .push(row);
+        }
+    }
+    let chains: Vec<((NaiveDateTime, i64), Chain)> = chains
+        .into_iter()
+        .map(|(key, rows)| {
+            let start = rows
+                .iter()
+                .map(|r| r.started_at)
+                .min()
+                .unwrap_or(key.0)
+                .and_utc();
+            let end = rows
+                .iter()
+                .map(|r| r.finished_at)
+                .collect::<Option<Vec<_>>>()
+                .and_then(|ends| ends.into_iter().max())
+                .map(|t| t.and_utc());
+            (key, Chain { rows, start, end })
+        })
+        .collect();
+    // Until when each chain may have held the lease: its end, or, not
+    // known, until the lease could have run out after its last
+    // confirmation (or now, while it holds the lease still).
+    let holds_now = |fence: i64| {
+        evidence
+            .lease
+            .is_some_and(|(current, until)| current == fence && until > evidence.now)
+    };
+    let held: Vec<(DateTime<Utc>, DateTime<Utc>)> = chains
+        .iter()
+        .map(|((_, fence), chain)| {
+            let until = match chain.end {
+                Some(end) => end + at_least,
+                None if holds_now(*fence) => DateTime::<Utc>::MAX_UTC,
+                None => {
+                    let confirmed = chain
+                        .rows
+                        .iter()
+                        .filter_map(|r| r.confirmed_at)
+                        .max()
+                        .map(|c| c.and_utc())
+                        .unwrap_or(chain.start)
+                        .max(chain.start);
+                    confirmed + lease
+                }
+            };
+            (chain.start, until)
+        })
+        .collect();
+    let by_instant: BTreeMap<NaiveDateTime, Vec<&Chain>> =
+        chains
+            .iter()
+            .fold(BTreeMap::new(), |mut map, ((at, _), chain)| {
+                map.entry(*at).or_insert_with(Vec::new).push(chain);
+                map
+            });
+
+    // The runs themselves: early starts, rows left running, overlaps.
+    for ((_, fence), chain) in &chains {
+        for row in &chain.rows {
+            if row.started_at < row.scheduled_at {
+                found.push(violation(
+                    Finding::Early,
+                    Some(row.scheduled_at),
+                    &[row],
+                    format!(
+                        "run {} started at {}, {} ms before its instant",
+                        row.id,
+                        fmt_instant(row.started_at.and_utc()),
+                        (row.scheduled_at - row.started_at).num_milliseconds()
+                    ),
+                ));
+            }
+            if row.status == RunStatus::Running && !holds_now(*fence) {
+                found.push(violation(
+                    Finding::LeftRunning,
+                    Some(row.scheduled_at),
+                    &[row],
+                    format!(
+                        "run {} (attempt {}) is recorded running, but its lease (fence {fence}) is no longer held",
+                        row.id, row.attempt
+                    ),
+                ));
+            }
+        }
+    }
+    let mut known: Vec<&Chain> = chains
+        .iter()
+        .map(|(_, c)| c)
+        .filter(|c| c.end.is_some() && c.ran())
+        .collect();
+    known.sort_by_key(|c| c.start);
+    let mut latest: Option<&Chain> = None;
+    for chain in known {
+        if let Some(before) = latest
+            && let Some(before_end) = before.end
+            && chain.start < before_end
+        {
+            let rows: Vec<&Row> = before.rows.iter().chain(&chain.rows).copied().collect();
+            found.push(violation(
+                Finding::Overlap,
+                Some(chain.rows[0].scheduled_at),
+                &rows,
+                format!(
+                    "the run of {} started at {} while the run of {} went on until {}",
+                    fmt_instant(chain.rows[0].scheduled_at.and_utc()),
+                    fmt_instant(chain.start),
+                    fmt_instant(before.rows[0].scheduled_at.and_utc()),
+                    fmt_instant(before_end),
+                ),
+            ));
+        }
+        if latest.is_none_or(|l| chain.end > l.end) {
+            latest = Some(chain);
+        }
+    }
+
+    // The instants due.
+    let settled = evidence.now
+        - TimeDelta::from_std(promise.missed_after).unwrap_or(TimeDelta::MAX / 2)
+        - promise.schedule.jitter()
+        - TimeDelta::from_std(promise.check_every).unwrap_or_default();
+    let to = to.min(evidence.now);
+    let mut spans = held.clone();
+    spans.sort();
+    let mut cursor = from - TimeDelta::milliseconds(1);
+    while let Some(instant) = promise.schedule.next_after(cursor) {
+        if instant > to {
+            break;
+        }
+        cursor = instant;
+        tally.due += 1;
+        let at = to_db_time(instant).0;
+        let chains_here = by_instant.get(&at).map_or(&[][..], Vec::as_slice);
+        let ran_here: Vec<&&Chain> = chains_here.iter().filter(|c| c.ran()).collect();
+        if ran_here.len() > 1 {
+            let rows: Vec<&Row> = ran_here.iter().flat_map(|c| c.rows.clone()).collect();
+            found.push(violation(
+                Finding::Duplicate,
+                Some(at),
+                &rows,
+                format!(
+                    "ran {} times, under fences {:?}",
+                    ran_here.len(),
+                    rows.iter().map(|r| r.fence).collect::<BTreeSet<_>>()
+                ),
+            ));
+        }
+        if !chains_here.is_empty() {
+            if ran_here.is_empty() {
+                tally.skipped += 1;
+            } else {
+                tally.ran += 1;
+            }
+            continue;
+        }
+        if missed.contains(&at) {
+            tally.missed += 1;
+        } else if evidence
+            .pauses
+            .iter()
+            .any(|(since, until)| *since <= instant && instant < *until)
+        {
+            tally.paused += 1;
+        } else if spans
+            .iter()
+            .take_while(|(start, _)| *start <= promise.schedule.start_of(instant))
+            .any(|(_, until)| *until >= promise.schedule.start_of(instant))
+        {
+            tally.overrun += 1;
+        } else if evidence.created_at.is_some_and(|created| instant < created) {
+            tally.before_job += 1;
+        } else if instant > settled {
+            tally.pending += 1;
+        } else {
+            tally.unaccounted += 1;
+            found.push(violation(
+                Finding::Unaccounted,
+                Some(at),
+                &[],
+                "neither run nor recorded missed or skipped; not paused, and no run held the job's lease then".to_string(),
+            ));
+        }
+    }
+    (tally, found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .expect("time")
+            .with_timezone(&Utc)
+    }
+
+    fn promise() -> Promise {
+        Promise {
+            name: "job".into(),
+            schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).expect("schedule"),
+            lock_at_most_for: Duration::from_secs(120),
+            lock_at_least_for: Duration::ZERO,
+            missed_after: Duration::from_secs(60),
+            check_every: Duration::from_secs(30),
+        }
+    }
+
+    fn row(id: i64, minute: u32, attempt: i32, fence: i64, status: RunStatus) -> Row {
+        let at = utc("2027-01-01T00:00:00Z").naive_utc() + TimeDelta::minutes(i64::from(minute));
+        Row {
+            id,
+            scheduled_at: at,
+            attempt,
+            instance: format!("r{fence}"),
+            fence,
+            started_at: at + TimeDelta::milliseconds(5),
+            finished_at: (status != RunStatus::Running && status != RunStatus::Abandoned)
+                .then(|| at + TimeDelta::seconds(10)),
+            status,
+            confirmed_at: None,
+        }
+    }
+
+    fn evidence(runs: Vec<Row>) -> Evidence {
+        Evidence {
+            now: utc("2027-01-01T01:00:00Z"),
+            created_at: Some(utc("2026-12-31T00:00:00Z")),
+            lease: Some((1000, utc("2027-01-01T00:59:00Z"))),
+            pauses: Vec::new(),
+            runs,
+        }
+    }
+
+    fn judged(
+        runs: Vec<Row>,
+        pauses: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    ) -> (Tally, Vec<Finding>) {
+        let mut evidence = evidence(runs);
+        evidence.pauses = pauses;
+        let (tally, found) = judge(
+            &promise(),
+            &evidence,
+            utc("2027-01-01T00:00:00Z"),
+            utc("2027-01-01T00:09:00Z"),
+        );
+        (tally, found.into_iter().map(|v| v.kind).collect())
+    }
+
+    /// A `skipped` row records an instant not run, when it was found so:
+    /// it is no run, so it overlaps nothing and doubles nothing, even when
+    /// it lands inside another run of the job (a replica that learnt late
+    /// that its claim had committed, after the next holder had started).
+    #[test]
+    fn a_skipped_record_is_no_run() {
+        let mut runs: Vec<Row> = (0..10)
+            .map(|m| {
+                row(
+                    i64::from(m) + 1,
+                    m,
+                    1,
+                    i64::from(m) + 1,
+                    RunStatus::Succeeded,
+                )
+            })
+            .collect();
+        // 00:03's run went on for 90 s, and 00:04's claim, found committed
+        // too late, was recorded skipped at 00:04:10, inside it.
+        runs[3].finished_at = Some(runs[3].started_at + TimeDelta::seconds(90));
+        runs.retain(|r| r.id != 5);
+        let mut skipped = row(11, 4, 1, 11, RunStatus::Skipped);
+        skipped.started_at += TimeDelta::seconds(10);
+        skipped.finished_at = Some(skipped.started_at);
+        runs.push(skipped);
+        // 00:06 ran, and a claim of it found committed too late was
+        // recorded skipped under another fence.
+        let mut late = row(12, 6, 1, 12, RunStatus::Skipped);
+        late.started_at += TimeDelta::seconds(40);
+        late.finished_at = Some(late.started_at);
+        runs.push(late);
+        let (tally, found) = judged(runs, Vec::new());
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!((tally.due, tally.ran, tally.skipped), (10, 9, 1));
+    }
+
+    /// Ten clean minutes: each ran once.
+    #[test]
+    fn a_clean_history_is_clean() {
+        let runs = (0..10)
+            .map(|m| {
+                row(
+                    i64::from(m) + 1,
+                    m,
+                    1,
+                    i64::from(m) + 1,
+                    RunStatus::Succeeded,
+                )
+            })
+            .collect();
+        let (tally, found) = judged(runs, Vec::new());
+        assert_eq!((tally.due, tally.ran), (10, 10));
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    /// Each kind of trouble is found and named: a deleted row (an
+    /// instant unaccounted), an early start, two chains of one instant, an
+    /// overlap, a row left running; and what accounts for an instant not
+    /// run is not a finding.
+    #[test]
+    fn each_kind_is_found_and_what_accounts_is_not() {
+        let mut runs: Vec<Row> = Vec::new();
+        // 00:00 ran; 00:01 is gone; 00:02 started early.
+        runs.push(row(1, 0, 1, 1, RunStatus::Succeeded));
+        let mut early = row(3, 2, 1, 3, RunStatus::Succeeded);
+        early.started_at -= TimeDelta::seconds(2);
+        runs.push(early);
+        // 00:03 ran twice, under two leases.
+        runs.push(row(4, 3, 1, 4, RunStatus::Succeeded));
+        runs.push(row(5, 3, 1, 5, RunStatus::Succeeded));
+        // 00:04 ran on past 00:05's start (70 s), and 00:05 ran.
+        let mut long = row(6, 4, 1, 6, RunStatus::Succeeded);
+        long.finished_at = Some(long.started_at + TimeDelta::seconds(70));
+        runs.push(long);
+        runs.push(row(7, 5, 1, 7, RunStatus::Succeeded));
+        // 00:06 is left running under a lease that ended.
+        runs.push(row(8, 6, 1, 8, RunStatus::Running));
+        // 00:07 missed, 00:08 skipped, 00:09 paused.
+        runs.push(row(9, 7, 0, 0, RunStatus::Missed));
+        runs.push(row(10, 8, 1, 10, RunStatus::Skipped));
+        let pause = (utc("2027-01-01T00:08:30Z"), utc("2027-01-01T00:09:30Z"));
+        let (tally, found) = judged(runs, vec![pause]);
+        let kinds: BTreeSet<Finding> = found.iter().copied().collect();
+        assert_eq!(
+            kinds,
+            [
+                Finding::Unaccounted,
+                Finding::Duplicate,
+                Finding::Early,
+                Finding::Overlap,
+                Finding::LeftRunning
+            ]
+            .into_iter()
+            .collect(),
+            "{found:?}"
+        );
+        assert_eq!(
+            found.iter().filter(|f| **f == Finding::Unaccounted).count(),
+            1
+        );
+        assert_eq!(
+            (tally.missed, tally.skipped, tally.paused),
+            (1, 1, 1),
+            "{tally:?}"
+        );
+    }
+
+    /// An instant that came while a run held the lease is an overrun; one
+    /// after an abandoned run's lease could have run out is unaccounted;
+    /// one too recent to judge is pending; one before the job existed is
+    /// the job's absence.
+    #[test]
+    fn overruns_abandoned_runs_pending_and_before_the_job() {
+        let mut abandoned = row(1, 0, 1, 1, RunStatus::Abandoned);
+        abandoned.confirmed_at = Some(abandoned.started_at + TimeDelta::seconds(30));
+        // Held until 00:02:30 at most: 00:01 and 00:02 are overruns, 00:03
+        // on unaccounted.
+        let (tally, found) = judged(vec![abandoned], Vec::new());
+        assert_eq!(tally.overrun, 2, "{tally:?}");
+        assert_eq!(tally.unaccounted, 7, "{tally:?}");
+        assert!(found.iter().all(|f| *f == Finding::Unaccounted));
+        let mut evidence = evidence(Vec::new());
+        evidence.now = utc("2027-01-01T00:05:00Z");
+        evidence.created_at = Some(utc("2027-01-01T00:01:30Z"));
+        let (tally, found) = judge(
+            &promise(),
+            &evidence,
+            utc("2027-01-01T00:00:00Z"),
+            utc("2027-01-01T00:09:00Z"),
+        );
+        // 00:00–00:01 before the job; 00:02–00:03 unaccounted; 00:04–00:05
+        // pending (missed_after 1 min, and a round of the check, from
+        // 00:05); nothing after now.
+        assert_eq!(
+            (
+                tally.due,
+                tally.before_job,
+                tally.unaccounted,
+                tally.pending
+            ),
+            (6, 2, 2, 2),
+            "{tally:?}"
+        );
+        assert_eq!(found.len(), 2);
+    }
+}

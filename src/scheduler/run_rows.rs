@@ -1,0 +1,235 @@
+//! A run's rows in `replicron_runs`, owned in one place: each attempt's row
+//! as it starts (attempt 1's recorded by the claim batch, when it was),
+//! attempt 1's start moved to after its shared locks were taken, each end
+//! (written now, or left to the journal, which retries it until it lands),
+//! the ending of an attempt whose process never started, and the `skipped`
+//! row of an instant that could not run. It also marks the runs of the
+//! lease's vanished holders `abandoned` when the claim batch did not.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tracing::{debug, error, warn};
+
+use super::engine::Engine;
+use super::execute::{Outcome, Recording, Work};
+use super::fmt_instant;
+use crate::db::DbError;
+use crate::history::journal::Write;
+use crate::history::{NewRun, RunFinish, RunStatus};
+use crate::lease::Lease;
+use crate::telemetry;
+
+/// How long a run's end is tried again on fresh connections before the
+/// journal takes it.
+const END_RECORD_RETRIES: Duration = Duration::from_secs(2);
+
+/// The rows of one run of a lease's instant.
+pub(crate) struct RunRows<'e> {
+    engine: &'e Engine,
+    /// Attempt 1's row; a retry's differs in its attempt only.
+    row: NewRun,
+    /// Attempt 1's id, when the claim batch recorded it.
+    first: Option<i64>,
+}
+
+/// What identifies an attempt that ran, for the notice of its instant.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Attempted {
+    pub(crate) run_id: i64,
+    pub(crate) attempt: i32,
+    pub(crate) duration: Duration,
+    pub(crate) instant: DateTime<Utc>,
+}
+
+impl<'e> RunRows<'e> {
+    /// The rows of `work`'s run under `lease`, recorded as `recording`
+    /// says; `first` is attempt 1's, if the claim recorded it.
+    pub(crate) fn new(
+        engine: &'e Engine,
+        work: &Work,
+        lease: &Lease,
+        recording: &Recording,
+        first: Option<i64>,
+    ) -> Self {
+        RunRows {
+            engine,
+            row: NewRun {
+                job: work.name.clone(),
+                scheduled_at: recording.instant.unwrap_or(lease.instant),
+                attempt: 1,
+                instance: engine.instance.clone(),
+                fence: lease.fence,
+                once_key: recording.once_key.clone(),
+                scope: if recording.per_host {
+                    engine.instance.clone()
+                } else {
+                    String::new()
+                },
+                lease_row: (!recording.per_host).then(|| lease.job.clone()),
+            },
+            first,
+        }
+    }
+
+    /// The instant its rows are for (an `exec --once` run's: its start).
+    pub(crate) fn instant(&self) -> DateTime<Utc> {
+        self.row.scheduled_at
+    }
+
+    /// Marks the runs that earlier holders of the job's own lease row left
+    /// `running` `abandoned`, through the journal: the claim batch does it
+    /// for the runs it records, so only when it recorded none.
+    pub(crate) fn abandon_earlier(&self) {
+        if self.first.is_none() && self.row.lease_row.as_ref() == Some(&self.row.job) {
+            self.engine.journal.push(Write::Abandoned {
+                job: self.row.job.clone(),
+                fence: self.row.fence,
+            });
+        }
+    }
+
+    /// Attempt 1, recorded at the claim, starts now that its shared locks
+    /// are taken: its end is measured from its start, and a run that
+    /// waited must not look ended before it ran.
+    pub(crate) async fn restart_first(&self) {
+        let Some(id) = self.first else {
+            return;
+        };
+        if let Err(e) = self.engine.store.restart_run(id).await {
+            self.engine.health.report_error(&e);
+            warn!(job = %self.row.job, run_id = id, "the run's start after its locks could not be recorded: {e}");
+        }
+    }
+
+    /// The row of attempt `attempt` as it starts (attempt 1's from the
+    /// claim, if it recorded it); `None`, logged, if it could not be
+    /// recorded: nothing may run without a record.
+    pub(crate) async fn start(&self, attempt: u32) -> Option<i64> {
+        match self.record(attempt).await {
+            Ok(id) => Some(id),
+            Err(e) => {
+                self.engine.health.report_error(&e);
+                error!(job = %self.row.job, instant = %fmt_instant(self.row.scheduled_at), attempt, "run not started, its start could not be recorded: {e}");
+                None
+            }
+        }
+    }
+
+    async fn record(&self, attempt: u32) -> Result<i64, DbError> {
+        match self.first {
+            Some(id) if attempt == 1 => Ok(id),
+            _ => {
+                self.engine
+                    .store
+                    .record_run_started(NewRun {
+                        attempt: attempt as i32,
+                        ..self.row.clone()
+                    })
+                    .await
+            }
+        }
+    }
+
+    /// Records that run `id`'s lease was confirmed now, through the
+    /// journal: a run whose end is never recorded (its replica vanished)
+    /// is bounded by its last confirmation.
+    pub(crate) fn confirmed(&self, id: i64) {
+        self.engine.journal.push(Write::Confirmed {
+            job: self.row.job.clone(),
+            id,
+        });
+    }
+
+    /// Records how run `id` ended, before anything else is done with its
+    /// lease: the next claimant's sweep must find the run ended, not still
+    /// `running` under an older fence, which it would mark `abandoned` (and
+    /// tell) though its holder released the lease in good order. An end
+    /// the database does not take now goes to the journal, which retries
+    /// it until it lands.
+    pub(crate) async fn finish(&self, id: i64, finish: RunFinish) {
+        let engine = self.engine;
+        let write = Write::Finished {
+            job: self.row.job.clone(),
+            id,
+            finish: finish.clone(),
+        };
+        // Tried again on a fresh connection for a moment (a dead pooled
+        // connection fails once on its own), then left to the journal.
+        let deadline = Instant::now() + END_RECORD_RETRIES;
+        match engine
+            .store
+            .call_until("recording a run's end", deadline, move |conn| {
+                crate::history::record_run_finished(conn, id, &finish)
+            })
+            .await
+        {
+            Ok(_) => engine.health.report_ok(),
+            Err(e) => {
+                // The journal's retries say the rest (and the health state).
+                debug!(job = %self.row.job, run_id = id, "the run's end goes to the journal: {e}");
+                engine.journal.push(write);
+            }
+        }
+    }
+
+    /// Records attempt `attempt` (row `run_id`) ended with `status`
+    /// without its process having started, and counts it.
+    pub(crate) async fn unstarted(
+        &self,
+        run_id: i64,
+        attempt: u32,
+        status: RunStatus,
+        output: String,
+    ) -> (Outcome, Attempted) {
+        self.finish(
+            run_id,
+            RunFinish {
+                status,
+                exit_code: None,
+                output: output.clone(),
+                duration: Duration::ZERO,
+            },
+        )
+        .await;
+        telemetry::run_finished(
+            &self.row.job,
+            status,
+            Duration::ZERO,
+            self.engine.clock.now(),
+        );
+        (
+            Outcome {
+                status,
+                exit_code: None,
+                output,
+            },
+            Attempted {
+                run_id,
+                attempt: attempt as i32,
+                duration: Duration::ZERO,
+                instant: self.row.scheduled_at,
+            },
+        )
+    }
+
+    /// Records the instant `skipped` (a shared lock stayed held), as
+    /// attempt 1.
+    pub(crate) async fn skipped(&self, why: &str) -> Option<(Outcome, Attempted)> {
+        let instant = self.row.scheduled_at;
+        let run_id = match self.record(1).await {
+            Ok(id) => id,
+            Err(e) => {
+                self.engine.health.report_error(&e);
+                error!(job = %self.row.job, instant = %fmt_instant(instant), "the skipped instant could not be recorded: {e}");
+                return None;
+            }
+        };
+        warn!(job = %self.row.job, instant = %fmt_instant(instant), run_id, "instant skipped: {why}");
+        Some(
+            self.unstarted(run_id, 1, RunStatus::Skipped, format!("replicron: {why}\n"))
+                .await,
+        )
+    }
+}

@@ -1,0 +1,116 @@
+//! The dashboard's sign-in sessions, stored in the database: a random id
+//! in the cookie (the table keeps only its SHA-256), the replica that
+//! issued it (no other accepts it), a CSRF token of its own and an expiry.
+//! Sign-out deletes the row, so a copy of the cookie is worth nothing
+//! after it.
+
+use std::time::Duration;
+
+use diesel::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::db::clock::{DbNow, DbNowPlus};
+use crate::db::schema::replicron_web_sessions::dsl as sessions;
+use crate::db::{DbConnection, DbError, Store};
+
+/// A signed-in session, as a request presents it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Session {
+    /// The SHA-256 of the cookie's value, the row's key.
+    pub(crate) id: String,
+    /// Its CSRF token.
+    pub(crate) csrf: String,
+}
+
+fn random_hex() -> String {
+    let bytes: [u8; 32] = rand::random();
+    super::auth::hex(&bytes)
+}
+
+/// The row key of the cookie value `cookie`.
+pub(crate) fn key_of(cookie: &str) -> String {
+    super::auth::hex(&Sha256::digest(cookie.trim().as_bytes()))
+}
+
+/// Issues a session for `instance` for `life`: the cookie's value and the
+/// session. Rows that have expired go at the same time.
+fn create(
+    conn: &mut DbConnection,
+    instance: &str,
+    life: Duration,
+) -> QueryResult<(String, Session)> {
+    diesel::delete(sessions::replicron_web_sessions)
+        .filter(sessions::expires_at.lt(DbNow))
+        .execute(conn)?;
+    let cookie = random_hex();
+    let session = Session {
+        id: key_of(&cookie),
+        csrf: random_hex(),
+    };
+    diesel::insert_into(sessions::replicron_web_sessions)
+        .values((
+            sessions::id.eq(&session.id),
+            sessions::instance.eq(instance),
+            sessions::csrf.eq(&session.csrf),
+            sessions::created_at.eq(DbNow),
+            sessions::expires_at.eq(DbNowPlus::new(life)),
+        ))
+        .execute(conn)?;
+    Ok((cookie, session))
+}
+
+/// The live session of `instance` the cookie value `cookie` names.
+fn find(conn: &mut DbConnection, instance: &str, cookie: &str) -> QueryResult<Option<Session>> {
+    let id = key_of(cookie);
+    let csrf = sessions::replicron_web_sessions
+        .select(sessions::csrf)
+        .filter(sessions::id.eq(&id))
+        .filter(sessions::instance.eq(instance))
+        .filter(sessions::expires_at.gt(DbNow))
+        .first::<String>(conn)
+        .optional()?;
+    Ok(csrf.map(|csrf| Session { id, csrf }))
+}
+
+/// Ends the session with row key `id`.
+fn revoke(conn: &mut DbConnection, id: &str) -> QueryResult<usize> {
+    diesel::delete(sessions::replicron_web_sessions)
+        .filter(sessions::id.eq(id))
+        .execute(conn)
+}
+
+impl Store {
+    /// [`create`].
+    pub(crate) async fn create_session(
+        &self,
+        instance: &str,
+        life: Duration,
+    ) -> Result<(String, Session), DbError> {
+        let instance = instance.to_string();
+        self.call("creating a sign-in session", move |conn| {
+            create(conn, &instance, life)
+        })
+        .await
+    }
+
+    /// [`find`].
+    pub(crate) async fn find_session(
+        &self,
+        instance: &str,
+        cookie: &str,
+    ) -> Result<Option<Session>, DbError> {
+        let (instance, cookie) = (instance.to_string(), cookie.to_string());
+        self.call("reading a sign-in session", move |conn| {
+            find(conn, &instance, &cookie)
+        })
+        .await
+    }
+
+    /// [`revoke`].
+    pub(crate) async fn revoke_session(&self, id: &str) -> Result<(), DbError> {
+        let id = id.to_string();
+        self.call("ending a sign-in session", move |conn| revoke(conn, &id))
+            .await
+            .map(drop)
+    }
+}

@@ -1,0 +1,1227 @@
+//! A randomized fault campaign: replicas as real processes, each reaching a
+//! private database through a proxy of its own, under faults drawn from a
+//! seeded schedule that overlap at times — a replica killed and restarted
+//! (under its own id, a new one, or with its clock skewed), frozen
+//! (SIGSTOP, often past its lease), partitioned (connections reset, or a
+//! black hole that delivers late), the database stalled or crashed — then
+//! a quiet spell. The jobs record their own start, ticks and end; the
+//! checker holds those records against the history and against
+//! `replicron verify`, and counts what must never happen: an instant run
+//! twice, two bodies of one job at once, a start before its instant, a row
+//! left `running`, an instant neither run nor accounted for, and a miss
+//! that no fault explains.
+//!
+//! The seed and the fault timeline are printed, so a failure can be
+//! replayed: `scripts/torture --seed S` runs the same schedule.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
+use diesel::RunQueryDsl;
+use diesel::connection::SimpleConnection;
+use nix::sys::signal::Signal;
+
+use crate::cluster::{Galera, PgServer, Server};
+use crate::databases::{RawConnection, raw_connect, raw_try_connect};
+use crate::proxy::Proxy;
+use crate::support::{Replica, binary, libfaketime};
+
+/// A small deterministic generator (splitmix64): the same seed draws the
+/// same schedule on every build and platform.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut x = self.0;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+
+    /// A number in `[0, n)`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// A duration in `[low, high]` milliseconds.
+    fn millis(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(low + self.below(high - low + 1))
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Which database the campaign runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// A private MariaDB server.
+    Mariadb,
+    /// A private PostgreSQL server.
+    Postgres,
+    /// A private 3-node MariaDB Galera cluster: each replica's URL lists
+    /// every node, its own first; a crash or a stall hits one node.
+    Galera,
+}
+
+/// One fault, as drawn.
+#[derive(Clone, Debug)]
+enum Kind {
+    /// SIGKILL the replica; start it again after `down` (under a new id, or
+    /// with its clock skewed by `skew_ms`).
+    Kill {
+        down: Duration,
+        new_id: bool,
+        skew_ms: Option<i64>,
+    },
+    /// SIGSTOP the replica for the fault's span.
+    Freeze,
+    /// Its proxy resets every connection for the span (`blackhole`: holds
+    /// them, carrying nothing, and delivers what was sent once healed).
+    Partition { blackhole: bool },
+    /// The database takes no write for the span (MariaDB: `FLUSH TABLES
+    /// WITH READ LOCK`; PostgreSQL: the tables locked in EXCLUSIVE mode).
+    Stall,
+    /// SIGKILL the database server, start it again after the span.
+    Crash,
+}
+
+impl Kind {
+    fn name(&self) -> &'static str {
+        match self {
+            Kind::Kill {
+                skew_ms: Some(_), ..
+            } => "skewed restart",
+            Kind::Kill { new_id: true, .. } => "kill, new id",
+            Kind::Kill { .. } => "kill, same id",
+            Kind::Freeze => "freeze",
+            Kind::Partition { blackhole: true } => "black hole",
+            Kind::Partition { blackhole: false } => "partition",
+            Kind::Stall => "stall",
+            Kind::Crash => "crash",
+        }
+    }
+
+    /// Whether it acts on the database rather than on one replica.
+    fn on_server(&self) -> bool {
+        matches!(self, Kind::Stall | Kind::Crash)
+    }
+
+    /// How long after its end a fault may still hold instants back: the
+    /// longest lease a replica it touched may hold, the replicas'
+    /// reconnection backoff after a crash, a replica's start.
+    fn aftermath(&self) -> Duration {
+        let lease = Duration::from_secs(MAX_LEASE_S);
+        match self {
+            Kind::Crash => lease + Duration::from_secs(20),
+            Kind::Kill { .. } => lease + Duration::from_secs(6),
+            _ => lease + Duration::from_secs(4),
+        }
+    }
+}
+
+/// A fault on the timeline, in milliseconds from the campaign's start.
+#[derive(Clone, Debug)]
+struct Fault {
+    at: Duration,
+    span: Duration,
+    target: Option<usize>,
+    /// The database node a crash or a stall hits.
+    node: usize,
+    kind: Kind,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:>7.2}s +{:>5.2}s  {:<14} {}",
+            self.at.as_secs_f64(),
+            self.span.as_secs_f64(),
+            self.kind.name(),
+            match self.target {
+                Some(i) => format!("replica r{}", i + 1),
+                None => format!("database node {}", self.node + 1),
+            }
+        )?;
+        if let Kind::Kill {
+            skew_ms: Some(skew),
+            ..
+        } = self.kind
+        {
+            write!(f, " (clock {skew:+} ms)")?;
+        }
+        Ok(())
+    }
+}
+
+/// The longest lease of the campaign's jobs, in seconds.
+const MAX_LEASE_S: u64 = 4;
+
+/// Draws the faults of `length` for `replicas` replicas from `seed`: a new
+/// fault every 1.5–5 s, each on a replica that has none going or on the
+/// database when it has none, so that faults of different targets overlap.
+fn draw(seed: u64, replicas: usize, nodes: usize, length: Duration) -> Vec<Fault> {
+    let mut rng = Rng(seed);
+    let mut faults = Vec::new();
+    let mut busy_until = vec![Duration::ZERO; replicas];
+    let mut server_busy_until = Duration::ZERO;
+    let mut at = rng.millis(1_000, 3_000);
+    while at < length {
+        let roll = rng.below(100);
+        let kind = match roll {
+            0..=19 => Kind::Kill {
+                down: rng.millis(0, 3_000),
+                new_id: rng.chance(40),
+                skew_ms: None,
+            },
+            20..=29 => Kind::Kill {
+                down: rng.millis(0, 2_000),
+                new_id: rng.chance(30),
+                skew_ms: Some(if rng.chance(50) { 2_000 } else { -2_000 }),
+            },
+            30..=49 => Kind::Freeze,
+            50..=59 => Kind::Partition { blackhole: false },
+            60..=71 => Kind::Partition { blackhole: true },
+            72..=89 => Kind::Stall,
+            _ => Kind::Crash,
+        };
+        let span = match &kind {
+            Kind::Kill { down, .. } => *down,
+            // Often past the lease (3–4 s), sometimes far past it.
+            Kind::Freeze => rng.millis(500, 9_000),
+            Kind::Partition { .. } => rng.millis(1_000, 9_000),
+            // Sometimes past the replicas' 10 s wait for an answer.
+            Kind::Stall => rng.millis(1_000, 12_000),
+            Kind::Crash => rng.millis(1_000, 6_000),
+        };
+        let span = span.min(length.saturating_sub(at));
+        let target = if kind.on_server() {
+            (server_busy_until <= at).then_some(None)
+        } else {
+            let free: Vec<usize> = (0..replicas).filter(|i| busy_until[*i] <= at).collect();
+            (!free.is_empty()).then(|| Some(free[rng.below(free.len() as u64) as usize]))
+        };
+        if let Some(target) = target {
+            let node = match target {
+                Some(i) => {
+                    busy_until[i] = at + span + Duration::from_millis(200);
+                    0
+                }
+                None => {
+                    // A node that crashed rejoins by state transfer: its
+                    // next fault waits for that.
+                    server_busy_until = at + span + Duration::from_millis(500);
+                    if nodes > 1 {
+                        server_busy_until += Duration::from_secs(15);
+                    }
+                    rng.below(nodes as u64) as usize
+                }
+            };
+            faults.push(Fault {
+                at,
+                span,
+                target,
+                node,
+                kind,
+            });
+        }
+        at += rng.millis(1_500, 5_000);
+    }
+    faults
+}
+
+/// The database under the replicas, with what a fault does to it.
+enum Database {
+    Mariadb(Server),
+    Postgres(PgServer),
+    Galera(Galera),
+}
+
+impl Database {
+    fn start(backend: Backend) -> Option<Database> {
+        match backend {
+            Backend::Mariadb => Server::start(&[]).map(Database::Mariadb),
+            Backend::Postgres => PgServer::start().map(Database::Postgres),
+            Backend::Galera => Galera::start().map(Database::Galera),
+        }
+    }
+
+    /// Each node's address.
+    fn addresses(&self) -> Vec<std::net::SocketAddr> {
+        match self {
+            Database::Mariadb(server) => vec![server.node.address()],
+            Database::Postgres(server) => vec![server.address()],
+            Database::Galera(cluster) => cluster.nodes.iter().map(|n| n.address()).collect(),
+        }
+    }
+
+    /// The URL of database `name` through `ports` (every node, in order),
+    /// or straight to the first node.
+    fn url(&self, name: &str, ports: Option<&[u16]>) -> String {
+        let direct = vec![self.addresses()[0].port()];
+        let hosts: Vec<String> = ports
+            .unwrap_or(&direct)
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        match self {
+            Database::Postgres(_) => format!("postgres://postgres@{}/{name}", hosts[0]),
+            _ => format!("mysql://root@{}/{name}", hosts.join(",")),
+        }
+    }
+
+    /// A URL straight to node `node`.
+    fn node_url(&self, name: &str, node: usize) -> String {
+        let port = self.addresses()[node].port();
+        self.url(name, Some(&[port]))
+    }
+
+    fn create(&self, name: &str) {
+        let admin = match self {
+            Database::Postgres(_) => self.url("postgres", None),
+            _ => self.url("mysql", None),
+        };
+        raw_connect(&admin)
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create the campaign's database");
+    }
+
+    fn crash(&mut self, node: usize) {
+        match self {
+            Database::Mariadb(server) => server.node.kill(),
+            Database::Postgres(server) => server.kill(),
+            Database::Galera(cluster) => cluster.nodes[node].kill(),
+        }
+    }
+
+    fn recover(&mut self, node: usize) {
+        match self {
+            Database::Mariadb(server) => server.node.restart(Duration::from_secs(60)),
+            Database::Postgres(server) => server.restart(Duration::from_secs(60)),
+            Database::Galera(cluster) => cluster.nodes[node].rejoin(Duration::from_secs(120)),
+        }
+    }
+
+    /// Holds every write of node `node` off for `span`, on a thread of its
+    /// own.
+    fn stall(&self, name: &str, node: usize, span: Duration) -> std::thread::JoinHandle<()> {
+        let url = self.node_url(name, node);
+        let (sql, release) = match self {
+            Database::Postgres(_) => (
+                "BEGIN; LOCK TABLE replicron_locks, replicron_runs IN EXCLUSIVE MODE",
+                "COMMIT",
+            ),
+            _ => ("FLUSH TABLES WITH READ LOCK", "UNLOCK TABLES"),
+        };
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let Ok(mut conn) = raw_try_connect(&url) else {
+                return;
+            };
+            if conn.batch_execute(sql).is_ok() {
+                std::thread::sleep(span.saturating_sub(started.elapsed()));
+                let _ = conn.batch_execute(release);
+            }
+        })
+    }
+}
+
+/// What a campaign is given.
+pub(crate) struct Plan {
+    pub backend: Backend,
+    pub seed: u64,
+    pub replicas: usize,
+    pub faults_for: Duration,
+    pub quiet_for: Duration,
+    /// Another build of replicron to run the replicas (an older one, to
+    /// show what the campaign finds in it); its `verify`, if it has one, is
+    /// asked.
+    pub binary: Option<PathBuf>,
+}
+
+/// A job of the campaign: its schedule (every `period` seconds, at
+/// `offset`), its lease, how long its body runs and whether its first
+/// attempt fails.
+struct CampaignJob {
+    name: String,
+    period: i64,
+    offset: i64,
+    lease_s: u64,
+    ticks: u32,
+    fails_first: bool,
+    /// How late an instant missed at a replica's start, or in an outage,
+    /// may still be caught up.
+    catch_up: Option<&'static str>,
+}
+
+fn campaign_jobs() -> Vec<CampaignJob> {
+    let mut jobs: Vec<CampaignJob> = (0..8)
+        .map(|n| CampaignJob {
+            name: format!("tick-{n}"),
+            period: 1,
+            offset: 0,
+            lease_s: 3,
+            ticks: 1,
+            fails_first: false,
+            catch_up: (n >= 4).then_some("5s"),
+        })
+        .collect();
+    jobs.push(CampaignJob {
+        name: "slow-a".into(),
+        period: 5,
+        offset: 0,
+        lease_s: MAX_LEASE_S,
+        ticks: 8,
+        fails_first: false,
+        catch_up: None,
+    });
+    jobs.push(CampaignJob {
+        name: "slow-b".into(),
+        period: 5,
+        offset: 2,
+        lease_s: MAX_LEASE_S,
+        ticks: 12,
+        fails_first: false,
+        catch_up: Some("10s"),
+    });
+    jobs.push(CampaignJob {
+        name: "flaky".into(),
+        period: 3,
+        offset: 0,
+        lease_s: 3,
+        ticks: 1,
+        fails_first: true,
+        catch_up: None,
+    });
+    jobs
+}
+
+/// The job file: every body records `EVENT JOB INSTANT INSTANCE RUN_ID
+/// FENCE ATTEMPT PID NS` lines, its clock read without any skew
+/// (libfaketime is not preloaded into it).
+fn job_file(jobs: &[CampaignJob], out: &Path) -> String {
+    let mut text = String::from(
+        "[daemon]\nshutdown_grace = \"10s\"\n\n[defaults]\nmissed_after = \"10s\"\ntimeout = \"30s\"\n\n",
+    );
+    for job in jobs {
+        let seconds = if job.period == 1 {
+            "*".to_string()
+        } else {
+            format!("{}-59/{}", job.offset, job.period)
+        };
+        let fail = if job.fails_first {
+            "if [ \"$REPLICRON_ATTEMPT\" = 1 ]; then r end; exit 1; fi; "
+        } else {
+            ""
+        };
+        text.push_str(&format!(
+            "[[job]]\nname = \"{name}\"\nschedule = \"{seconds} * * * * *\"\n\
+             lock_at_most_for = \"{lease}s\"\n{retries}\
+             command = '''r() {{ echo \"$1 $REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $REPLICRON_RUN_ID $REPLICRON_FENCE $REPLICRON_ATTEMPT $$ $(date +%s%N)\" >> \"$OUT\"; }}; \
+             r start; i=0; while [ $i -lt {ticks} ]; do sleep 0.25; r tick; i=$((i+1)); done; {fail}r end'''\n\
+             env = {{ OUT = {out:?}, LD_PRELOAD = \"\" }}\n\n",
+            name = job.name,
+            lease = job.lease_s,
+            retries = match (job.fails_first, job.catch_up) {
+                (true, _) => "retries = 1\nretry_backoff = \"500ms\"\n".to_string(),
+                (false, Some(window)) => format!("catch_up = \"{window}\"\n"),
+                (false, None) => String::new(),
+            },
+            ticks = job.ticks,
+        ));
+    }
+    text
+}
+
+/// One body, as its records tell.
+#[derive(Clone, Debug)]
+struct Body {
+    job: String,
+    instant: DateTime<Utc>,
+    instance: String,
+    run_id: i64,
+    fence: i64,
+    attempt: i32,
+    start_ns: i64,
+    last_ns: i64,
+    ended: bool,
+}
+
+fn read_bodies(out: &Path) -> Vec<Body> {
+    let mut bodies: Vec<Body> = Vec::new();
+    // A body is one shell: its job and pid, from its start on (a pid used
+    // again later is another body).
+    let mut by_pid: BTreeMap<(String, i64), Vec<usize>> = BTreeMap::new();
+    for line in std::fs::read_to_string(out).unwrap_or_default().lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 9 {
+            continue;
+        }
+        let (Ok(instant), Ok(run_id), Ok(fence), Ok(attempt), Ok(pid), Ok(ns)) = (
+            DateTime::parse_from_rfc3339(f[2]),
+            f[4].parse::<i64>(),
+            f[5].parse::<i64>(),
+            f[6].parse::<i32>(),
+            f[7].parse::<i64>(),
+            f[8].parse::<i64>(),
+        ) else {
+            continue;
+        };
+        let key = (f[1].to_string(), pid);
+        if f[0] == "start" {
+            by_pid.entry(key).or_default().push(bodies.len());
+            bodies.push(Body {
+                job: f[1].to_string(),
+                instant: instant.with_timezone(&Utc),
+                instance: f[3].to_string(),
+                run_id,
+                fence,
+                attempt,
+                start_ns: ns,
+                last_ns: ns,
+                ended: false,
+            });
+        } else if let Some(&index) = by_pid
+            .get(&key)
+            .and_then(|list| list.iter().rev().find(|i| bodies[**i].start_ns <= ns))
+        {
+            let body = &mut bodies[index];
+            body.last_ns = body.last_ns.max(ns);
+            body.ended |= f[0] == "end";
+        }
+    }
+    bodies
+}
+
+/// A history row, as the checker reads it.
+#[derive(diesel::QueryableByName, Clone, Debug)]
+struct Row {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    id: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    job: String,
+    #[diesel(sql_type = diesel::sql_types::Timestamp)]
+    scheduled_at: NaiveDateTime,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    attempt: i32,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    instance: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    fence: i64,
+    #[diesel(sql_type = diesel::sql_types::Timestamp)]
+    started_at: NaiveDateTime,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamp>)]
+    finished_at: Option<NaiveDateTime>,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    status: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamp>)]
+    confirmed_at: Option<NaiveDateTime>,
+}
+
+fn read_history(conn: &mut RawConnection) -> Vec<Row> {
+    diesel::sql_query(
+        "SELECT id, job, scheduled_at, attempt, instance, fence, started_at, finished_at, \
+         status, confirmed_at FROM replicron_runs ORDER BY id",
+    )
+    .load(conn)
+    .expect("read the history")
+}
+
+/// What the campaign found.
+#[derive(Default, Debug)]
+pub(crate) struct Findings {
+    pub instants: usize,
+    pub bodies: usize,
+    /// An instant (one attempt) whose body started more than once, or that
+    /// ran under two leases.
+    pub duplicates: Vec<String>,
+    /// Two bodies of one job running at once.
+    pub overlaps: Vec<String>,
+    /// A body started before its instant.
+    pub early: Vec<String>,
+    /// A row still `running` after every replica stopped.
+    pub left_running: Vec<String>,
+    /// A body without its history row.
+    pub unrecorded: Vec<String>,
+    /// An instant neither run nor recorded, with no run of its job going.
+    pub silent: Vec<String>,
+    /// An instant not run outside every fault's window.
+    pub unexplained: Vec<String>,
+    /// Instants not run inside fault windows, and how they are accounted.
+    pub accounted: BTreeMap<String, usize>,
+    /// `replicron verify`'s exit code and summary, when asked.
+    pub verify: Option<(i32, String)>,
+}
+
+impl Findings {
+    fn violations(&self) -> usize {
+        self.duplicates.len()
+            + self.overlaps.len()
+            + self.early.len()
+            + self.left_running.len()
+            + self.unrecorded.len()
+            + self.silent.len()
+            + self.unexplained.len()
+            + usize::from(self.verify.as_ref().is_some_and(|(code, _)| *code != 0))
+    }
+
+    fn summary(&self) -> String {
+        let list = |name: &str, items: &[String]| {
+            let mut text = format!("{name}: {}", items.len());
+            for item in items.iter().take(12) {
+                text.push_str(&format!("\n    {item}"));
+            }
+            if items.len() > 12 {
+                text.push_str(&format!("\n    … and {} more", items.len() - 12));
+            }
+            text
+        };
+        let mut text = format!(
+            "{} instants due, {} bodies ran\n{}\n{}\n{}\n{}\n{}\n{}\n{}\nnot run inside fault windows, accounted: {:?}",
+            self.instants,
+            self.bodies,
+            list("duplicates", &self.duplicates),
+            list("overlaps", &self.overlaps),
+            list("early starts", &self.early),
+            list("rows left running", &self.left_running),
+            list("bodies without their row", &self.unrecorded),
+            list(
+                "silent misses (neither run nor accounted for)",
+                &self.silent
+            ),
+            list("misses no fault window explains", &self.unexplained),
+            self.accounted,
+        );
+        if let Some((code, out)) = &self.verify {
+            text.push_str(&format!("\nreplicron verify exited {code}:\n{out}"));
+        }
+        text
+    }
+}
+
+fn ms(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Holds the bodies and the history against each other and the schedule.
+fn check(
+    jobs: &[CampaignJob],
+    bodies: &[Body],
+    rows: &[Row],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    windows: &[(DateTime<Utc>, DateTime<Utc>)],
+) -> Findings {
+    let mut found = Findings {
+        bodies: bodies.len(),
+        ..Findings::default()
+    };
+    let ns = |t: DateTime<Utc>| t.timestamp_nanos_opt().unwrap_or(0);
+    let at_ns = |n: i64| DateTime::from_timestamp_nanos(n);
+    // Duplicates: one attempt of one instant started twice, or an instant
+    // run under two leases.
+    let mut by_attempt: BTreeMap<(&str, DateTime<Utc>, i32), Vec<&Body>> = BTreeMap::new();
+    // The leases (fence and replica) each instant ran under.
+    type Leases<'b> = BTreeSet<(i64, &'b str)>;
+    let mut fences: BTreeMap<(&str, DateTime<Utc>), Leases> = BTreeMap::new();
+    for body in bodies {
+        by_attempt
+            .entry((&body.job, body.instant, body.attempt))
+            .or_default()
+            .push(body);
+        fences
+            .entry((&body.job, body.instant))
+            .or_default()
+            .insert((body.fence, &body.instance));
+    }
+    for ((job, instant, attempt), started) in &by_attempt {
+        if started.len() > 1 {
+            found.duplicates.push(format!(
+                "{job} {} attempt {attempt} started {} times: {:?}",
+                ms(*instant),
+                started.len(),
+                started
+                    .iter()
+                    .map(|b| format!(
+                        "{} run {} fence {} at {}",
+                        b.instance,
+                        b.run_id,
+                        b.fence,
+                        ms(at_ns(b.start_ns))
+                    ))
+                    .collect::<Vec<_>>()
+            ));
+        }
+    }
+    for ((job, instant), leases) in &fences {
+        if leases.len() > 1 {
+            found.duplicates.push(format!(
+                "{job} {} ran under {} leases: {leases:?}",
+                ms(*instant),
+                leases.len()
+            ));
+        }
+    }
+    // Early starts, by the real clock the database also reads.
+    for body in bodies {
+        if body.start_ns < ns(body.instant) {
+            found.early.push(format!(
+                "{} {} started {} ms early on {}",
+                body.job,
+                ms(body.instant),
+                (ns(body.instant) - body.start_ns) / 1_000_000,
+                body.instance
+            ));
+        }
+    }
+    // Overlaps: a body that started while an earlier one was still heard.
+    let mut per_job: BTreeMap<&str, Vec<&Body>> = BTreeMap::new();
+    for body in bodies {
+        per_job.entry(&body.job).or_default().push(body);
+    }
+    for list in per_job.values_mut() {
+        list.sort_by_key(|b| b.start_ns);
+        let mut latest: Option<&Body> = None;
+        for body in list.iter() {
+            if let Some(before) = latest
+                && body.start_ns < before.last_ns
+            {
+                found.overlaps.push(format!(
+                    "{} {} (attempt {}, {} fence {}) started while {} (attempt {}, {} fence {}) ran on for {} ms",
+                    body.job,
+                    ms(body.instant),
+                    body.attempt,
+                    body.instance,
+                    body.fence,
+                    ms(before.instant),
+                    before.attempt,
+                    before.instance,
+                    before.fence,
+                    (before.last_ns - body.start_ns) / 1_000_000
+                ));
+            }
+            if latest.is_none_or(|l| body.last_ns > l.last_ns) {
+                latest = Some(body);
+            }
+        }
+    }
+    // Every row ended, and every body has its row.
+    for row in rows {
+        if row.status == "running" {
+            found.left_running.push(format!(
+                "{} {} attempt {} run {} on {}",
+                row.job,
+                ms(row.scheduled_at.and_utc()),
+                row.attempt,
+                row.id,
+                row.instance
+            ));
+        }
+    }
+    let by_id: BTreeMap<i64, &Row> = rows.iter().map(|r| (r.id, r)).collect();
+    for body in bodies {
+        let matches = by_id.get(&body.run_id).is_some_and(|row| {
+            row.job == body.job
+                && row.scheduled_at.and_utc() == body.instant
+                && row.attempt == body.attempt
+                && row.fence == body.fence
+        });
+        if !matches {
+            found.unrecorded.push(format!(
+                "{} {} attempt {} run {} fence {} on {}: {:?}",
+                body.job,
+                ms(body.instant),
+                body.attempt,
+                body.run_id,
+                body.fence,
+                body.instance,
+                by_id.get(&body.run_id)
+            ));
+        }
+    }
+    // Each instant due: run, or accounted for.
+    for job in jobs {
+        let lease = TimeDelta::seconds(job.lease_s as i64);
+        let ran: BTreeSet<DateTime<Utc>> = bodies
+            .iter()
+            .filter(|b| b.job == job.name)
+            .map(|b| b.instant)
+            .collect();
+        let recorded: BTreeMap<DateTime<Utc>, Vec<&str>> = rows
+            .iter()
+            .filter(|r| r.job == job.name)
+            .fold(BTreeMap::new(), |mut map, r| {
+                map.entry(r.scheduled_at.and_utc())
+                    .or_insert_with(Vec::new)
+                    .push(r.status.as_str());
+                map
+            });
+        // What held the job's lease, by its history: a run from its first
+        // attempt's start to its last attempt's end (a retry's backoff
+        // included); an attempt whose end is not known (abandoned) until its
+        // lease could have ended.
+        let spans: Vec<(DateTime<Utc>, DateTime<Utc>)> = rows
+            .iter()
+            .filter(|r| r.job == job.name && r.attempt > 0)
+            .fold(
+                BTreeMap::<DateTime<Utc>, (DateTime<Utc>, DateTime<Utc>)>::new(),
+                |mut runs, r| {
+                    let start = r.started_at.and_utc();
+                    let end = match r.finished_at {
+                        Some(end) => end.and_utc(),
+                        None => r.confirmed_at.unwrap_or(r.started_at).and_utc().max(start) + lease,
+                    };
+                    let span = runs.entry(r.scheduled_at.and_utc()).or_insert((start, end));
+                    span.0 = span.0.min(start);
+                    span.1 = span.1.max(end);
+                    runs
+                },
+            )
+            .into_values()
+            .chain(bodies.iter().filter(|b| b.job == job.name).map(|b| {
+                (
+                    at_ns(b.start_ns),
+                    at_ns(b.last_ns) + TimeDelta::milliseconds(300),
+                )
+            }))
+            .collect();
+        let first = from.timestamp() + (job.offset - from.timestamp()).rem_euclid(job.period);
+        let mut t = first;
+        while t <= to.timestamp() {
+            let instant = DateTime::from_timestamp(t, 0).expect("instant");
+            t += job.period;
+            found.instants += 1;
+            if ran.contains(&instant) {
+                continue;
+            }
+            let in_window = windows.iter().any(|(a, b)| *a <= instant && instant <= *b);
+            let how = match recorded.get(&instant) {
+                Some(statuses) => statuses.join("+"),
+                None if spans.iter().any(|(a, b)| *a <= instant && instant <= *b) => {
+                    "overrun".to_string()
+                }
+                None => {
+                    found.silent.push(format!("{} {}", job.name, ms(instant)));
+                    "nothing".to_string()
+                }
+            };
+            if in_window {
+                *found.accounted.entry(how).or_default() += 1;
+            } else {
+                found
+                    .unexplained
+                    .push(format!("{} {} ({how})", job.name, ms(instant)));
+            }
+        }
+    }
+    found
+}
+
+/// One replica's place: its proxy, config and current process.
+struct Slot {
+    base: String,
+    generation: u32,
+    config: PathBuf,
+    /// One per database node: the replica reaches the database only
+    /// through them.
+    proxies: Vec<Proxy>,
+    replica: Option<Replica>,
+    frozen: bool,
+}
+
+impl Slot {
+    fn id(&self) -> String {
+        if self.generation == 0 {
+            self.base.clone()
+        } else {
+            format!("{}-{}", self.base, self.generation)
+        }
+    }
+
+    fn start(&mut self, binary: &Path, skew_ms: Option<i64>) {
+        let skew = skew_ms.map(|ms| format!("{:+.3}", ms as f64 / 1000.0));
+        if skew.is_some() {
+            libfaketime().expect("libfaketime is installed");
+        }
+        self.replica = Some(Replica::start_binary(
+            binary,
+            &self.config,
+            &self.id(),
+            skew.as_deref(),
+            &[("RUST_LOG", "info")],
+        ));
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut replica) = self.replica.take() {
+            replica.signal(Signal::SIGKILL);
+            let _ = replica.wait_exit(Duration::from_secs(10));
+        }
+        self.frozen = false;
+    }
+}
+
+/// Runs one campaign and returns what it found; panics only if the
+/// campaign itself cannot run.
+pub(crate) fn run(plan: &Plan) -> Option<Findings> {
+    let mut database = Database::start(plan.backend)?;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let name = "campaign";
+    database.create(name);
+    let out = dir.path().join("bodies.txt");
+    let jobs = campaign_jobs();
+    let file = job_file(&jobs, &out);
+    let binary = plan.binary.clone().unwrap_or_else(binary);
+    let nodes = database.addresses();
+    let faults = draw(plan.seed, plan.replicas, nodes.len(), plan.faults_for);
+    eprintln!(
+        "campaign on {:?}: seed {}, {} replicas, {:?} of faults then {:?} quiet, {} faults:",
+        plan.backend,
+        plan.seed,
+        plan.replicas,
+        plan.faults_for,
+        plan.quiet_for,
+        faults.len()
+    );
+    for fault in &faults {
+        eprintln!("  {fault}");
+    }
+    let direct = dir.path().join("direct.toml");
+    std::fs::write(
+        &direct,
+        format!("[database]\nurl = {:?}\n\n{file}", database.url(name, None)),
+    )
+    .expect("write config");
+    let mut slots: Vec<Slot> = (0..plan.replicas)
+        .map(|i| {
+            // Its own node first (replicas spread over the nodes).
+            let proxies: Vec<Proxy> = (0..nodes.len())
+                .map(|k| Proxy::start(nodes[(i + k) % nodes.len()]))
+                .collect();
+            let ports: Vec<u16> = proxies.iter().map(|p| p.port).collect();
+            let config = dir.path().join(format!("r{}.toml", i + 1));
+            std::fs::write(
+                &config,
+                format!(
+                    "[database]\nurl = {:?}\n\n{file}",
+                    database.url(name, Some(&ports))
+                ),
+            )
+            .expect("write config");
+            Slot {
+                base: format!("r{}", i + 1),
+                generation: 0,
+                config,
+                proxies,
+                replica: None,
+                frozen: false,
+            }
+        })
+        .collect();
+    for slot in &mut slots {
+        slot.start(&binary, None);
+    }
+    for slot in &slots {
+        if let Some(replica) = &slot.replica {
+            replica.wait_for_log("replicron started", Duration::from_secs(60));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+
+    // The timeline: every fault's start and end, in order.
+    enum Step {
+        Begin(usize),
+        End(usize),
+    }
+    let mut steps: Vec<(Duration, Step)> = Vec::new();
+    for (i, fault) in faults.iter().enumerate() {
+        steps.push((fault.at, Step::Begin(i)));
+        steps.push((fault.at + fault.span, Step::End(i)));
+    }
+    steps.sort_by_key(|(at, step)| (*at, matches!(step, Step::Begin(_))));
+    let started = Instant::now();
+    let started_utc = Utc::now();
+    let mut windows: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+    let mut stalls = Vec::new();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (at, step) in steps {
+        if let Some(wait) = at.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        match step {
+            Step::Begin(i) => {
+                let fault = &faults[i];
+                *counts.entry(fault.kind.name()).or_default() += 1;
+                let begin = Utc::now();
+                let end =
+                    begin + TimeDelta::from_std(fault.span + fault.kind.aftermath()).expect("span");
+                windows.push((begin - TimeDelta::seconds(1), end));
+                match (&fault.kind, fault.target) {
+                    (Kind::Kill { .. }, Some(r)) => slots[r].kill(),
+                    (Kind::Freeze, Some(r)) => {
+                        if let Some(replica) = &slots[r].replica {
+                            replica.signal(Signal::SIGSTOP);
+                            slots[r].frozen = true;
+                        }
+                    }
+                    (Kind::Partition { blackhole: false }, Some(r)) => {
+                        slots[r].proxies.iter().for_each(Proxy::cut);
+                    }
+                    (Kind::Partition { blackhole: true }, Some(r)) => {
+                        slots[r].proxies.iter().for_each(Proxy::blackhole);
+                    }
+                    (Kind::Stall, None) => {
+                        stalls.push(database.stall(name, fault.node, fault.span));
+                    }
+                    (Kind::Crash, None) => database.crash(fault.node),
+                    _ => unreachable!("drawn with its target"),
+                }
+            }
+            Step::End(i) => {
+                let fault = &faults[i];
+                match (&fault.kind, fault.target) {
+                    (
+                        Kind::Kill {
+                            new_id, skew_ms, ..
+                        },
+                        Some(r),
+                    ) => {
+                        if *new_id {
+                            slots[r].generation += 1;
+                        }
+                        slots[r].start(&binary, *skew_ms);
+                    }
+                    (Kind::Freeze, Some(r)) => {
+                        if let Some(replica) = &slots[r].replica {
+                            replica.signal(Signal::SIGCONT);
+                        }
+                        slots[r].frozen = false;
+                    }
+                    (Kind::Partition { .. }, Some(r)) => {
+                        slots[r].proxies.iter().for_each(Proxy::restore);
+                    }
+                    (Kind::Stall, None) => {}
+                    (Kind::Crash, None) => database.recover(fault.node),
+                    _ => unreachable!("drawn with its target"),
+                }
+            }
+        }
+    }
+    for stall in stalls {
+        let _ = stall.join();
+    }
+    let faults_ended = Utc::now();
+    std::thread::sleep(plan.quiet_for);
+    let stopped_at = Utc::now();
+
+    // Every replica stops in good order.
+    let mut logs = String::new();
+    let mut bad_exits = Vec::new();
+    for slot in &mut slots {
+        if let Some(replica) = &slot.replica {
+            replica.signal(Signal::SIGTERM);
+        }
+    }
+    for slot in &mut slots {
+        let id = slot.id();
+        if let Some(mut replica) = slot.replica.take() {
+            match replica.wait_exit(Duration::from_secs(40)) {
+                Some(status) if status.success() => {}
+                other => bad_exits.push(format!("{id}: {other:?}")),
+            }
+        }
+    }
+    // Every incarnation's log, not only the last ones': a replica killed
+    // and started under a new id logs to a file of its own.
+    let mut files: Vec<_> = std::fs::read_dir(dir.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("replica-") && n.ends_with(".log"))
+        })
+        .collect();
+    files.sort();
+    for file in files {
+        let id = file
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .unwrap_or("?")
+            .trim_start_matches("replica-")
+            .to_string();
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        logs.push_str(&format!("--- log of {id}\n{text}"));
+    }
+    let saved = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "target/campaign-{:?}-{}.log",
+        plan.backend, plan.seed
+    ));
+    let _ = std::fs::write(&saved, &logs);
+    let panics = logs.lines().filter(|l| l.contains("panicked")).count();
+    let errors = logs.lines().filter(|l| l.contains("\"ERROR\"")).count();
+
+    let mut conn = raw_connect(&database.url(name, None));
+    let rows = read_history(&mut conn);
+    let bodies = read_bodies(&out);
+    let from = crate::database_time::second(started_utc) + TimeDelta::seconds(1);
+    // The check for missed instants records an instant 10 s (its
+    // missed_after) after it, every 5 s.
+    let to = crate::database_time::second(stopped_at) - TimeDelta::seconds(20);
+    let mut found = check(&jobs, &bodies, &rows, from, to, &windows);
+    // An older build may have no `verify`: then only the checker judges.
+    let has_verify = std::process::Command::new(&binary)
+        .args(["verify", "--help"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_verify {
+        let output = std::process::Command::new(&binary)
+            .args(["verify", "--config"])
+            .arg(&direct)
+            .args(["--from", &ms(from), "--to", &ms(to)])
+            .env_remove("REPLICRON_DATABASE_URL")
+            .output()
+            .expect("run replicron verify");
+        let (stdout, stderr) = crate::support::text(&output);
+        found.verify = Some((
+            output.status.code().unwrap_or(-1),
+            format!("{stdout}{stderr}"),
+        ));
+    }
+    let by_kind: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    eprintln!(
+        "campaign on {:?}, seed {}: faults from {} to {} ({}), checked {} to {}; {} rows; {} ERROR lines, {} panics; graceful stops that failed: {:?}\n{}\n(replica logs in {})",
+        plan.backend,
+        plan.seed,
+        ms(started_utc),
+        ms(faults_ended),
+        by_kind.join(", "),
+        ms(from),
+        ms(to),
+        rows.len(),
+        errors,
+        panics,
+        bad_exits,
+        found.summary(),
+        saved.display()
+    );
+    if panics > 0 {
+        found
+            .duplicates
+            .push(format!("{panics} panics in the logs"));
+    }
+    if !bad_exits.is_empty() {
+        found.left_running.push(format!(
+            "replicas that did not stop in good order: {bad_exits:?}"
+        ));
+    }
+    drop(slots);
+    Some(found)
+}
+
+/// Runs `plan` and fails on any violation.
+pub(crate) fn assert_clean(plan: &Plan) {
+    let Some(found) = run(plan) else {
+        return;
+    };
+    assert_eq!(
+        found.violations(),
+        0,
+        "the campaign (seed {}) found violations:\n{}",
+        plan.seed,
+        found.summary()
+    );
+}
+
+/// The campaign of the suite: 4 replicas on a private MariaDB, about 100 s
+/// of faults and 35 s of quiet, with a fixed seed.
+#[test]
+#[cfg_attr(
+    replicron_no_private_mariadb,
+    ignore = "needs Debian's mariadb-server and rsync"
+)]
+#[cfg_attr(replicron_no_faketime, ignore = "needs Debian's faketime")]
+fn a_randomized_fault_campaign_runs_every_instant_once() {
+    assert_clean(&Plan {
+        backend: Backend::Mariadb,
+        seed: 20_261_125,
+        replicas: 4,
+        faults_for: Duration::from_secs(100),
+        quiet_for: Duration::from_secs(35),
+        binary: None,
+    });
+}
+
+/// A longer campaign, run by `scripts/torture`: its backend, length and
+/// seed come from `REPLICRON_TORTURE_BACKEND` (`mariadb`, `postgres`),
+/// `REPLICRON_TORTURE_MINUTES`, `REPLICRON_TORTURE_SEED` and
+/// `REPLICRON_TORTURE_REPLICAS`; `REPLICRON_TORTURE_BINARY` runs another
+/// build's replicas.
+#[test]
+#[ignore = "long: run by scripts/torture"]
+fn torture() {
+    let var = |name: &str| std::env::var(name).ok();
+    let backend = match var("REPLICRON_TORTURE_BACKEND").as_deref() {
+        None | Some("mariadb") => Backend::Mariadb,
+        Some("postgres") => Backend::Postgres,
+        Some("galera") => Backend::Galera,
+        Some(other) => {
+            panic!("REPLICRON_TORTURE_BACKEND={other}: expected mariadb, postgres or galera")
+        }
+    };
+    let minutes: f64 = var("REPLICRON_TORTURE_MINUTES").map_or(3.0, |m| {
+        m.parse().expect("REPLICRON_TORTURE_MINUTES is a number")
+    });
+    let seed: u64 = var("REPLICRON_TORTURE_SEED").map_or(20_261_125, |s| {
+        s.parse().expect("REPLICRON_TORTURE_SEED is a number")
+    });
+    let total = Duration::from_secs_f64(minutes * 60.0);
+    let quiet = Duration::from_secs(40);
+    let replicas: usize = var("REPLICRON_TORTURE_REPLICAS").map_or(4, |n| {
+        n.parse().expect("REPLICRON_TORTURE_REPLICAS is a number")
+    });
+    let plan = Plan {
+        backend,
+        seed,
+        replicas,
+        faults_for: total.saturating_sub(quiet).max(Duration::from_secs(20)),
+        quiet_for: quiet,
+        binary: var("REPLICRON_TORTURE_BINARY").map(PathBuf::from),
+    };
+    assert_clean(&plan);
+}
+
+#[test]
+fn the_schedule_is_the_seeds() {
+    let a = draw(7, 4, 1, Duration::from_secs(120));
+    let b = draw(7, 4, 1, Duration::from_secs(120));
+    assert_eq!(
+        a.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        b.iter().map(ToString::to_string).collect::<Vec<_>>()
+    );
+    assert_ne!(
+        draw(8, 4, 1, Duration::from_secs(120))
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        a.iter().map(ToString::to_string).collect::<Vec<_>>()
+    );
+    // Every kind is drawn, targets overlap in time, and no fault outlives
+    // the faults' span.
+    let kinds: BTreeSet<&str> = a.iter().map(|f| f.kind.name()).collect();
+    assert!(kinds.len() >= 7, "{kinds:?}");
+    assert!(a.iter().all(|f| f.at + f.span <= Duration::from_secs(120)));
+    let overlapping = a
+        .windows(2)
+        .filter(|w| w[1].at < w[0].at + w[0].span)
+        .count();
+    assert!(overlapping > 0);
+}
