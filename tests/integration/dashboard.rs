@@ -79,6 +79,25 @@ async fn save(client: &Client, name: &str) -> PathBuf {
     path
 }
 
+/// Finds the element at `locator` and clicks it. The dashboard's pages
+/// refresh themselves: an element found just before a refresh is stale by
+/// the click, so the pair is tried again on the new page.
+async fn click(client: &Client, locator: Locator<'_>, what: &str) {
+    for _ in 0..5 {
+        let element = client
+            .find(locator)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        match element.click().await {
+            Ok(()) => return,
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::StaleElementReference => {}
+            Err(e) => panic!("click {what}: {e}"),
+        }
+    }
+    panic!("click {what}: stale five times");
+}
+
 /// The `on-demand` job's pause in `replicron status --format json`.
 fn paused_in_database(config: &std::path::Path) -> Value {
     let (_, out, err) = run(config, &["status", "--format", "json"]);
@@ -241,13 +260,7 @@ mod the_dashboard_in_a_browser {
             step("overview checked");
 
             // Through the job's page to a run's output: text, not markup.
-            client
-                .find(Locator::LinkText("html"))
-                .await
-                .expect("the html job's link")
-                .click()
-                .await
-                .expect("click");
+            click(&client, Locator::LinkText("html"), "the html job's link").await;
             let bars = client
                 .find_all(Locator::Css("svg.chart a rect.s-succeeded"))
                 .await
@@ -257,11 +270,12 @@ mod the_dashboard_in_a_browser {
                 "a bar per run, each a link: {}",
                 bars.len()
             );
-            let first_run = client
-                .find(Locator::Css("#runs tr.run[data-status=succeeded] a"))
-                .await
-                .expect("a run's link");
-            first_run.click().await.expect("click the run");
+            click(
+                &client,
+                Locator::Css("#runs tr.run[data-status=succeeded] a"),
+                "a run's link",
+            )
+            .await;
             let output = client
                 .find(Locator::Id("output"))
                 .await

@@ -76,9 +76,11 @@ backend_test! {
         let (code, out, err) = run(&config, &["trigger", "tick", "--force"]);
         assert_eq!(code, 0, "{out}{err}");
 
+        // The resume takes effect when the command writes it, before the
+        // command returns: an instant after it was sent may run.
+        let resumed = Utc::now();
         let (code, out, err) = run(&config, &["resume", "tick"]);
         assert_eq!(code, 0, "{out}{err}");
-        let resumed = Utc::now();
         wait_until("a run after the resume", Duration::from_secs(5), || {
             scheduled_runs(&history_json(&config, "tick"))
                 .iter()

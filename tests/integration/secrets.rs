@@ -13,13 +13,14 @@ use crate::databases::TestDb;
 use crate::support::{Replica, history_json, wait_until};
 
 /// What a job prints: its environment, its parent's (the daemon's)
-/// environment block and command line, with their sizes, every other
-/// process's environment it can read, and whether it can read the
-/// daemon's memory.
+/// environment block and command line, with their sizes, every line of
+/// every other process's environment it can read (each line once: on a
+/// busy machine the whole would pass the output limit, which keeps the
+/// end), and whether it can read the daemon's memory.
 const PEEK: &str = r#"echo "== env"; env
 echo "== parent environ $(wc -c 2>&1 < /proc/$PPID/environ)"; tr '\0' '\n' < /proc/$PPID/environ 2>&1 | grep -v '^$'
 echo "== parent cmdline"; tr '\0' ' ' < /proc/$PPID/cmdline 2>&1; echo
-echo "== every environ"; for p in /proc/[0-9]*; do tr '\0' '\n' < $p/environ 2>/dev/null | grep -v '^$'; done
+echo "== every environ"; for p in /proc/[0-9]*; do tr '\0' '\n' < $p/environ 2>/dev/null | grep -v '^$'; done | sort -u
 echo "== parent mem"; head -c 1 /proc/$PPID/mem 2>&1 >/dev/null
 true"#;
 
@@ -27,11 +28,11 @@ fn jobs(as_nobody: bool) -> String {
     let mut jobs = format!(
         "[web]\ntoken_env = \"PEEK_WEB_TOKEN\"\n\n\
          [notify]\nwebhook = \"http://127.0.0.1:9/hook/${{PEEK_HOOK_TOKEN}}\"\n\n\
-         [[job]]\nname = \"as-daemon\"\nschedule = \"* * * * * *\"\ncommand = '''\n{PEEK}\n'''\n"
+         [[job]]\nname = \"as-daemon\"\nschedule = \"* * * * * *\"\noutput_limit = \"1MiB\"\ncommand = '''\n{PEEK}\n'''\n"
     );
     if as_nobody {
         jobs.push_str(&format!(
-            "\n[[job]]\nname = \"as-nobody\"\nschedule = \"* * * * * *\"\nuser = \"nobody\"\ncommand = '''\n{PEEK}\n'''\n"
+            "\n[[job]]\nname = \"as-nobody\"\nschedule = \"* * * * * *\"\nuser = \"nobody\"\noutput_limit = \"1MiB\"\ncommand = '''\n{PEEK}\n'''\n"
         ));
     }
     jobs

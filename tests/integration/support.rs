@@ -304,7 +304,10 @@ pub(crate) fn libfaketime() -> Option<PathBuf> {
     found
 }
 
-/// Polls `done` every 50 ms; panics naming `what` after `timeout`.
+/// Polls `done`, first every 25 ms, then less often, down to every
+/// 250 ms: most checks start a `replicron` process, and a test polling
+/// for seconds would otherwise take a core from the replicas it watches.
+/// Panics naming `what` after `timeout`.
 pub(crate) fn wait_until(what: &str, timeout: std::time::Duration, done: impl FnMut() -> bool) {
     wait_until_or(what, timeout, done, String::new);
 }
@@ -317,13 +320,15 @@ pub(crate) fn wait_until_or(
     explain: impl Fn() -> String,
 ) {
     let deadline = std::time::Instant::now() + timeout;
+    let mut pause = std::time::Duration::from_millis(25);
     while !done() {
         assert!(
             std::time::Instant::now() < deadline,
             "timed out waiting for {what}\n{}",
             explain()
         );
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(250));
     }
 }
 
