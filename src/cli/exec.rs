@@ -38,12 +38,8 @@ pub(crate) struct ExecArgs {
 pub(super) fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let name = &args.lock;
-    if !crate::config::is_valid_job_name(name) || name.starts_with(crate::config::RESERVED_PREFIX) {
-        return Err(UsageError(format!(
-            "invalid lock name {name:?}: use 1 to 64 characters from A-Z a-z 0-9 _ . : - (not starting with {:?})",
-            crate::config::RESERVED_PREFIX
-        ))
-        .into());
+    if let Err(e) = crate::config::name::JobName::parse(name) {
+        return Err(UsageError(format!("invalid lock name {name:?}: {e}")).into());
     }
     if args.once.is_some() && name.len() > 40 {
         return Err(UsageError(format!(

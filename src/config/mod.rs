@@ -10,6 +10,7 @@
 
 mod check;
 pub(crate) mod keys;
+pub(crate) mod name;
 pub(crate) mod notify;
 mod raw;
 #[cfg(test)]
@@ -527,21 +528,8 @@ impl Config {
 /// The lease row of shared lock NAME is `replicron.lock.NAME`.
 pub(crate) const LOCK_ROW_PREFIX: &str = "replicron.lock.";
 
-/// The longest lock name: its row's name must fit the 64 characters of a
-/// lease row's.
-pub(crate) const MAX_LOCK_NAME_LEN: usize = 64 - LOCK_ROW_PREFIX.len();
-
 /// Lease names with this prefix are replicron's own (history retention).
 pub(crate) const RESERVED_PREFIX: &str = "replicron.";
-
-/// Whether `name` may name a job (and so a lease row).
-pub(crate) fn is_valid_job_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_JOB_NAME_LEN
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
-}
 
 /// The most retries a job may ask for.
 pub(crate) const MAX_RETRIES: u32 = 100;

@@ -655,7 +655,10 @@ mod tests {
         assert_eq!(names.unique("tidy"), "tidy-3");
         for command in ["$(which foo) --x", "'ä ö'", "`date`", "!!!"] {
             let name = from_command(command);
-            assert!(crate::config::is_valid_job_name(&name), "{command}: {name}");
+            assert!(
+                crate::config::name::JobName::parse(&name).is_ok(),
+                "{command}: {name}"
+            );
         }
     }
 }

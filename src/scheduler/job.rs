@@ -120,12 +120,9 @@ impl Job {
     /// the key of the job's lease row and history: 1 to 64 characters of
     /// `A-Z a-z 0-9 _ . : -`.
     pub fn new(name: &str, schedule: &str) -> Result<Job, crate::Error> {
-        if !config::is_valid_job_name(name) || name.starts_with(config::RESERVED_PREFIX) {
+        if let Err(e) = config::name::JobName::parse(name) {
             return Err(crate::Error::Config(format!(
-                "invalid job name {name:?}: use 1 to {} characters from A-Z a-z 0-9 _ . : - \
-                 (not starting with {:?})",
-                config::MAX_JOB_NAME_LEN,
-                config::RESERVED_PREFIX
+                "invalid job name {name:?}: {e}"
             )));
         }
         let schedule = Schedule::parse(schedule, Tz::UTC)

@@ -2,6 +2,7 @@
 //! inherits and overrides, its name, schedule and command.
 
 use super::*;
+use crate::config::name::{self, JobName};
 
 /// The built-in defaults of `[defaults]` (see [`keys`]).
 #[derive(Clone, Debug)]
@@ -230,17 +231,14 @@ impl Checker<'_> {
         let span = raw.span();
         let mut locks = Vec::new();
         for name in raw.into_inner() {
-            if is_valid_job_name(&name) && name.len() <= MAX_LOCK_NAME_LEN {
-                locks.push(name);
-            } else {
-                self.report(
+            match name::check_lock(&name) {
+                Ok(()) => locks.push(name),
+                Err(e) => self.report(
                     Some(span.clone()),
                     Some(scope),
                     Some("locks"),
-                    format!(
-                        "invalid lock name {name:?}: use 1 to {MAX_LOCK_NAME_LEN} characters from A-Z a-z 0-9 _ . : -"
-                    ),
-                );
+                    format!("invalid lock name {name:?}: {e}"),
+                ),
             }
         }
         locks.sort();
@@ -312,41 +310,31 @@ impl Checker<'_> {
                 );
                 None
             }
-            Some(name) if !is_valid_job_name(name.get_ref()) => {
-                self.report(
-                    Some(name.span()),
-                    Some(Scope::Job(&position)),
-                    Some("name"),
-                    format!(
-                        "invalid job name {:?}: use 1 to {MAX_JOB_NAME_LEN} characters from A-Z a-z 0-9 _ . : -",
-                        name.get_ref()
-                    ),
-                );
-                None
-            }
-            Some(name) if name.get_ref().starts_with(RESERVED_PREFIX) => {
-                self.report(
-                    Some(name.span()),
-                    Some(Scope::Job(&position)),
-                    Some("name"),
-                    format!("job names starting with {RESERVED_PREFIX:?} are reserved for replicron's own leases"),
-                );
-                None
-            }
-            Some(name) if !names.insert(name.get_ref().clone()) => {
-                let label = format!("{:?}", name.get_ref());
-                self.report(
-                    Some(name.span()),
-                    Some(Scope::Job(&label)),
-                    Some("name"),
-                    "duplicate job name: another [[job]] above has the same name",
-                );
-                None
-            }
-            Some(name) => Some(name.get_ref().clone()),
+            Some(name) => match JobName::parse(name.get_ref()) {
+                Err(e) => {
+                    self.report(
+                        Some(name.span()),
+                        Some(Scope::Job(&position)),
+                        Some("name"),
+                        format!("invalid job name {:?}: {e}", name.get_ref()),
+                    );
+                    None
+                }
+                Ok(_) if !names.insert(name.get_ref().clone()) => {
+                    let label = format!("{:?}", name.get_ref());
+                    self.report(
+                        Some(name.span()),
+                        Some(Scope::Job(&label)),
+                        Some("name"),
+                        "duplicate job name: another [[job]] above has the same name",
+                    );
+                    None
+                }
+                Ok(valid) => Some(valid.into_string()),
+            },
         };
         let label = match &raw.name {
-            Some(n) if is_valid_job_name(n.get_ref()) => format!("{:?}", n.get_ref()),
+            Some(n) if name::has_job_form(n.get_ref()) => format!("{:?}", n.get_ref()),
             _ => position,
         };
         let scope = Scope::Job(&label);

@@ -70,7 +70,7 @@ impl<'v> Given<'v> {
 fn job_label(entry: &Spanned<DeValue<'_>>, index: usize) -> String {
     if let DeValue::Table(table) = entry.get_ref()
         && let Some(DeValue::String(name)) = table.get("name").map(Spanned::get_ref)
-        && is_valid_job_name(name)
+        && crate::config::name::has_job_form(name)
     {
         return format!("{name:?}");
     }
