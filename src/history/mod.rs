@@ -694,6 +694,17 @@ pub(crate) fn find_run(conn: &mut DbConnection, id: i64) -> QueryResult<Option<R
         .optional()
 }
 
+/// The runs with these ids, in one statement (in no particular order).
+pub(crate) fn find_runs(conn: &mut DbConnection, ids: &[i64]) -> QueryResult<Vec<RunRow>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::id.eq_any(ids))
+        .load(conn)
+}
+
 /// The last attempt recorded for instant `instant` of `job` under lease
 /// `fence`, if any (found through the run's unique key).
 pub(crate) fn latest_attempt(

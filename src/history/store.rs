@@ -107,6 +107,14 @@ impl Store {
             .await
     }
 
+    /// [`super::find_runs`].
+    pub(crate) async fn find_runs(&self, ids: Vec<i64>) -> Result<Vec<RunRow>, DbError> {
+        self.call("reading the history", move |conn| {
+            super::find_runs(conn, &ids)
+        })
+        .await
+    }
+
     /// [`super::running_under`].
     pub(crate) async fn running_under(
         &self,

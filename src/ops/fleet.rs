@@ -114,15 +114,15 @@ pub(crate) async fn read(
             let lock = rows.iter().find(|l| l.name == name).cloned();
             let held = lock.as_ref().is_some_and(|l| l.lock_until.and_utc() > now);
             let pause = lock.as_ref().and_then(|l| l.pause_at(now));
-            let problem = problem(
-                config.job(&name),
-                lock.as_ref(),
-                recent.first(),
+            let problem = Seen {
+                job: config.job(&name),
+                lock: lock.as_ref(),
+                last: recent.first(),
                 held,
                 now,
-                &instances,
-                drift.get(&name),
-            );
+                instances: &instances,
+            }
+            .problem(drift.get(&name));
             JobState {
                 name,
                 lock,
@@ -152,19 +152,28 @@ pub(crate) async fn clock_offset(store: &Store, samples: usize) -> Result<Offset
 }
 
 /// The last run of each of `fleet`'s jobs with its output, in the order of
-/// its jobs.
+/// its jobs: one statement for all of them.
 pub(crate) async fn with_output(
     store: &Store,
     fleet: &Fleet,
 ) -> Result<Vec<Option<RunRow>>, DbError> {
-    let mut runs = Vec::with_capacity(fleet.jobs.len());
-    for job in &fleet.jobs {
-        runs.push(match job.last() {
-            Some(last) => store.find_run(last.id).await?,
-            None => None,
-        });
-    }
-    Ok(runs)
+    let ids: Vec<i64> = fleet
+        .jobs
+        .iter()
+        .filter_map(|job| job.last())
+        .map(|run| run.id)
+        .collect();
+    let mut found: BTreeMap<i64, RunRow> = store
+        .find_runs(ids)
+        .await?
+        .into_iter()
+        .map(|run| (run.id, run))
+        .collect();
+    Ok(fleet
+        .jobs
+        .iter()
+        .map(|job| job.last().and_then(|last| found.remove(&last.id)))
+        .collect())
 }
 
 /// Every registered replica, and the jobs live ones define differently.
@@ -217,30 +226,111 @@ pub(crate) fn job_names(config: &Config, locks: &[LockRow]) -> Vec<String> {
     names
 }
 
-/// What an operator should look at for a job, the first that applies: a
-/// stuck or orphaned lease, a definition that drifted between replicas, a
-/// last run that ended badly.
-fn problem(
-    job: Option<&Job>,
-    lock: Option<&LockRow>,
-    last: Option<&RunBrief>,
+/// What one job's diagnosis reads.
+#[derive(Clone, Copy)]
+struct Seen<'a> {
+    /// The job, as the job file defines it (none: no longer in the file).
+    job: Option<&'a Job>,
+    /// Its lease row.
+    lock: Option<&'a LockRow>,
+    /// Its last run.
+    last: Option<&'a RunBrief>,
+    /// Whether its lease is held at `now`.
     held: bool,
+    /// The database's now.
     now: DateTime<Utc>,
-    instances: &[Instance],
-    drift: Option<&Drift>,
-) -> Option<String> {
-    stuck(job, lock, last, held, now, instances)
-        .or_else(|| {
-            drift.map(|drift| {
-                format!(
-                    "DRIFT: live replicas define it differently: {}",
-                    drift.describe()
-                )
-            })
-        })
-        .or_else(|| failed(last))
+    /// The replicas the registry knows.
+    instances: &'a [Instance],
 }
 
+impl Seen<'_> {
+    /// What an operator should look at for the job, the first that
+    /// applies: a stuck or orphaned lease, a definition that drifted
+    /// between replicas, a last run that ended badly.
+    fn problem(&self, drift: Option<&Drift>) -> Option<String> {
+        self.stuck()
+            .or_else(|| {
+                drift.map(|drift| {
+                    format!(
+                        "DRIFT: live replicas define it differently: {}",
+                        drift.describe()
+                    )
+                })
+            })
+            .or_else(|| failed(self.last))
+    }
+
+    /// Why a job's lease looks stuck, if it does (see README, "status").
+    fn stuck(&self) -> Option<String> {
+        let Seen {
+            job,
+            lock,
+            last,
+            held,
+            now,
+            instances,
+        } = *self;
+        let holder = last.and_then(|run| instances.iter().find(|i| i.row.id == run.instance));
+        let lock = lock?;
+        let current = last.filter(|run| run.fence == lock.fence);
+        let running = current.filter(|run| run.status == RunStatus::Running);
+        match (held, running) {
+            (true, Some(run)) => {
+                let job = job?;
+                let allowed = job.timeout + job.kill_grace + job.lock_at_most_for;
+                let age = (now - run.started_at.and_utc())
+                    .to_std()
+                    .unwrap_or_default();
+                (age > allowed).then(|| {
+                    format!(
+                        "STUCK: running {} (timeout {}); its holder may be frozen",
+                        humantime::format_duration(Duration::from_secs(age.as_secs())),
+                        humantime::format_duration(job.timeout)
+                    )
+                })
+            }
+            (true, None) => {
+                let locked_at = lock.locked_at?.and_utc();
+                let expected = job.map_or(Duration::ZERO, |j| {
+                    j.lock_at_least_for + j.retry_backoff * j.retries
+                }) + Duration::from_secs(60);
+                let age = (now - locked_at).to_std().unwrap_or_default();
+                (age > expected).then(|| {
+                    "STUCK: lease held with no run recorded running; `replicron unlock` ends it"
+                        .to_string()
+                })
+            }
+            (false, Some(run)) => {
+                let ended = (now - lock.lock_until.and_utc())
+                    .to_std()
+                    .unwrap_or_default();
+                let ended = humantime::format_duration(Duration::from_secs(ended.as_secs()));
+                Some(match holder {
+                    // The holder runs on: it finds its lease gone when it next
+                    // confirms it, and stops the run (recorded lost_lock).
+                    Some(alive) if alive.alive => format!(
+                        "LEASE ENDED: run {} is recorded running, but its lease ended {ended} ago (unlocked, or lost); \
+                         its holder is alive ({}) and stops the run when it next confirms the lease",
+                        run.id, run.instance
+                    ),
+                    Some(gone) => format!(
+                        "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
+                         was last seen at {}: it vanished; the next claim marks the run abandoned",
+                        run.id,
+                        run.instance,
+                        rfc3339(gone.row.last_seen)
+                    ),
+                    None => format!(
+                        "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
+                         is not a running replica; the next claim marks the run abandoned",
+                        run.id, run.instance
+                    ),
+                })
+            }
+            (false, None) => None,
+        }
+    }
+}
 /// Whether the job's last run ended badly: an operator should look.
 fn failed(last: Option<&RunBrief>) -> Option<String> {
     let run = last?;
@@ -268,83 +358,13 @@ fn failed(last: Option<&RunBrief>) -> Option<String> {
     })
 }
 
-/// Why a job's lease looks stuck, if it does (see README, "status").
-fn stuck(
-    job: Option<&Job>,
-    lock: Option<&LockRow>,
-    last: Option<&RunBrief>,
-    held: bool,
-    now: DateTime<Utc>,
-    instances: &[Instance],
-) -> Option<String> {
-    let holder = last.and_then(|run| instances.iter().find(|i| i.row.id == run.instance));
-    let lock = lock?;
-    let current = last.filter(|run| run.fence == lock.fence);
-    let running = current.filter(|run| run.status == RunStatus::Running);
-    match (held, running) {
-        (true, Some(run)) => {
-            let job = job?;
-            let allowed = job.timeout + job.kill_grace + job.lock_at_most_for;
-            let age = (now - run.started_at.and_utc())
-                .to_std()
-                .unwrap_or_default();
-            (age > allowed).then(|| {
-                format!(
-                    "STUCK: running {} (timeout {}); its holder may be frozen",
-                    humantime::format_duration(Duration::from_secs(age.as_secs())),
-                    humantime::format_duration(job.timeout)
-                )
-            })
-        }
-        (true, None) => {
-            let locked_at = lock.locked_at?.and_utc();
-            let expected = job.map_or(Duration::ZERO, |j| {
-                j.lock_at_least_for + j.retry_backoff * j.retries
-            }) + Duration::from_secs(60);
-            let age = (now - locked_at).to_std().unwrap_or_default();
-            (age > expected).then(|| {
-                "STUCK: lease held with no run recorded running; `replicron unlock` ends it"
-                    .to_string()
-            })
-        }
-        (false, Some(run)) => {
-            let ended = (now - lock.lock_until.and_utc())
-                .to_std()
-                .unwrap_or_default();
-            let ended = humantime::format_duration(Duration::from_secs(ended.as_secs()));
-            Some(match holder {
-                // The holder runs on: it finds its lease gone when it next
-                // confirms it, and stops the run (recorded lost_lock).
-                Some(alive) if alive.alive => format!(
-                    "LEASE ENDED: run {} is recorded running, but its lease ended {ended} ago (unlocked, or lost); \
-                     its holder is alive ({}) and stops the run when it next confirms the lease",
-                    run.id, run.instance
-                ),
-                Some(gone) => format!(
-                    "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
-                     was last seen at {}: it vanished; the next claim marks the run abandoned",
-                    run.id,
-                    run.instance,
-                    rfc3339(gone.row.last_seen)
-                ),
-                None => format!(
-                    "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
-                     is not a running replica; the next claim marks the run abandoned",
-                    run.id, run.instance
-                ),
-            })
-        }
-        (false, None) => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
 
     use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
-    use super::problem;
+    use super::Seen;
     use crate::config::{Config, Environment};
     use crate::history::{RunBrief, RunStatus};
     use crate::lease::LockRow;
@@ -426,7 +446,15 @@ mod tests {
         let job = config.job("report");
         let diagnose = |lock: &LockRow, last: Option<&RunBrief>, replicas: &[Instance]| {
             let held = lock.lock_until.and_utc() > now();
-            problem(job, Some(lock), last, held, now(), replicas, None)
+            Seen {
+                job,
+                lock: Some(lock),
+                last,
+                held,
+                now: now(),
+                instances: replicas,
+            }
+            .problem(None)
         };
         let alive = [replica(true)];
         let ok = run(RunStatus::Succeeded, 4, 3600);
