@@ -128,6 +128,43 @@ impl DbError {
     }
 }
 
+impl DbError {
+    /// Whether the same statement may well succeed if sent again: the
+    /// database cannot be reached, or it gave up waiting for a lock (a
+    /// deadlock, a lock wait timeout, a serialization failure, SQLite's
+    /// busy database). Not a refusal of the statement itself.
+    pub(crate) fn is_transient(&self) -> bool {
+        if self.is_unreachable() {
+            return true;
+        }
+        match self {
+            DbError::Query {
+                source: DieselError::DatabaseError(kind, info),
+                ..
+            } => {
+                matches!(kind, DatabaseErrorKind::SerializationFailure)
+                    || says_lock_given_up(info.message())
+            }
+            DbError::Shared { message, .. } => says_lock_given_up(message),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a database's message says it gave up waiting for a lock.
+fn says_lock_given_up(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    [
+        "deadlock",
+        "lock wait timeout",
+        "database is locked",
+        "database table is locked",
+        "could not serialize",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
+}
+
 /// Whether a driver's message says the connection was lost or could not be
 /// used, rather than that a statement was refused.
 fn says_connection_lost(message: &str) -> bool {

@@ -313,3 +313,55 @@ fn a_migration_that_lost_its_connection_is_unreachable() {
             .is_unreachable()
     );
 }
+
+/// A statement that gave up waiting for a lock may succeed when sent
+/// again: the history's queue waits such an error out instead of dropping
+/// the write (a run's end) as refused. The messages are the backends' own.
+#[test]
+fn a_lock_given_up_is_transient_and_a_refusal_is_not() {
+    use diesel::result::{DatabaseErrorKind, Error};
+    let query = |kind: DatabaseErrorKind, message: &str| {
+        DbError::query(
+            "recording a run's end",
+            Error::DatabaseError(kind, Box::new(message.to_string())),
+        )
+    };
+    for transient in [
+        query(DatabaseErrorKind::Unknown, "database is locked"),
+        query(
+            DatabaseErrorKind::Unknown,
+            "Deadlock found when trying to get lock; try restarting transaction",
+        ),
+        query(
+            DatabaseErrorKind::Unknown,
+            "Lock wait timeout exceeded; try restarting transaction",
+        ),
+        query(DatabaseErrorKind::SerializationFailure, "deadlock detected"),
+        query(
+            DatabaseErrorKind::SerializationFailure,
+            "could not serialize access due to concurrent update",
+        ),
+        query(
+            DatabaseErrorKind::ClosedConnection,
+            "server closed the connection",
+        ),
+        DbError::Timeout {
+            context: "recording a run's end".to_string(),
+        },
+    ] {
+        assert!(transient.is_transient(), "{transient}");
+    }
+    for refused in [
+        query(DatabaseErrorKind::Unknown, "no such table: replicron_runs"),
+        query(
+            DatabaseErrorKind::CheckViolation,
+            "new row violates check constraint",
+        ),
+        query(
+            DatabaseErrorKind::Unknown,
+            "Data too long for column 'output'",
+        ),
+    ] {
+        assert!(!refused.is_transient(), "{refused}");
+    }
+}

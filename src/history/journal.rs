@@ -195,9 +195,11 @@ async fn writer(
                     health.report_ok();
                     retry.reset();
                 }
-                // An error whose text does not say "unreachable" is taken
-                // as a refusal only when the database does answer.
-                Err(e) if !e.is_unreachable() && store.ping().await.is_ok() => {
+                // An error is taken as a refusal only when it is not one
+                // to wait out (unreachable, or a lock given up: a deadlock,
+                // a lock wait timeout, SQLite's busy database) and the
+                // database does answer.
+                Err(e) if !e.is_transient() && store.ping().await.is_ok() => {
                     // The database answers and refused it: retrying cannot help.
                     queue.pop_front();
                     pending.done();
