@@ -335,6 +335,35 @@ fn rewind_missed_check(conn: &mut DbConnection, id: i64) -> QueryResult<usize> {
         .execute(conn)
 }
 
+/// Takes the check for missed instants of `job` back to the earliest end
+/// recorded among runs `ids`, if it had gone past it: the check counted
+/// those runs as going, not knowing their ends, and one of them may have
+/// ended (and tried [`rewind_missed_check`]) before the check moved its mark.
+/// Returns how many rows changed.
+pub(crate) fn rewind_missed_check_to_ended(
+    conn: &mut DbConnection,
+    job: &str,
+    ids: &[i64],
+) -> QueryResult<usize> {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let ends: Vec<Option<NaiveDateTime>> = runs::replicron_runs
+        .select(runs::finished_at)
+        .filter(runs::id.eq_any(ids))
+        .filter(runs::finished_at.is_not_null())
+        .load(conn)?;
+    let Some(end) = ends.into_iter().flatten().min() else {
+        return Ok(0);
+    };
+    diesel::update(locks::replicron_locks)
+        .filter(locks::name.eq(job))
+        .filter(locks::missed_checked_until.gt(to_db_time(end.and_utc()).nullable()))
+        .set(locks::missed_checked_until.eq(to_db_time(end.and_utc()).nullable()))
+        .execute(conn)
+}
+
 /// Notes that run `id`'s holder has just confirmed its lease: were the
 /// holder to vanish, the run is known to have lasted at least until now.
 pub(crate) fn record_run_confirmed(conn: &mut DbConnection, id: i64) -> QueryResult<usize> {
@@ -465,6 +494,8 @@ pub(crate) fn record_missed(
 /// An attempt that may have held its job's lease in a span of time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Going {
+    /// Its row.
+    pub(crate) id: i64,
     /// Its instant.
     pub(crate) instant: DateTime<Utc>,
     /// When it started.
@@ -519,6 +550,7 @@ pub(crate) fn accounted_between(
         .load(conn)?;
     #[expect(clippy::type_complexity, reason = "one row's columns, named below")]
     let going: Vec<(
+        i64,
         NaiveDateTime,
         NaiveDateTime,
         Option<NaiveDateTime>,
@@ -527,6 +559,7 @@ pub(crate) fn accounted_between(
         i64,
     )> = runs::replicron_runs
         .select((
+            runs::id,
             runs::scheduled_at,
             runs::started_at,
             runs::finished_at,
@@ -547,14 +580,17 @@ pub(crate) fn accounted_between(
         recorded.into_iter().map(|t| t.and_utc()).collect(),
         going
             .into_iter()
-            .map(|(instant, start, end, status, confirmed, fence)| Going {
-                instant: instant.and_utc(),
-                started_at: start.and_utc(),
-                finished_at: end.map(|e| e.and_utc()),
-                status,
-                confirmed_at: confirmed.map(|c| c.and_utc()),
-                fence,
-            })
+            .map(
+                |(id, instant, start, end, status, confirmed, fence)| Going {
+                    id,
+                    instant: instant.and_utc(),
+                    started_at: start.and_utc(),
+                    finished_at: end.map(|e| e.and_utc()),
+                    status,
+                    confirmed_at: confirmed.map(|c| c.and_utc()),
+                    fence,
+                },
+            )
             .collect(),
     ))
 }

@@ -126,7 +126,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     let Some(checked) = row.missed_checked_until.map(|t| t.and_utc()) else {
         // A row from before the check existed: what came before is not
         // this check's (rows are created with the mark at their creation).
-        set_checked(engine, &name, row.missed_checked_until, to).await?;
+        set_checked(engine, &name, row.missed_checked_until, to, Vec::new()).await?;
         return Ok(0);
     };
     let from = row
@@ -145,7 +145,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
         cursor = next;
     }
     let (Some(first), Some(last)) = (instants.first().copied(), instants.last().copied()) else {
-        set_checked(engine, &name, row.missed_checked_until, to).await?;
+        set_checked(engine, &name, row.missed_checked_until, to, Vec::new()).await?;
         return Ok(0);
     };
     let (ran, going, pauses) = {
@@ -167,6 +167,12 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     let lease_for = TimeDelta::from_std(job.settings.lock_at_most_for).unwrap_or(TimeDelta::MAX);
     let holds_now =
         |run: &crate::history::Going| run.fence == row.fence && row.lock_until.and_utc() > now;
+    // The runs whose end was not known: one may end before the mark moves.
+    let unended: Vec<i64> = going
+        .iter()
+        .filter(|run| run.finished_at.is_none())
+        .map(|run| run.id)
+        .collect();
     let mut spans: BTreeMap<DateTime<Utc>, Span> = BTreeMap::new();
     for run in going {
         let end = run.held_until(lease_for, holds_now(&run));
@@ -242,7 +248,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
             );
         }
     }
-    set_checked(engine, &name, row.missed_checked_until, to).await?;
+    set_checked(engine, &name, row.missed_checked_until, to, unended).await?;
     Ok(recorded)
 }
 
@@ -255,14 +261,34 @@ async fn set_checked(
     job: &str,
     read: Option<chrono::NaiveDateTime>,
     until: DateTime<Utc>,
+    unended: Vec<i64>,
 ) -> Result<(), DbError> {
     let job = job.to_string();
     engine
         .store
         .call(
             "recording how far missed instants were checked",
-            move |conn| crate::lease::set_missed_checked(conn, &job, read, until),
+            move |conn| commit_checked(conn, &job, read, until, &unended),
         )
         .await
         .map(drop)
+}
+
+/// Moves `job`'s mark to `until` (unless a run's end took it back since the
+/// round `read` it), then takes it back to the earliest end now recorded
+/// among `unended`, the runs the round counted as going without knowing
+/// their ends. A run that ended between the round's read and this move
+/// found the mark still before its end, so its own rewind changed nothing:
+/// without this, its overruns would stay overruns, neither run nor
+/// recorded missed. An end recorded after this read rewinds by itself.
+pub(crate) fn commit_checked(
+    conn: &mut crate::db::DbConnection,
+    job: &str,
+    read: Option<chrono::NaiveDateTime>,
+    until: DateTime<Utc>,
+    unended: &[i64],
+) -> diesel::QueryResult<()> {
+    crate::lease::set_missed_checked(conn, job, read, until)?;
+    crate::history::rewind_missed_check_to_ended(conn, job, unended)?;
+    Ok(())
 }

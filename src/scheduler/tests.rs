@@ -906,3 +906,81 @@ async fn a_jobs_first_instants_are_checked_for_misses() {
         .collect();
     assert_eq!(missed, ["00:01", "00:02", "00:03", "00:04", "00:05"]);
 }
+
+/// A run the check for missed instants counted as going, because its end
+/// was not known, may end between the check's read and its move of the
+/// mark. Its own rewind then finds the mark still before its end and
+/// changes nothing, and the check moves the mark past the instants it took
+/// for overruns: they would be neither run nor recorded missed (found by
+/// the fault campaign: two per-second instants after a partition). The
+/// check takes the mark back to the end it finds after its move.
+#[test]
+fn a_run_ending_while_the_check_runs_takes_the_mark_back() {
+    use crate::db::schema::replicron_runs::dsl as runs;
+    use diesel::prelude::*;
+    let db = TestDb::sqlite();
+    drop(db.pool(1));
+    let mut conn = db.connect();
+    crate::lease::ensure_rows(&mut conn, &["tick"]).expect("row");
+    let read = utc("2027-03-01T00:00:12Z");
+    {
+        use crate::db::schema::replicron_locks::dsl as locks;
+        diesel::update(locks::replicron_locks.filter(locks::name.eq("tick")))
+            .set(locks::missed_checked_until.eq(Some(read.naive_utc())))
+            .execute(&mut conn)
+            .expect("mark");
+    }
+    let id = crate::history::record_run_started(
+        &mut conn,
+        &crate::history::NewRun {
+            job: "tick".into(),
+            scheduled_at: utc("2027-03-01T00:00:13Z"),
+            attempt: 1,
+            instance: "cut-off".into(),
+            fence: 15,
+            once_key: None,
+            scope: String::new(),
+            lease_row: None,
+        },
+    )
+    .expect("start");
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+        .set((
+            runs::status.eq(RunStatus::Abandoned),
+            runs::started_at.eq(utc("2027-03-01T00:00:13Z").naive_utc()),
+            runs::confirmed_at.eq(Some(utc("2027-03-01T00:00:13Z").naive_utc())),
+        ))
+        .execute(&mut conn)
+        .expect("abandon");
+    // The check has read the mark (00:12) and the run without its end, and
+    // took 00:14 and 00:15 for its overruns. Now the run's end lands: the
+    // mark is still before it, so its rewind changes nothing.
+    let finish = crate::history::RunFinish {
+        status: RunStatus::Succeeded,
+        exit_code: Some(0),
+        output: String::new(),
+        duration: Duration::from_millis(383),
+    };
+    assert!(crate::history::record_run_finished(&mut conn, id, &finish).expect("end"));
+    // The check moves the mark to 00:20.
+    super::missed::commit_checked(
+        &mut conn,
+        "tick",
+        Some(read.naive_utc()),
+        utc("2027-03-01T00:00:20Z"),
+        &[id],
+    )
+    .expect("commit");
+    let mark = crate::lease::find_lock(&mut conn, "tick")
+        .expect("read")
+        .expect("row")
+        .missed_checked_until
+        .expect("mark")
+        .and_utc();
+    let end = runs_of(&db, "tick")[0]
+        .finished_at
+        .expect("the run's end")
+        .and_utc();
+    assert!(end < utc("2027-03-01T00:00:20Z"), "{end}");
+    assert_eq!(mark, end, "the next round checks again from the run's end");
+}
