@@ -153,35 +153,42 @@ impl DbError {
 
 /// Whether a database's message says it gave up waiting for a lock.
 fn says_lock_given_up(message: &str) -> bool {
-    let message = message.to_ascii_lowercase();
-    [
-        "deadlock",
-        "lock wait timeout",
-        "database is locked",
-        "database table is locked",
-        "could not serialize",
-    ]
-    .iter()
-    .any(|needle| message.contains(needle))
+    mentions_any(
+        message,
+        &[
+            "deadlock",
+            "lock wait timeout",
+            "database is locked",
+            "database table is locked",
+            "could not serialize",
+        ],
+    )
 }
 
 /// Whether a driver's message says the connection was lost or could not be
 /// used, rather than that a statement was refused.
 fn says_connection_lost(message: &str) -> bool {
+    mentions_any(
+        message,
+        &[
+            "gone away",
+            "lost connection",
+            "connection",
+            "server closed",
+            "terminating",
+            "could not receive",
+            "could not send",
+            "broken pipe",
+            "shutdown",
+        ],
+    )
+}
+
+/// Whether `message` contains any of `needles` (lower case), whatever its
+/// own case.
+fn mentions_any(message: &str, needles: &[&str]) -> bool {
     let message = message.to_ascii_lowercase();
-    [
-        "gone away",
-        "lost connection",
-        "connection",
-        "server closed",
-        "terminating",
-        "could not receive",
-        "could not send",
-        "broken pipe",
-        "shutdown",
-    ]
-    .iter()
-    .any(|needle| message.contains(needle))
+    needles.iter().any(|needle| message.contains(needle))
 }
 
 /// Whether an error means another replica got there first (a duplicate
