@@ -519,6 +519,50 @@ fn connect_at(db: &TestDb, clock: &Arc<TokioClock>) -> crate::db::DbConnection {
     crate::db::establish_with(&db.database_url(), &clock).expect("connect")
 }
 
+/// Records attempt 1 of `job`'s `instant` as started at the instant by
+/// `instance` under `fence`, as a replica that was then cut off or vanished
+/// left it. With `abandoned` (its last confirmation), the row is also
+/// marked `abandoned`, as the job's next claimant marks it. Returns its id.
+fn run_left_by(
+    conn: &mut crate::db::DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+    instance: &str,
+    fence: i64,
+    abandoned: Option<DateTime<Utc>>,
+) -> i64 {
+    use crate::db::schema::replicron_runs::dsl as runs;
+    use diesel::prelude::*;
+    let id = crate::history::record_run_started(
+        conn,
+        &crate::history::NewRun {
+            job: job.into(),
+            scheduled_at: instant,
+            attempt: 1,
+            instance: instance.into(),
+            fence,
+            once_key: None,
+            scope: String::new(),
+            lease_row: None,
+        },
+    )
+    .expect("start");
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+        .set(runs::started_at.eq(instant.naive_utc()))
+        .execute(conn)
+        .expect("start time");
+    if let Some(confirmed) = abandoned {
+        diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+            .set((
+                runs::status.eq(RunStatus::Abandoned),
+                runs::confirmed_at.eq(Some(confirmed.naive_utc())),
+            ))
+            .execute(conn)
+            .expect("abandon");
+    }
+    id
+}
+
 /// An `abandoned` run (its replica vanished, its end unknown) held its
 /// job's lease at most until its lease could have run out after its last
 /// confirmation: instants after that which nobody ran are recorded
@@ -548,33 +592,14 @@ async fn instants_after_an_abandoned_runs_lease_are_missed_not_overruns() {
         .expect("runs");
     // 00:04 was claimed by a replica that then vanished: its row was marked
     // abandoned by the next claimant, its last confirmation at 00:04:10.
-    {
-        let mut conn = connect_at(&db, &clock);
-        let id = crate::history::record_run_started(
-            &mut conn,
-            &crate::history::NewRun {
-                job: "minutely".into(),
-                scheduled_at: utc("2027-03-01T00:04:00Z"),
-                attempt: 1,
-                instance: "vanished".into(),
-                fence: 99,
-                once_key: None,
-                scope: String::new(),
-                lease_row: None,
-            },
-        )
-        .expect("start");
-        use crate::db::schema::replicron_runs::dsl as runs;
-        use diesel::prelude::*;
-        diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
-            .set((
-                runs::status.eq(RunStatus::Abandoned),
-                runs::started_at.eq(utc("2027-03-01T00:04:00Z").naive_utc()),
-                runs::confirmed_at.eq(Some(utc("2027-03-01T00:04:10Z").naive_utc())),
-            ))
-            .execute(&mut conn)
-            .expect("abandon");
-    }
+    run_left_by(
+        &mut connect_at(&db, &clock),
+        "minutely",
+        utc("2027-03-01T00:04:00Z"),
+        "vanished",
+        99,
+        Some(utc("2027-03-01T00:04:10Z")),
+    );
     tokio::time::sleep(Duration::from_secs(16 * 60)).await;
     replica("after")
         .await
@@ -757,7 +782,6 @@ async fn a_claim_that_commits_after_its_caller_gave_up_still_runs_once() {
 #[tokio::test(start_paused = true)]
 async fn instants_after_a_late_recorded_end_are_missed_not_overruns() {
     use crate::db::schema::replicron_locks::dsl as locks;
-    use crate::db::schema::replicron_runs::dsl as runs;
     use diesel::prelude::*;
     let db = TestDb::sqlite();
     let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
@@ -790,24 +814,14 @@ async fn instants_after_a_late_recorded_end_are_missed_not_overruns() {
     // 00:04:10, but neither its end nor its release reaches the database.
     let id = {
         let mut conn = connect_at(&db, &clock);
-        let id = crate::history::record_run_started(
+        let id = run_left_by(
             &mut conn,
-            &crate::history::NewRun {
-                job: "minutely".into(),
-                scheduled_at: utc("2027-03-01T00:04:00Z"),
-                attempt: 1,
-                instance: "cut-off".into(),
-                fence: 99,
-                once_key: None,
-                scope: String::new(),
-                lease_row: None,
-            },
-        )
-        .expect("start");
-        diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
-            .set(runs::started_at.eq(utc("2027-03-01T00:04:00Z").naive_utc()))
-            .execute(&mut conn)
-            .expect("start time");
+            "minutely",
+            utc("2027-03-01T00:04:00Z"),
+            "cut-off",
+            99,
+            None,
+        );
         diesel::update(locks::replicron_locks.filter(locks::name.eq("minutely")))
             .set((
                 locks::fence.eq(99_i64),
@@ -916,7 +930,6 @@ async fn a_jobs_first_instants_are_checked_for_misses() {
 /// check takes the mark back to the end it finds after its move.
 #[test]
 fn a_run_ending_while_the_check_runs_takes_the_mark_back() {
-    use crate::db::schema::replicron_runs::dsl as runs;
     use diesel::prelude::*;
     let db = TestDb::sqlite();
     drop(db.pool(1));
@@ -930,28 +943,14 @@ fn a_run_ending_while_the_check_runs_takes_the_mark_back() {
             .execute(&mut conn)
             .expect("mark");
     }
-    let id = crate::history::record_run_started(
+    let id = run_left_by(
         &mut conn,
-        &crate::history::NewRun {
-            job: "tick".into(),
-            scheduled_at: utc("2027-03-01T00:00:13Z"),
-            attempt: 1,
-            instance: "cut-off".into(),
-            fence: 15,
-            once_key: None,
-            scope: String::new(),
-            lease_row: None,
-        },
-    )
-    .expect("start");
-    diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
-        .set((
-            runs::status.eq(RunStatus::Abandoned),
-            runs::started_at.eq(utc("2027-03-01T00:00:13Z").naive_utc()),
-            runs::confirmed_at.eq(Some(utc("2027-03-01T00:00:13Z").naive_utc())),
-        ))
-        .execute(&mut conn)
-        .expect("abandon");
+        "tick",
+        utc("2027-03-01T00:00:13Z"),
+        "cut-off",
+        15,
+        Some(utc("2027-03-01T00:00:13Z")),
+    );
     // The check has read the mark (00:12) and the run without its end, and
     // took 00:14 and 00:15 for its overruns. Now the run's end lands: the
     // mark is still before it, so its rewind changes nothing.
