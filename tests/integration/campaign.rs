@@ -175,11 +175,23 @@ fn draw(seed: u64, replicas: usize, nodes: usize, length: Duration) -> Vec<Fault
     while at < length {
         let roll = rng.below(100);
         let kind = match roll {
-            0..=19 => Kind::Kill {
-                down: rng.millis(0, 3_000),
-                new_id: rng.chance(40),
-                skew_ms: None,
-            },
+            0..=19 => {
+                let new_id = rng.chance(40);
+                // Under the same id, often at once, as systemd's
+                // `Restart=` does after its default 100 ms: the new
+                // process then claims, as catch-up, the very instant its
+                // killed predecessor had won.
+                let down = if !new_id && rng.chance(50) {
+                    rng.millis(50, 150)
+                } else {
+                    rng.millis(0, 3_000)
+                };
+                Kind::Kill {
+                    down,
+                    new_id,
+                    skew_ms: None,
+                }
+            }
             20..=29 => Kind::Kill {
                 down: rng.millis(0, 2_000),
                 new_id: rng.chance(30),

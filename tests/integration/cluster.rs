@@ -44,6 +44,15 @@ pub(crate) struct Node {
     dir: PathBuf,
     extra: Vec<String>,
     child: Option<Child>,
+    /// The other nodes' error logs, for a Galera node.
+    peers: Vec<PathBuf>,
+}
+
+/// The last 30 lines of a server's error log.
+fn tail_of(log: &Path) -> String {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(30).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
 impl Node {
@@ -53,6 +62,7 @@ impl Node {
             dir: dir.to_path_buf(),
             extra: extra.to_vec(),
             child: None,
+            peers: Vec::new(),
         };
         node.spawn();
         node
@@ -131,6 +141,13 @@ impl Node {
     pub(crate) fn rejoin(&mut self, timeout: Duration) {
         self.extra.retain(|option| option != "--wsrep-new-cluster");
         self.kill();
+        // The state transfer's rsync daemon writes as nobody, and the
+        // server (as root) left files of root's: hand the folder over.
+        let _ = Command::new("chown")
+            .arg("-R")
+            .arg("nobody")
+            .arg(&self.dir)
+            .status();
         self.spawn();
         self.wait_for_status("wsrep_ready", "ON", timeout);
     }
@@ -184,9 +201,12 @@ impl Node {
     }
 
     fn error_log(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.with_extension("err")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        let mut text = tail_of(&self.dir.with_extension("err"));
+        // A Galera node that cannot rejoin: its donor says why.
+        for peer in &self.peers {
+            text.push_str(&format!("\n--- {} ---\n{}", peer.display(), tail_of(peer)));
+        }
+        text
     }
 
     /// SIGKILL: the node is gone at once, as in a crash.
@@ -338,6 +358,14 @@ impl Galera {
             nodes.push(node);
         }
         nodes[2].wait_for_status("wsrep_cluster_size", "3", Duration::from_secs(30));
+        let logs: Vec<PathBuf> = nodes.iter().map(|n| n.dir.with_extension("err")).collect();
+        for node in &mut nodes {
+            node.peers = logs
+                .iter()
+                .filter(|l| **l != node.dir.with_extension("err"))
+                .cloned()
+                .collect();
+        }
         eprintln!(
             "a 3-node Galera cluster is up after {:?}",
             started.elapsed()
