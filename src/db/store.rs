@@ -2,22 +2,56 @@
 //! a [`Store`] over the pool, whose typed methods (defined beside their
 //! statements, in `lease`, `history` and `registry`) each run one statement
 //! function off the runtime, bounded, with its error saying what was being
-//! done.
+//! done. A daemon's store tells its [`Health`] how every call went, so that
+//! no caller has to.
+
+use std::sync::Arc;
 
 use diesel::QueryResult;
 
+use super::health::Health;
 use super::{DbConnection, DbError, Pool};
 
 /// Typed async access to the database.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Store {
     pool: Pool,
+    /// Told of every call's outcome (a daemon's; a command's has none).
+    health: Option<Arc<Health>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Store {
     /// A store over `pool`.
     pub(crate) fn new(pool: Pool) -> Self {
-        Store { pool }
+        Store { pool, health: None }
+    }
+
+    /// The same store, telling `health` how each of its calls went: an
+    /// answer counts as the database up, an unreachable database as down.
+    pub(crate) fn reporting_to(self, health: Arc<Health>) -> Self {
+        Store {
+            health: Some(health),
+            ..self
+        }
+    }
+
+    /// Tells the health tracker, if any, how a call went.
+    fn report<T>(&self, result: Result<T, DbError>) -> Result<T, DbError> {
+        if let Some(health) = &self.health {
+            match &result {
+                Ok(_) => health.report_ok(),
+                Err(e) => health.report_error(e),
+            }
+        }
+        result
     }
 
     /// The pool behind it.
@@ -28,6 +62,16 @@ impl Store {
     /// Runs the statement function `f` on a pooled connection, off the
     /// runtime; a failure says it happened while `doing`.
     pub(crate) async fn call<T, F>(&self, doing: &'static str, f: F) -> Result<T, DbError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut DbConnection) -> QueryResult<T> + Send + 'static,
+    {
+        let result = self.call_unreported(doing, f).await;
+        self.report(result)
+    }
+
+    /// [`Store::call`], not told to the health tracker.
+    async fn call_unreported<T, F>(&self, doing: &'static str, f: F) -> Result<T, DbError>
     where
         T: Send + 'static,
         F: FnOnce(&mut DbConnection) -> QueryResult<T> + Send + 'static,
@@ -52,14 +96,16 @@ impl Store {
         F: Fn(&mut DbConnection) -> QueryResult<T> + Clone + Send + 'static,
     {
         let mut pause = std::time::Duration::from_millis(50);
+        // Only the outcome is told: a dead pooled connection that fails
+        // one try does not make the database down for a moment.
         loop {
-            match self.call(doing, f.clone()).await {
+            match self.call_unreported(doing, f.clone()).await {
                 Err(e) if e.is_unreachable() && tokio::time::Instant::now() + pause < deadline => {
                     tracing::debug!("{doing}: trying again on a fresh connection: {e}");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(std::time::Duration::from_secs(1));
                 }
-                result => return result,
+                result => return self.report(result),
             }
         }
     }
@@ -71,11 +117,13 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut DbConnection) -> Result<T, DbError> + Send + 'static,
     {
-        self.pool.run_blocking(f).await
+        let result = self.pool.run_blocking(f).await;
+        self.report(result)
     }
 
     /// Whether the database answers.
     pub(crate) async fn ping(&self) -> Result<(), DbError> {
-        self.pool.ping().await
+        let result = self.pool.ping().await;
+        self.report(result)
     }
 }

@@ -57,6 +57,66 @@ mod sqlite {
             assert_eq!(mode.journal_mode, "wal");
         }
     }
+
+    /// A daemon's store tells its health tracker how each call went: a call
+    /// that gets no answer makes the database down, the next answer up
+    /// again. A call tried again on a fresh connection tells only how it
+    /// ended, so one dead pooled connection makes no outage of a moment.
+    #[tokio::test]
+    async fn the_store_tells_its_health_how_each_call_went() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::Duration;
+
+        use crate::db::Store;
+        use crate::db::health::{DbState, Health};
+
+        let db = TestDb::sqlite();
+        let pool = db.pool(4).with_call_timeout(Duration::from_millis(200));
+        let health = Arc::new(Health::new(Arc::default()));
+        let states = health.subscribe();
+        let store = Store::new(pool).reporting_to(health.clone());
+        let hang = |conn: &mut crate::db::DbConnection| {
+            std::thread::sleep(Duration::from_millis(400));
+            crate::db::pool::ping(conn)
+        };
+
+        store
+            .call("pinging slowly", hang)
+            .await
+            .expect_err("no answer in time");
+        assert_eq!(*states.borrow(), DbState::Down);
+        store.ping().await.expect("an answer");
+        assert_eq!(*states.borrow(), DbState::Up);
+
+        // The first try hangs, the second answers: no outage is told.
+        let tried = Arc::new(AtomicBool::new(false));
+        let mut changes = health.subscribe();
+        changes.mark_unchanged();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        store
+            .call_until("pinging, once slowly", deadline, move |conn| {
+                if tried.swap(true, Ordering::SeqCst) {
+                    crate::db::pool::ping(conn)
+                } else {
+                    hang(conn)
+                }
+            })
+            .await
+            .expect("the second try answers");
+        assert!(
+            !changes.has_changed().expect("the tracker lives"),
+            "a failed try was told"
+        );
+
+        // A command's store tells nobody.
+        let quiet = Store::new(db.pool(1).with_call_timeout(Duration::from_millis(200)));
+        quiet
+            .call("pinging slowly", hang)
+            .await
+            .expect_err("no answer in time");
+        assert_eq!(*states.borrow(), DbState::Up);
+    }
 }
 
 /// Statements in a session whose time zone is not UTC.

@@ -192,7 +192,6 @@ async fn writer(
                 Ok(()) => {
                     queue.pop_front();
                     pending.done();
-                    health.report_ok();
                     retry.reset();
                 }
                 // An error is taken as a refusal only when it is not one
@@ -206,7 +205,6 @@ async fn writer(
                     error!("history write failed: {}: {e}", write.describe());
                 }
                 Err(e) => {
-                    health.report_error(&e);
                     debug!("history write delayed ({}): {e}", write.describe());
                     // Wait a while, or until the database is back; keep
                     // taking in writes meanwhile.

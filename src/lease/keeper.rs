@@ -16,7 +16,6 @@ use tracing::warn;
 
 use super::Lease;
 use crate::db::Store;
-use crate::db::health::Health;
 
 /// What the keeper knows of its lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,20 +101,13 @@ impl Keeper {
     /// (the database counts the lease from when the statement began, which
     /// is no earlier; a claim that waited in the server, or a reply read
     /// late, must not stretch the lease on this side).
-    pub(crate) fn start(
-        store: Store,
-        health: Arc<Health>,
-        lease: Lease,
-        times: LeaseTimes,
-        claimed: Instant,
-    ) -> Keeper {
+    pub(crate) fn start(store: Store, lease: Lease, times: LeaseTimes, claimed: Instant) -> Keeper {
         let sender = Arc::new(watch::Sender::new(LeaseState::Held(claimed)));
         let state = sender.subscribe();
         let leases = Arc::new(std::sync::Mutex::new(vec![lease]));
         let last_confirmed = Arc::new(std::sync::Mutex::new(claimed));
         let task = tokio::spawn(keep(
             store,
-            health,
             leases.clone(),
             times,
             sender.clone(),
@@ -233,7 +225,7 @@ impl Keeper {
     /// is a third of the lease old or more: `Some(true)` held, `Some(false)`
     /// lost (and the keeper knows it), `None` not known (the database did
     /// not answer).
-    async fn confirm_now(&self, store: &Store, health: &Health) -> Option<bool> {
+    async fn confirm_now(&self, store: &Store) -> Option<bool> {
         match self.state() {
             _ if self.local => Some(true),
             LeaseState::Lost => Some(false),
@@ -242,19 +234,14 @@ impl Keeper {
                 let sent = Instant::now();
                 match extend_all(store, &self.leases, self.times).await {
                     Ok(true) => {
-                        health.report_ok();
                         self.confirmed(sent);
                         Some(true)
                     }
                     Ok(false) => {
-                        health.report_ok();
                         self.sender.send_replace(LeaseState::Lost);
                         Some(false)
                     }
-                    Err(e) => {
-                        health.report_error(&e);
-                        None
-                    }
+                    Err(_) => None,
                 }
             }
         }
@@ -264,8 +251,8 @@ impl Keeper {
     /// was confirmed within the last third of it, or is confirmed again by
     /// asking the database. A start record that was slow (a stall) cannot
     /// let a run start under a lease that is gone, or about to go.
-    pub(crate) async fn confirm_for_start(&self, store: &Store, health: &Health) -> bool {
-        self.confirm_now(store, health).await == Some(true)
+    pub(crate) async fn confirm_for_start(&self, store: &Store) -> bool {
+        self.confirm_now(store).await == Some(true)
     }
 
     /// Whether the lease is still this replica's right now: confirmed
@@ -274,8 +261,8 @@ impl Keeper {
     /// deadline). Checked before a run's success is recorded, so that a
     /// replica that was frozen past its lease does not claim a success it
     /// had no right to.
-    pub(crate) async fn verify(&self, store: &Store, health: &Health) -> bool {
-        match self.confirm_now(store, health).await {
+    pub(crate) async fn verify(&self, store: &Store) -> bool {
+        match self.confirm_now(store).await {
             Some(held) => held,
             None => !self.past_confirmation_deadline(),
         }
@@ -319,7 +306,6 @@ async fn extend_all(
 
 async fn keep(
     store: Store,
-    health: Arc<Health>,
     leases: Arc<std::sync::Mutex<Vec<Lease>>>,
     times: LeaseTimes,
     state: Arc<watch::Sender<LeaseState>>,
@@ -377,7 +363,6 @@ async fn keep(
         };
         match extended {
             Ok(true) => {
-                health.report_ok();
                 // Counted from when the extension was asked for: time it
                 // spent waiting in the server, or unread, is not the lease's.
                 confirmed = confirmed.max(sent);
@@ -386,7 +371,6 @@ async fn keep(
                 continue;
             }
             Ok(false) => {
-                health.report_ok();
                 crate::telemetry::extension_failed(&job);
                 warn!(job = %job, fence, "lease lost: it expired or another replica holds it");
                 state.send_replace(LeaseState::Lost);
@@ -394,7 +378,6 @@ async fn keep(
             }
             Err(e) => {
                 crate::telemetry::extension_failed(&job);
-                health.report_error(&e);
                 warn!(job = %job, "could not extend the lease: {e}");
             }
         }
@@ -410,7 +393,7 @@ mod tests {
     use crate::testing::TestDb;
     use chrono::{DateTime, Utc};
 
-    fn kept(db: &TestDb, lease_for: Duration) -> (Store, Arc<Health>, Lease) {
+    fn kept(db: &TestDb, lease_for: Duration) -> (Store, Lease) {
         let pool = db.pool(2);
         let mut conn = pool.get().expect("conn");
         ensure_rows(&mut conn, &["job"]).expect("rows");
@@ -420,11 +403,7 @@ mod tests {
             .won()
             .expect("won");
         drop(conn);
-        (
-            Store::new(pool),
-            Arc::new(Health::new(Arc::default())),
-            lease,
-        )
+        (Store::new(pool), lease)
     }
 
     /// Takes `job`'s lease away, as another replica that claims it does.
@@ -448,11 +427,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lost_lease_is_told_once() {
         let db = TestDb::sqlite();
-        let (store, health, lease) = kept(&db, Duration::from_secs(3));
+        let (store, lease) = kept(&db, Duration::from_secs(3));
         let times = LeaseTimes::new(Duration::from_secs(3), Duration::from_secs(10));
         // Claimed by another replica meanwhile: the next extension fails.
         claim_away(&db);
-        let mut keeper = Keeper::start(store, health, lease, times, Instant::now());
+        let mut keeper = Keeper::start(store, lease, times, Instant::now());
         assert_eq!(keeper.changed().await, LeaseState::Lost);
         let again = tokio::time::timeout(Duration::from_secs(60), keeper.changed()).await;
         assert!(again.is_err(), "the loss was told again: {again:?}");
@@ -467,12 +446,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_run_starts_only_under_a_lease_confirmed_after_its_record() {
         let db = TestDb::sqlite();
-        let (store, health, lease) = kept(&db, Duration::from_secs(30));
+        let (store, lease) = kept(&db, Duration::from_secs(30));
         let times = LeaseTimes::new(Duration::from_secs(30), Duration::from_secs(10));
         // Confirmed just now: no question asked.
         let sent = Instant::now();
-        let keeper = Keeper::start(store.clone(), health.clone(), lease.clone(), times, sent);
-        assert!(keeper.confirm_for_start(&store, &health).await);
+        let keeper = Keeper::start(store.clone(), lease.clone(), times, sent);
+        assert!(keeper.confirm_for_start(&store).await);
         assert_eq!(keeper.state(), LeaseState::Held(sent));
         // Its start record took longer than a third of the lease (and no
         // extension came meanwhile): asked again, and held; the answer
@@ -480,16 +459,16 @@ mod tests {
         keeper.task.abort();
         tokio::time::advance(Duration::from_secs(11)).await;
         let asked = Instant::now();
-        assert!(keeper.confirm_for_start(&store, &health).await);
+        assert!(keeper.confirm_for_start(&store).await);
         assert_eq!(keeper.state(), LeaseState::Held(asked));
         // Another keeper whose lease is claimed away before its start:
         // no start, and lost.
         let old = Instant::now();
-        let stale = Keeper::start(store.clone(), health.clone(), lease, times, old);
+        let stale = Keeper::start(store.clone(), lease, times, old);
         tokio::time::advance(Duration::from_secs(11)).await;
         stale.task.abort();
         claim_away(&db);
-        assert!(!stale.confirm_for_start(&store, &health).await);
+        assert!(!stale.confirm_for_start(&store).await);
         assert_eq!(stale.state(), LeaseState::Lost);
     }
 }

@@ -51,6 +51,7 @@ impl Engine {
         guard: Option<Arc<Guard>>,
     ) -> Arc<Engine> {
         let health = Arc::new(Health::new(liveness));
+        let store = store.reporting_to(health.clone());
         let notifier = Notifier::start(sent);
         let on_abandoned = abandoned_notices(notifier.clone());
         let journal = Journal::start(store.clone(), health.clone(), on_abandoned.clone());

@@ -256,10 +256,7 @@ async fn run_attempt(
     let run_id = rows.start(attempt).await?;
     // Nothing starts under a lease that is not confirmed after its start
     // record: the record may have waited (a stall) while the lease ran out.
-    if !keeper
-        .confirm_for_start(&engine.store, &engine.health)
-        .await
-    {
+    if !keeper.confirm_for_start(&engine.store).await {
         warn!(job = %job.name, instant = %super::fmt_instant(lease.instant), run_id, attempt, "run not started: its lease could not be confirmed after its start was recorded");
         return Some(
             rows.unstarted(
@@ -361,7 +358,7 @@ async fn run_attempt(
     // A replica frozen past its lease must not record a success (or any
     // ending) it had no right to: check the lease first.
     if matches!(status, RunStatus::Succeeded | RunStatus::Failed)
-        && !keeper.verify(&engine.store, &engine.health).await
+        && !keeper.verify(&engine.store).await
     {
         warn!(job = %job.name, run_id, "the run ended after its lease was lost");
         status = RunStatus::LostLock;

@@ -498,6 +498,9 @@ impl Scheduler {
             (liveness, sent),
             guard,
         );
+        // From here on every call tells the engine's health how it went.
+        let store = engine.store.clone();
+        clock_sync.use_store(store.clone());
         info!(
             instance = %engine.instance,
             database = %store.pool().url(),
@@ -773,20 +776,17 @@ impl Registration {
                 .and_then(|o| o.offset.num_microseconds())
                 .map(|db_minus_host| -db_minus_host),
         };
-        match engine.store.heartbeat(self.me.clone(), beat.clone()).await {
-            Ok((mine, instances)) => {
-                engine.health.report_ok();
-                if mine {
-                    self.said = false;
-                } else if !self.said {
-                    error!(instance = %self.me.id, "another process has taken over this replica's instance id: leases and history can no longer tell the two apart; stop one of them");
-                    self.said = true;
-                }
-                let names: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
-                let drifted = drift::assess(&self.me.id, &beat.job_digests, &instances);
-                engine.drift.update(&names, drifted);
+        // A failure is the store's to tell; the next beat tries again.
+        if let Ok((mine, instances)) = engine.store.heartbeat(self.me.clone(), beat.clone()).await {
+            if mine {
+                self.said = false;
+            } else if !self.said {
+                error!(instance = %self.me.id, "another process has taken over this replica's instance id: leases and history can no longer tell the two apart; stop one of them");
+                self.said = true;
             }
-            Err(e) => engine.health.report_error(&e),
+            let names: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
+            let drifted = drift::assess(&self.me.id, &beat.job_digests, &instances);
+            engine.drift.update(&names, drifted);
         }
     }
 

@@ -38,7 +38,6 @@ pub(crate) async fn prune_forever(
         if health.is_up()
             && let Err(e) = prune_once(&store, &instance, older_than).await
         {
-            health.report_error(&e);
             warn!("history retention skipped this round: {e}");
         }
     }

@@ -45,13 +45,7 @@ impl RunLease {
         let keeper = if per_host {
             Keeper::local(times, claimed)
         } else {
-            Keeper::start(
-                engine.store.clone(),
-                engine.health.clone(),
-                lease.clone(),
-                times,
-                claimed,
-            )
+            Keeper::start(engine.store.clone(), lease.clone(), times, claimed)
         };
         RunLease {
             lease,
@@ -136,14 +130,12 @@ async fn take_locks(engine: &Engine, job: &Work, keeper: &Keeper) -> Result<Vec<
                 .await
             {
                 Ok(Claim::Won(lease)) => {
-                    engine.health.report_ok();
                     keeper.add(lease.clone());
                     taken.push(lease);
                     continue 'locks;
                 }
                 Ok(Claim::Held(held)) => holder = held.by,
-                Ok(_) => {}
-                Err(e) => engine.health.report_error(&e),
+                Ok(_) | Err(_) => {}
             }
             let pause = backoff.next_pause();
             if Instant::now() + pause > give_up {
@@ -175,7 +167,6 @@ async fn release_lock(engine: &Engine, job: &Work, lock: Lease) {
         .release_until(lock.clone(), Duration::ZERO, release_deadline(job))
         .await
     {
-        engine.health.report_error(&e);
         warn!(job = %job.name, lock = %lock.job, "a shared lock could not be released; it ends by itself: {e}");
     }
 }
@@ -198,12 +189,11 @@ async fn release(engine: &Engine, job: &Work, lease: &Lease) {
         )
         .await
     {
-        Ok(true) => engine.health.report_ok(),
+        Ok(true) => {}
         Ok(false) => {
             warn!(job = %job.name, fence = lease.fence, "the lease was no longer ours at release")
         }
         Err(e) => {
-            engine.health.report_error(&e);
             warn!(job = %job.name, "the lease could not be released; it ends by itself: {e}");
         }
     }

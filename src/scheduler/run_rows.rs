@@ -98,7 +98,6 @@ impl<'e> RunRows<'e> {
             return;
         };
         if let Err(e) = self.engine.store.restart_run(id).await {
-            self.engine.health.report_error(&e);
             warn!(job = %self.row.job, run_id = id, "the run's start after its locks could not be recorded: {e}");
         }
     }
@@ -110,7 +109,6 @@ impl<'e> RunRows<'e> {
         match self.record(attempt).await {
             Ok(id) => Some(id),
             Err(e) => {
-                self.engine.health.report_error(&e);
                 error!(job = %self.row.job, instant = %fmt_instant(self.row.scheduled_at), attempt, "run not started, its start could not be recorded: {e}");
                 None
             }
@@ -165,7 +163,7 @@ impl<'e> RunRows<'e> {
             })
             .await
         {
-            Ok(_) => engine.health.report_ok(),
+            Ok(_) => {}
             Err(e) => {
                 // The journal's retries say the rest (and the health state).
                 debug!(job = %self.row.job, run_id = id, "the run's end goes to the journal: {e}");
@@ -221,7 +219,6 @@ impl<'e> RunRows<'e> {
         let run_id = match self.record(1).await {
             Ok(id) => id,
             Err(e) => {
-                self.engine.health.report_error(&e);
                 error!(job = %self.row.job, instant = %fmt_instant(instant), "the skipped instant could not be recorded: {e}");
                 return None;
             }

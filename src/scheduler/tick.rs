@@ -268,7 +268,7 @@ async fn catch_up(
         }
         Ok(_) => {}
         Err(e) => {
-            engine.health.report_error(&e);
+            debug!(job = %job.name, instant = %fmt_instant(instant), "no catch-up: the lease row could not be read: {e}");
             return None;
         }
     }
@@ -354,9 +354,6 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
     };
     loop {
         let claimed = engine.claimer.claim(job, instant).await;
-        if claimed.is_ok() {
-            engine.health.report_ok();
-        }
         let pause = match claimed {
             Ok(Claimed::Won { lease, run, sent }) => {
                 telemetry::claim(&job.name, true);
@@ -382,7 +379,6 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 }
             }
             Ok(Claimed::Unanswered(unanswered)) => {
-                engine.health.report_error(&unanswered.error);
                 // The claim may have committed without this replica hearing:
                 // its row says, once the database answers again.
                 warn!(
@@ -476,7 +472,6 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                                 }
                             }
                             Err(e) => {
-                                engine.health.report_error(&e);
                                 telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
                                 warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
                                 return Attempt::Skipped;
@@ -486,7 +481,6 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 }
             }
             Err(e) => {
-                engine.health.report_error(&e);
                 telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
                 warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
                 return Attempt::Skipped;
@@ -554,9 +548,8 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
                 reason: row.paused_reason,
             };
         }
-        Ok(_) => engine.health.report_ok(),
+        Ok(_) => {}
         Err(e) => {
-            engine.health.report_error(&e);
             telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
             warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
             return Attempt::Skipped;

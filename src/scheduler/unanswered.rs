@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::Phase;
 use super::claimer::Unanswered;
@@ -144,14 +144,8 @@ async fn ask(
         )
         .await;
     match asked {
-        Ok(committed) => {
-            engine.health.report_ok();
-            Ok((committed, sent))
-        }
-        Err(e) => {
-            engine.health.report_error(&e);
-            Err(e)
-        }
+        Ok(committed) => Ok((committed, sent)),
+        Err(e) => Err(e),
     }
 }
 
@@ -229,7 +223,7 @@ async fn conclude(
                 }
                 Ok(None) => None,
                 Err(e) => {
-                    engine.health.report_error(&e);
+                    debug!(job = %job.name, instant = %fmt_instant(instant), "the run's row could not be read: {e}");
                     release(engine, job, &lease).await;
                     return Settled::Skipped;
                 }
@@ -241,7 +235,7 @@ async fn conclude(
                 if let Some(id) = run
                     && let Err(e) = engine.store.restart_run(id).await
                 {
-                    engine.health.report_error(&e);
+                    debug!(job = %job.name, run_id = id, "the run's start could not be recorded again: {e}");
                     release(engine, job, &lease).await;
                     return Settled::Skipped;
                 }
@@ -320,7 +314,6 @@ async fn record(
         }
         Ok(None) => {}
         Err(e) => {
-            engine.health.report_error(&e);
             warn!(job = %job.name, instant = %fmt_instant(instant), "the skipped instant could not be recorded; the check for missed instants records it: {e}");
         }
     }
@@ -329,7 +322,6 @@ async fn record(
 /// Gives a lease taken up again back at once.
 async fn release(engine: &Engine, job: &Job, lease: &Lease) {
     if let Err(e) = engine.store.release(lease.clone(), Duration::ZERO).await {
-        engine.health.report_error(&e);
         warn!(job = %job.name, "the lease could not be given back; it ends by itself: {e}");
     }
 }
