@@ -253,10 +253,12 @@ fn init_logging(format: LogFormat, default_level: &str) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.with_ansi(colour_wanted()).try_init(),
+        // A run's span fields (job, instant, fence, run id, attempt) at
+        // the top level of each line, as the line's own fields are.
         LogFormat::Json => builder
             .with_ansi(false)
-            .json()
-            .flatten_event(true)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(crate::telemetry::logs::FlatJson)
             .try_init(),
     };
 }

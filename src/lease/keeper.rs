@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{Instrument, warn};
 
 use super::Lease;
 use crate::db::Store;
@@ -106,13 +106,17 @@ impl Keeper {
         let state = sender.subscribe();
         let leases = Arc::new(std::sync::Mutex::new(vec![lease]));
         let last_confirmed = Arc::new(std::sync::Mutex::new(claimed));
-        let task = tokio::spawn(keep(
-            store,
-            leases.clone(),
-            times,
-            sender.clone(),
-            last_confirmed.clone(),
-        ));
+        // In the run's span, if it has one: its lines name the run.
+        let task = tokio::spawn(
+            keep(
+                store,
+                leases.clone(),
+                times,
+                sender.clone(),
+                last_confirmed.clone(),
+            )
+            .in_current_span(),
+        );
         Keeper {
             leases,
             sender,

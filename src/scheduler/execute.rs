@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, warn};
 
 use super::Phase;
 use super::engine::Engine;
@@ -148,7 +148,23 @@ impl Going {
 
 /// Runs the instant `plan` won, with its retries, then releases the lease.
 /// Returns how the last attempt ended (`None` if none could be recorded).
+///
+/// All of it happens in one `run` span (job, instant, fence, and each
+/// attempt's run id and number once recorded): every line logged for the
+/// run, its action's included, carries them.
 pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
+    let span = tracing::info_span!(
+        "run",
+        job = %plan.work.name,
+        instant = %super::fmt_instant(plan.lease.instant),
+        fence = plan.lease.fence,
+        run_id = tracing::field::Empty,
+        attempt = tracing::field::Empty,
+    );
+    execute_in_span(engine, plan).instrument(span).await
+}
+
+async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     let Plan {
         work: job,
         lease,
@@ -207,7 +223,11 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
         if let Some(going) = &going {
             going.begin(engine.clock.now());
         }
-        info!(job = %job.name, instant = %super::fmt_instant(held.lease().instant), attempt, "retrying in {}", humantime::format_duration(settings.retry_backoff));
+        info!(
+            attempt,
+            "retrying in {}",
+            humantime::format_duration(settings.retry_backoff)
+        );
     }
     if let Some(going) = &going {
         going.over(engine.clock.now());
@@ -254,10 +274,13 @@ async fn run_attempt(
     let (lease, keeper) = held.parts();
     let instant = rows.instant();
     let run_id = rows.start(attempt).await?;
+    tracing::Span::current()
+        .record("run_id", run_id)
+        .record("attempt", attempt);
     // Nothing starts under a lease that is not confirmed after its start
     // record: the record may have waited (a stall) while the lease ran out.
     if !keeper.confirm_for_start(&engine.store).await {
-        warn!(job = %job.name, instant = %super::fmt_instant(lease.instant), run_id, attempt, "run not started: its lease could not be confirmed after its start was recorded");
+        warn!("run not started: its lease could not be confirmed after its start was recorded");
         return Some(
             rows.unstarted(
                 run_id,
@@ -288,7 +311,7 @@ async fn run_attempt(
     let began = Instant::now();
     // The action is called inside the task: a job whose closure panics
     // before it returns its future fails like one whose future panics.
-    let mut task = tokio::spawn(async move { action.run(ctx).await });
+    let mut task = tokio::spawn(async move { action.run(ctx).await }.in_current_span());
     // The run counts as started when its action says so (a process once it
     // is spawned): that is when lateness is what the job feels. A run that
     // ends before saying so (it could not start) is not logged as started.
@@ -301,11 +324,6 @@ async fn run_attempt(
             let late = engine.clock.now() - recording.due.unwrap_or(lease.instant);
             telemetry::start_lateness(&job.name, late.to_std().unwrap_or_default());
             info!(
-                job = %job.name,
-                instant = %super::fmt_instant(lease.instant),
-                run_id,
-                fence = lease.fence,
-                attempt,
                 pid,
                 late_ms = late.num_milliseconds(),
                 "run started"
@@ -313,7 +331,7 @@ async fn run_attempt(
             engine.notifier.ping(&job.name, Ping::Start, run_id);
             None
         }
-        joined = &mut task => Some(ending_of(joined, job, run_id)),
+        joined = &mut task => Some(ending_of(joined)),
     };
     let (stopped_for, ending) = match ended_at_once {
         Some(ending) => (None, ending),
@@ -352,7 +370,7 @@ async fn run_attempt(
     // the keeper, which may not have noticed yet).
     if status == RunStatus::Failed && ending.signal.is_some() && keeper.past_confirmation_deadline()
     {
-        warn!(job = %job.name, run_id, "the run was stopped: its lease could not be confirmed in time");
+        warn!("the run was stopped: its lease could not be confirmed in time");
         status = RunStatus::LostLock;
     }
     // A replica frozen past its lease must not record a success (or any
@@ -360,11 +378,11 @@ async fn run_attempt(
     if matches!(status, RunStatus::Succeeded | RunStatus::Failed)
         && !keeper.verify(&engine.store).await
     {
-        warn!(job = %job.name, run_id, "the run ended after its lease was lost");
+        warn!("the run ended after its lease was lost");
         status = RunStatus::LostLock;
     }
     if status == RunStatus::Error {
-        error!(job = %job.name, run_id, "cannot start the run: {}", ending.output.trim());
+        error!("cannot start the run: {}", ending.output.trim());
     }
     rows.finish(
         run_id,
@@ -378,11 +396,6 @@ async fn run_attempt(
     .await;
     telemetry::run_finished(&job.name, status, duration, engine.clock.now());
     info!(
-        job = %job.name,
-        instant = %super::fmt_instant(lease.instant),
-        run_id,
-        fence = lease.fence,
-        attempt,
         status = %status,
         exit_code = ending.exit_code,
         duration_ms = duration.as_millis() as u64,
@@ -427,7 +440,7 @@ async fn notify_outcome(engine: &Engine, job: &Work, outcome: &Outcome, attempte
                 Ok(Some(previous)) if Event::of_status(previous).is_some() => Event::Recovered,
                 Ok(_) => return,
                 Err(e) => {
-                    warn!(job = %job.name, "cannot tell whether the run recovered from a failure: {e}");
+                    warn!("cannot tell whether the run recovered from a failure: {e}");
                     return;
                 }
             }
@@ -480,14 +493,14 @@ async fn watch_run(
     loop {
         let stopping = *stop.borrow();
         tokio::select! {
-            joined = &mut *task => return (stopping, ending_of(joined, job, run_id)),
+            joined = &mut *task => return (stopping, ending_of(joined)),
             () = tokio::time::sleep_until(deadline), if stopping.is_none() => {
-                warn!(job = %job.name, timeout = %humantime::format_duration(job.settings.timeout), "run timed out; stopping it");
+                warn!(timeout = %humantime::format_duration(job.settings.timeout), "run timed out; stopping it");
                 tell(stop, &mut abort_at, StopReason::Timeout, job.settings.kill_grace);
             }
             () = tokio::time::sleep_until(abort_at.unwrap_or(deadline)), if abort_at.is_some() => {
                 task.abort();
-                warn!(job = %job.name, run_id, "the run did not end when told to stop; dropped");
+                warn!("the run did not end when told to stop; dropped");
                 return (
                     stopping,
                     Ending::of(Ended::Failed, "stopped: it did not end within its grace".to_string()),
@@ -495,7 +508,7 @@ async fn watch_run(
             }
             state = keeper.changed() => match state {
                 LeaseState::Lost => {
-                    warn!(job = %job.name, "stopping the run: its lease is lost");
+                    warn!("stopping the run: its lease is lost");
                     tell(stop, &mut abort_at, StopReason::LeaseLost, keeper.times().stop_grace);
                 }
                 LeaseState::Held(_) => rows.confirmed(run_id),
@@ -509,7 +522,7 @@ async fn watch_run(
                         abort_at = Some(Instant::now() + ABORT_MARGIN);
                     }
                     (_, Phase::Stopping { immediate: false }) => {
-                        warn!(job = %job.name, "shutdown grace is over; stopping the run");
+                        warn!("shutdown grace is over; stopping the run");
                         tell(
                             stop,
                             &mut abort_at,
@@ -542,12 +555,12 @@ fn tell(
 
 /// How a run's task ended: its action's ending, or `failed` when it
 /// panicked (the scheduler goes on) or was cancelled.
-fn ending_of(joined: Result<Ending, tokio::task::JoinError>, job: &Work, run_id: i64) -> Ending {
+fn ending_of(joined: Result<Ending, tokio::task::JoinError>) -> Ending {
     match joined {
         Ok(ending) => ending,
         Err(e) if e.is_panic() => {
             let message = panic_message(e.into_panic());
-            error!(job = %job.name, run_id, "the run panicked: {message}");
+            error!("the run panicked: {message}");
             Ending::of(Ended::Failed, format!("panicked: {message}"))
         }
         Err(e) => Ending::of(Ended::Failed, format!("the run's task ended: {e}")),

@@ -1,8 +1,10 @@
-//! What a replica tells the outside: Prometheus metrics ([`metrics`]) and
+//! What a replica tells the outside: Prometheus metrics ([`metrics`]), its JSON
+//! log lines ([`logs`]) and
 //! systemd's readiness and watchdog notifications ([`systemd`]). The
 //! scheduler records metrics and beats [`Liveness`]; serving them
 //! (`crate::web`) and notifying are the daemon's.
 
+pub(crate) mod logs;
 pub(crate) mod metrics;
 pub(crate) mod systemd;
 
