@@ -273,3 +273,133 @@ fn expire_flushes(
     }
     *flushes = kept;
 }
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chrono::{DateTime, Utc};
+
+    use super::{Journal, Write};
+    use crate::db::health::{DbState, Health};
+    use crate::db::{Pool, Store};
+    use crate::history::{self, NewRun, RunFinish, RunRow, RunStatus};
+    use crate::schedule::{Clock, TokioClock};
+    use crate::testing::TestDb;
+
+    fn instant() -> DateTime<Utc> {
+        "2030-01-01T00:00:10Z".parse().expect("instant")
+    }
+
+    /// A run of `job` recorded started, as a replica of its own (no lease
+    /// row) records it.
+    fn started(conn: &mut crate::db::DbConnection, job: &str) -> i64 {
+        history::record_run_started(
+            conn,
+            &NewRun {
+                job: job.to_string(),
+                scheduled_at: instant(),
+                attempt: 1,
+                instance: "me".to_string(),
+                fence: 0,
+                once_key: None,
+                scope: String::new(),
+                lease_row: None,
+            },
+        )
+        .expect("start")
+    }
+
+    fn finished(job: &str, id: i64, status: RunStatus) -> Write {
+        Write::Finished {
+            job: job.to_string(),
+            id,
+            finish: RunFinish {
+                status,
+                exit_code: Some(0),
+                output: "done\n".to_string(),
+                duration: Duration::from_millis(5),
+            },
+        }
+    }
+
+    fn row(db: &TestDb, id: i64) -> RunRow {
+        history::find_runs(&mut db.connect(), &[id])
+            .expect("read")
+            .pop()
+            .expect("the row")
+    }
+
+    /// Queued writes (a lease confirmation, then the ends of two runs)
+    /// land, and a flush returns once they have, with nothing left over.
+    /// On the paused clock.
+    #[tokio::test(start_paused = true)]
+    async fn queued_writes_land_and_a_flush_waits_for_them() {
+        let db = TestDb::sqlite();
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(instant()));
+        let pool = Pool::connect(&db.database_url(), 2, clock.clone()).expect("pool");
+        pool.migrate().expect("migrate");
+        let mut conn = crate::db::establish_with(&db.database_url(), &clock).expect("connect");
+        let (first, second) = (started(&mut conn, "first"), started(&mut conn, "second"));
+        let health = Arc::new(Health::new(Arc::default()));
+        let journal = Journal::start(
+            Store::new(pool).reporting_to(health.clone()),
+            health,
+            Arc::new(|_: &[RunRow]| {}),
+        );
+        journal.push(Write::Confirmed {
+            job: "first".to_string(),
+            id: first,
+        });
+        journal.push(finished("first", first, RunStatus::Succeeded));
+        journal.push(finished("second", second, RunStatus::Failed));
+        assert_eq!(
+            journal.flush(Duration::from_secs(5)).await,
+            Vec::<String>::new()
+        );
+        let (first, second) = (row(&db, first), row(&db, second));
+        assert_eq!(first.status, RunStatus::Succeeded, "{first:?}");
+        assert!(
+            first.finished_at.is_some() && first.confirmed_at.is_some(),
+            "{first:?}"
+        );
+        assert_eq!(first.output, "done\n");
+        assert_eq!(second.status, RunStatus::Failed, "{second:?}");
+    }
+
+    /// A run's end queued while the database is locked by another writer
+    /// (calls get no answer in time: the database counts as down) waits;
+    /// a flush that gives up meanwhile names it; once the lock is gone it
+    /// lands, and the database is up again. On the real clock: SQLite's
+    /// lock is a real one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_end_queued_while_the_database_is_locked_lands_after() {
+        use diesel::connection::SimpleConnection;
+        let db = TestDb::sqlite();
+        let pool = db.pool(4).with_call_timeout(Duration::from_millis(200));
+        let id = started(&mut db.connect(), "nightly");
+        let health = Arc::new(Health::new(Arc::default()));
+        let states = health.subscribe();
+        let journal = Journal::start(
+            Store::new(pool).reporting_to(health.clone()),
+            health,
+            Arc::new(|_: &[RunRow]| {}),
+        );
+        let mut locker = db.connect();
+        locker.batch_execute("BEGIN IMMEDIATE").expect("lock");
+        journal.push(finished("nightly", id, RunStatus::Succeeded));
+        assert_eq!(
+            journal.flush(Duration::from_millis(700)).await,
+            vec![format!("the end of run {id} of nightly (succeeded)")]
+        );
+        assert_eq!(*states.borrow(), DbState::Down);
+        locker.batch_execute("COMMIT").expect("unlock");
+        assert_eq!(
+            journal.flush(Duration::from_secs(20)).await,
+            Vec::<String>::new()
+        );
+        assert_eq!(row(&db, id).status, RunStatus::Succeeded);
+        assert_eq!(*states.borrow(), DbState::Up);
+    }
+}

@@ -320,3 +320,157 @@ fn mark_abandoned(
     }
     Ok(())
 }
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chrono::{DateTime, Utc};
+
+    use super::{Claimed, Claimer};
+    use crate::db::{Pool, Store};
+    use crate::history::{RunFilter, RunRow, list_runs};
+    use crate::lease::Claim;
+    use crate::schedule::{Clock, TokioClock};
+    use crate::scheduler::Job;
+    use crate::testing::TestDb;
+
+    const JOBS: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+    fn instant() -> DateTime<Utc> {
+        "2030-01-01T00:00:10Z".parse().expect("instant")
+    }
+
+    /// A replica's claimer on `db`, reading the test's virtual clock.
+    fn claimer(db: &TestDb, clock: &Arc<TokioClock>, instance: &str) -> Claimer {
+        let clock: Arc<dyn Clock> = clock.clone();
+        let pool = Pool::connect(&db.database_url(), 4, clock).expect("pool");
+        pool.migrate().expect("migrate");
+        Claimer::start(
+            Store::new(pool),
+            instance.to_string(),
+            Arc::new(|_: &[RunRow]| {}),
+        )
+    }
+
+    fn jobs() -> Vec<Job> {
+        JOBS.iter()
+            .map(|name| {
+                Job::new(name, "* * * * * *")
+                    .expect("job")
+                    .lock_at_most_for(Duration::from_secs(30))
+                    .run(|_| async { Ok::<(), String>(()) })
+            })
+            .collect()
+    }
+
+    /// Claims `instant` of every job at once through `claimer`, as the job
+    /// loops of one replica do when they wake together.
+    async fn claim_all(claimer: &Claimer, jobs: &[Job], instant: DateTime<Utc>) -> Vec<Claimed> {
+        let claims: Vec<_> = jobs
+            .iter()
+            .map(|job| {
+                let (claimer, job) = (claimer.clone(), job.clone());
+                tokio::spawn(async move { claimer.claim(&job, instant).await })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for claim in claims {
+            answers.push(claim.await.expect("task").expect("the database answers"));
+        }
+        answers
+    }
+
+    fn rows(db: &TestDb) -> Vec<RunRow> {
+        list_runs(
+            &mut db.connect(),
+            &RunFilter {
+                limit: 1_000,
+                ..Default::default()
+            },
+        )
+        .expect("runs")
+    }
+
+    /// Two replicas' claimers race for five jobs at one instant: each job
+    /// is won once, by one of them, with its run's row written in the
+    /// batch under the lease's fence; the loser is told who took it.
+    #[tokio::test(start_paused = true)]
+    async fn two_replicas_split_an_instant_and_each_job_is_won_once() {
+        let db = TestDb::sqlite();
+        let clock = Arc::new(TokioClock::starting_at(instant()));
+        let (one, two) = (claimer(&db, &clock, "one"), claimer(&db, &clock, "two"));
+        let jobs = jobs();
+        let (first, second) = tokio::join!(
+            claim_all(&one, &jobs, instant()),
+            claim_all(&two, &jobs, instant())
+        );
+        let rows = rows(&db);
+        assert_eq!(rows.len(), JOBS.len(), "{rows:?}");
+        for (job, claims) in JOBS.iter().zip(first.iter().zip(&second)) {
+            let won: Vec<_> = [claims.0, claims.1]
+                .into_iter()
+                .filter_map(|c| match c {
+                    Claimed::Won { lease, run, .. } => Some((lease, run)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(won.len(), 1, "{job}: {claims:?}");
+            let (lease, run) = won[0];
+            let row = rows.iter().find(|r| Some(r.id) == *run).expect("its row");
+            assert_eq!(
+                (row.job.as_str(), row.fence, row.instance.as_str()),
+                (*job, lease.fence, lease.instance.as_str())
+            );
+            assert_eq!(row.scheduled_at.and_utc(), instant());
+            let lost = [claims.0, claims.1]
+                .into_iter()
+                .find(|c| !matches!(c, Claimed::Won { .. }));
+            assert!(
+                matches!(lost, Some(Claimed::NotWon(Claim::Taken | Claim::Held(_)))),
+                "{job}: {lost:?}"
+            );
+        }
+    }
+
+    /// A replica started again under the same id claims, as catch-up, the
+    /// instant its killed predecessor won: the rows name this id and this
+    /// instant, but no statement of this process won them, so it wins
+    /// nothing and records no second run.
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_replica_does_not_win_its_predecessors_instant() {
+        let db = TestDb::sqlite();
+        let clock = Arc::new(TokioClock::starting_at(instant()));
+        let jobs = jobs();
+        let before = claim_all(&claimer(&db, &clock, "app-1"), &jobs, instant()).await;
+        assert!(
+            before.iter().all(|c| matches!(c, Claimed::Won { .. })),
+            "{before:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let again = claim_all(&claimer(&db, &clock, "app-1"), &jobs, instant()).await;
+        assert!(
+            again.iter().all(|c| matches!(c, Claimed::NotWon(_))),
+            "won again: {again:?}"
+        );
+        assert_eq!(rows(&db).len(), JOBS.len());
+    }
+
+    /// An instant the database's clock has not reached is refused as not
+    /// yet, and written nowhere.
+    #[tokio::test(start_paused = true)]
+    async fn an_instant_still_to_come_is_not_yet() {
+        let db = TestDb::sqlite();
+        let clock = Arc::new(TokioClock::starting_at(instant()));
+        let later = instant() + chrono::TimeDelta::seconds(2);
+        let claims = claim_all(&claimer(&db, &clock, "one"), &jobs(), later).await;
+        assert!(
+            claims
+                .iter()
+                .all(|c| matches!(c, Claimed::NotWon(Claim::NotYet { .. }))),
+            "{claims:?}"
+        );
+        assert!(rows(&db).is_empty());
+    }
+}
