@@ -76,8 +76,10 @@ pub(crate) struct RunRow {
     pub once_key: Option<String>,
 }
 
-/// A run as `history --format json` prints it: the table's column names,
-/// times in RFC 3339 UTC with milliseconds.
+/// A run as every reader shows it: `history --format json`, `status`'s last
+/// run, the API and the dashboard. The table's column names, times in RFC
+/// 3339 UTC with milliseconds, how long it ran, and its output where it was
+/// read (a listing leaves it out).
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct RunRecord {
     /// Auto-increment key.
@@ -100,8 +102,11 @@ pub(crate) struct RunRecord {
     pub status: RunStatus,
     /// Its exit code.
     pub exit_code: Option<i32>,
-    /// The tail of its output.
-    pub output: String,
+    /// How long it ran, in seconds, if it has ended.
+    pub duration_seconds: Option<f64>,
+    /// The tail of its output, where it was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
     /// The holder's last confirmation of its lease: for a run whose end is
     /// not known (`abandoned`), the best bound.
     pub confirmed_at: Option<String>,
@@ -115,23 +120,34 @@ pub(crate) fn rfc3339(time: NaiveDateTime) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+impl From<&RunBrief> for RunRecord {
+    fn from(run: &RunBrief) -> Self {
+        RunRecord {
+            id: run.id,
+            job: run.job.clone(),
+            scheduled_at: rfc3339(run.scheduled_at),
+            attempt: run.attempt,
+            instance: run.instance.clone(),
+            fence: run.fence,
+            started_at: rfc3339(run.started_at),
+            finished_at: run.finished_at.map(rfc3339),
+            status: run.status,
+            exit_code: run.exit_code,
+            duration_seconds: run
+                .duration()
+                .map(|d| d.num_milliseconds().max(0) as f64 / 1000.0),
+            output: None,
+            confirmed_at: run.confirmed_at.map(rfc3339),
+            once_key: run.once_key.clone(),
+        }
+    }
+}
+
 impl From<RunRow> for RunRecord {
     fn from(row: RunRow) -> Self {
-        RunRecord {
-            id: row.id,
-            job: row.job,
-            scheduled_at: rfc3339(row.scheduled_at),
-            attempt: row.attempt,
-            instance: row.instance,
-            fence: row.fence,
-            started_at: rfc3339(row.started_at),
-            finished_at: row.finished_at.map(rfc3339),
-            status: row.status,
-            exit_code: row.exit_code,
-            output: row.output,
-            confirmed_at: row.confirmed_at.map(rfc3339),
-            once_key: row.once_key,
-        }
+        let mut record = RunRecord::from(&RunBrief::from(&row));
+        record.output = Some(row.output);
+        record
     }
 }
 
@@ -667,6 +683,10 @@ pub(crate) struct RunBrief {
     pub status: RunStatus,
     /// Exit code; `None` when killed by a signal.
     pub exit_code: Option<i32>,
+    /// The holder's last confirmation of its lease.
+    pub confirmed_at: Option<NaiveDateTime>,
+    /// The KEY of an `exec --once` run.
+    pub once_key: Option<String>,
 }
 
 impl From<&RunRow> for RunBrief {
@@ -682,6 +702,8 @@ impl From<&RunRow> for RunBrief {
             finished_at: row.finished_at,
             status: row.status,
             exit_code: row.exit_code,
+            confirmed_at: row.confirmed_at,
+            once_key: row.once_key.clone(),
         }
     }
 }

@@ -417,6 +417,8 @@ mod tests {
             finished_at: (status != RunStatus::Running).then(|| ago(started - 1)),
             status,
             exit_code: (status == RunStatus::Failed).then_some(3),
+            confirmed_at: None,
+            once_key: None,
         }
     }
 

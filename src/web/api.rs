@@ -13,7 +13,7 @@ use serde_json::json;
 use super::auth::{CSRF_HEADER, Caller, same_origin};
 use super::data::{self, Recent};
 use super::{ActionParams, Shared};
-use crate::history::{RunFilter, RunStatus};
+use crate::history::{RunFilter, RunRecord, RunStatus};
 
 /// The largest page of `runs`.
 pub(crate) const MAX_LIMIT: i64 = 1000;
@@ -117,7 +117,7 @@ pub(super) async fn run(State(web): State<Shared>, Path(id): Path<String>) -> Re
         return error(StatusCode::BAD_REQUEST, format!("{id:?} is not a run id"));
     };
     match web.store.find_run(id).await {
-        Ok(Some(run)) => Json(data::RunView::from(run)).into_response(),
+        Ok(Some(run)) => Json(RunRecord::from(run)).into_response(),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no run {id}")),
         Err(e) => unavailable(e),
     }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::config::{Command, Config, RunOn};
 use crate::db::{DbError, Store};
-use crate::history::{RunBrief, RunFilter, RunRow, RunStatus, rfc3339};
+use crate::history::{RunFilter, RunRecord, rfc3339};
 use crate::ops::fleet;
 use crate::registry::Instance;
 
@@ -35,14 +35,14 @@ pub(crate) struct JobView {
     /// Its lease.
     pub(crate) lease: LeaseView,
     /// Its newest run, without output.
-    pub(crate) last_run: Option<RunView>,
+    pub(crate) last_run: Option<RunRecord>,
     /// Live replicas that define it differently ("r1 has 1a2b…; r2 has …").
     pub(crate) drift: Option<String>,
     /// What an operator should look at, as `status` says it.
     pub(crate) problem: Option<String>,
     /// Its newest runs, newest first, for the dashboard's chart.
     #[serde(skip)]
-    pub(crate) recent: Vec<RunView>,
+    pub(crate) recent: Vec<RunRecord>,
 }
 
 /// A job's definition, as the job file gives it (secrets in URLs hidden,
@@ -97,65 +97,6 @@ pub(crate) struct LeaseView {
     pub(crate) until: Option<String>,
     /// Its fencing token.
     pub(crate) fence: i64,
-}
-
-/// A run; its output only where asked for.
-#[derive(Clone, Debug, Serialize)]
-pub(crate) struct RunView {
-    /// Its id in the history.
-    pub(crate) id: i64,
-    /// The job.
-    pub(crate) job: String,
-    /// The instant it is for.
-    pub(crate) scheduled_at: String,
-    /// 1, or more when retried.
-    pub(crate) attempt: i32,
-    /// The replica that ran it.
-    pub(crate) instance: String,
-    /// Under which lease.
-    pub(crate) fence: i64,
-    /// When it started.
-    pub(crate) started_at: String,
-    /// When it ended, if it has.
-    pub(crate) finished_at: Option<String>,
-    /// How it ended, or `running`.
-    pub(crate) status: RunStatus,
-    /// Its exit code, if its process exited.
-    pub(crate) exit_code: Option<i32>,
-    /// How long it ran, in seconds, if it has ended.
-    pub(crate) duration_seconds: Option<f64>,
-    /// The tail of its output (only for one run).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) output: Option<String>,
-}
-
-impl From<&RunBrief> for RunView {
-    fn from(run: &RunBrief) -> Self {
-        RunView {
-            id: run.id,
-            job: run.job.clone(),
-            scheduled_at: rfc3339(run.scheduled_at),
-            attempt: run.attempt,
-            instance: run.instance.clone(),
-            fence: run.fence,
-            started_at: rfc3339(run.started_at),
-            finished_at: run.finished_at.map(rfc3339),
-            status: run.status,
-            exit_code: run.exit_code,
-            duration_seconds: run
-                .duration()
-                .map(|d| d.num_milliseconds().max(0) as f64 / 1000.0),
-            output: None,
-        }
-    }
-}
-
-impl From<RunRow> for RunView {
-    fn from(run: RunRow) -> Self {
-        let mut view = RunView::from(&RunBrief::from(&run));
-        view.output = Some(run.output);
-        view
-    }
 }
 
 /// A replica.
@@ -349,10 +290,10 @@ fn job_view(
             until: (l.fence > 0).then(|| rfc3339(l.lock_until)),
             fence: l.fence,
         }),
-        last_run: state.last().map(RunView::from),
+        last_run: state.last().map(RunRecord::from),
         drift: drift.get(&state.name).map(|d| d.describe()),
         problem: state.problem.clone(),
-        recent: state.recent.iter().map(RunView::from).collect(),
+        recent: state.recent.iter().map(RunRecord::from).collect(),
     }
 }
 
@@ -360,7 +301,7 @@ fn job_view(
 #[derive(Debug, Serialize)]
 pub(crate) struct RunPage {
     /// The runs, without output.
-    pub(crate) runs: Vec<RunView>,
+    pub(crate) runs: Vec<RunRecord>,
     /// Pass as `cursor` for the next (older) page; `None` on the last.
     pub(crate) next_cursor: Option<String>,
 }
@@ -377,7 +318,7 @@ pub(crate) async fn runs(store: &Store, mut filter: RunFilter) -> Result<RunPage
         .then(|| briefs.last().map(|r| r.id.to_string()))
         .flatten();
     Ok(RunPage {
-        runs: briefs.iter().map(RunView::from).collect(),
+        runs: briefs.iter().map(RunRecord::from).collect(),
         next_cursor,
     })
 }

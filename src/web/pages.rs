@@ -14,9 +14,9 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::auth::{Caller, same_origin};
-use super::data::{self, CHART_RUNS, InstanceView, JobView, Recent, RunView};
+use super::data::{self, CHART_RUNS, InstanceView, JobView, Recent};
 use super::{ActionParams, Shared};
-use crate::history::{RunFilter, RunStatus};
+use crate::history::{RunFilter, RunRecord, RunStatus};
 
 /// Seconds between a page's refreshes.
 const REFRESH: u32 = 5;
@@ -131,7 +131,7 @@ fn job_state(job: &JobView) -> &'static str {
 /// `linked`: each bar is its own element, with a tooltip and a link to its
 /// run (a job's page); else one path per status, which keeps the overview
 /// of many jobs small.
-fn chart(runs: &[RunView], linked: bool) -> Markup {
+fn chart(runs: &[RunRecord], linked: bool) -> Markup {
     const WIDTH: usize = 3;
     const GAP: usize = 1;
     const HEIGHT: f64 = 22.0;
@@ -141,7 +141,7 @@ fn chart(runs: &[RunView], linked: bool) -> Markup {
         .fold(0.0_f64, f64::max)
         .max(0.001);
     let width = (WIDTH + GAP) * CHART_RUNS as usize;
-    let bars: Vec<(usize, f64, &RunView)> = runs
+    let bars: Vec<(usize, f64, &RunRecord)> = runs
         .iter()
         .rev()
         .enumerate()
@@ -426,7 +426,7 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
     }
 }
 
-fn runs_table(runs: &[RunView], now: DateTime<Utc>) -> Markup {
+fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
     html! {
         table id="runs" {
             thead { tr { th { "Run" } th { "Instant" } th { "Attempt" } th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" } } }
@@ -551,7 +551,7 @@ pub(super) async fn run(
         return (StatusCode::BAD_REQUEST, "not a run id\n").into_response();
     };
     let run = match web.store.find_run(id).await {
-        Ok(Some(run)) => RunView::from(run),
+        Ok(Some(run)) => RunRecord::from(run),
         Ok(None) => {
             return (
                 StatusCode::NOT_FOUND,
