@@ -103,10 +103,11 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         rows.push(JobStatus {
             job: state.name.clone(),
             enabled: job.map(|j| j.enabled),
-            next: job
-                .filter(|j| j.enabled)
-                .and_then(|j| j.schedule.next_after(now))
-                .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+            // As the dashboard says it: none while paused until resumed,
+            // the first after a pause's end.
+            next: state
+                .next(job, now)
+                .map(|(t, _)| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
             lease_held: state.held,
             locked_by: lock.and_then(|l| l.locked_by.clone()),
             lock_until: lock.map(|l| rfc3339(l.lock_until)),

@@ -69,6 +69,8 @@ backend_test! {
         let tick = &status["jobs"].as_array().expect("jobs")[0];
         assert_eq!(tick["paused"]["reason"], "db migration", "{out}");
         assert!(tick["paused"]["until"].is_null(), "{out}");
+        // Paused until resumed: no next instant, as the dashboard says.
+        assert!(tick["next"].is_null(), "{out}");
 
         let (code, _, err) = run(&config, &["trigger", "tick"]);
         assert_eq!(code, 1, "{err}");
