@@ -110,7 +110,7 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         };
         if let Some(why) = why {
             not_checked.push(NotChecked {
-                job: job.name.clone(),
+                job: job.name.to_string(),
                 why,
             });
             continue;
@@ -124,7 +124,7 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         })?;
         now = Some(evidence.now);
         let promise = Promise {
-            name: job.name.clone(),
+            name: job.name.to_string(),
             schedule: job.schedule.clone(),
             lock_at_most_for: job.lock_at_most_for,
             lock_at_least_for: job.lock_at_least_for,

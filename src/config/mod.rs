@@ -249,7 +249,7 @@ pub(crate) enum Command {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Job {
     /// Unique name; the key of its lease row and its history.
-    pub(crate) name: String,
+    pub(crate) name: name::JobName,
     /// When it fires, in its time zone.
     pub(crate) schedule: Schedule,
     /// What it runs.

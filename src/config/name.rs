@@ -53,10 +53,49 @@ impl JobName {
         }
         Ok(JobName(name.to_string()))
     }
+}
 
-    /// The name as an owned string.
-    pub(crate) fn into_string(self) -> String {
-        self.0
+impl std::ops::Deref for JobName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for JobName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for JobName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for JobName {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for JobName {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for JobName {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl From<JobName> for String {
+    fn from(name: JobName) -> String {
+        name.0
     }
 }
 
@@ -104,10 +143,7 @@ mod tests {
             "host:rotate-logs_2",
             &"x".repeat(64),
         ] {
-            assert_eq!(
-                JobName::parse(good).map(JobName::into_string),
-                Ok(good.to_string())
-            );
+            assert_eq!(JobName::parse(good).map(String::from), Ok(good.to_string()));
         }
         let form = Err(NameError::Form { max: 64 });
         for bad in ["", "has space", "slash/", "é", &"x".repeat(65)] {

@@ -356,7 +356,7 @@ PATH=/usr/lib/sysstat:/usr/sbin:/usr/sbin:/usr/bin:/sbin:/bin
 ";
     let import = run("cron.d/sysstat", sysstat, None);
     let config = load(&import.toml);
-    let names: Vec<&str> = config.jobs.iter().map(|j| j.name.as_str()).collect();
+    let names: Vec<&str> = config.jobs.iter().map(|j| &*j.name).collect();
     assert_eq!(names, ["debian-sa1", "debian-sa1-2"]);
     let anacron = "30 7-23 * * * root [ -x /usr/sbin/anacron ] && if [ ! -d /run/systemd/system ]; then /usr/sbin/anacron -s; fi\n";
     let import = run("cron.d/anacron", anacron, None);
@@ -392,7 +392,7 @@ fn several_files_make_one_config_with_one_defaults_table() {
     let jobs: Vec<(&str, Tz)> = config
         .jobs
         .iter()
-        .map(|j| (j.name.as_str(), j.schedule.zone()))
+        .map(|j| (&*j.name, j.schedule.zone()))
         .collect();
     assert_eq!(
         jobs,

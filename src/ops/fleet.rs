@@ -191,7 +191,7 @@ fn shared_locks(config: &Config, rows: &[LockRow], now: DateTime<Utc>) -> Vec<Lo
     let mut shared: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for job in &config.jobs {
         for lock in &job.locks {
-            shared.entry(lock).or_default().push(job.name.clone());
+            shared.entry(lock).or_default().push(job.name.to_string());
         }
     }
     shared
@@ -216,7 +216,7 @@ fn shared_locks(config: &Config, rows: &[LockRow], now: DateTime<Utc>) -> Vec<Lo
 /// lease rows of jobs no longer in it (not replicron's own rows, nor those
 /// of `exec` locks).
 pub(crate) fn job_names(config: &Config, locks: &[LockRow]) -> Vec<String> {
-    let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.clone()).collect();
+    let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.to_string()).collect();
     for lock in locks {
         let own = lock.name.starts_with(RESERVED_PREFIX) || crate::lease::is_once_row(&lock.name);
         if !own && !names.contains(&lock.name) {

@@ -130,7 +130,7 @@ impl Claimer {
     ) -> Result<Claimed, DbError> {
         let (reply, answer) = oneshot::channel();
         let request = Request {
-            job: job.name.clone(),
+            job: job.name.to_string(),
             lease_for: job.settings.lock_at_most_for,
             instant,
             reply,

@@ -71,7 +71,7 @@ impl Work {
     /// What `job` runs; `None` for a job with nothing to run (never built).
     pub(crate) fn of(job: &Job) -> Option<Work> {
         Some(Work {
-            name: job.name.clone(),
+            name: job.name.to_string(),
             settings: job.settings.clone(),
             action: job.action.clone()?,
         })

@@ -34,7 +34,7 @@ use crate::schedule::Schedule;
 /// ```
 #[derive(Clone)]
 pub struct Job {
-    pub(crate) name: String,
+    pub(crate) name: crate::config::name::JobName,
     pub(crate) schedule: Schedule,
     pub(crate) settings: JobSettings,
     pub(crate) action: Option<Arc<dyn Action>>,
@@ -120,11 +120,8 @@ impl Job {
     /// the key of the job's lease row and history: 1 to 64 characters of
     /// `A-Z a-z 0-9 _ . : -`.
     pub fn new(name: &str, schedule: &str) -> Result<Job, crate::Error> {
-        if let Err(e) = config::name::JobName::parse(name) {
-            return Err(crate::Error::Config(format!(
-                "invalid job name {name:?}: {e}"
-            )));
-        }
+        let parsed = config::name::JobName::parse(name)
+            .map_err(|e| crate::Error::Config(format!("invalid job name {name:?}: {e}")))?;
         let schedule = Schedule::parse(schedule, Tz::UTC)
             .map_err(|e| crate::Error::Config(format!("job {name:?}: {e}")))?;
         if schedule.is_at_start() {
@@ -137,7 +134,7 @@ impl Job {
             run_on: config::RunOn::One,
             digest: None,
             fingerprint: format!("{name} {} {}", schedule.expression(), schedule.zone()),
-            name: name.to_string(),
+            name: parsed,
             schedule,
             settings: JobSettings::default(),
             action: None,

@@ -473,7 +473,7 @@ impl Scheduler {
         let mut triggered: Vec<JoinHandle<()>> = Vec::new();
         let jobs: Vec<Arc<Job>> = jobs.into_iter().map(Arc::new).collect();
         let created = store
-            .ensure_rows(jobs.iter().map(|j| j.name.clone()).collect())
+            .ensure_rows(jobs.iter().map(|j| j.name.to_string()).collect())
             .await?;
         // The tick loops fire on the database's clock, estimated before
         // they start.
@@ -602,7 +602,7 @@ async fn seed_last_successes(engine: &Engine, jobs: &[Arc<Job>]) {
     if jobs.is_empty() {
         return;
     }
-    let names = jobs.iter().map(|job| job.name.clone()).collect();
+    let names = jobs.iter().map(|job| job.name.to_string()).collect();
     match engine.store.last_successes(names).await {
         Ok(found) => {
             for (job, at) in found {
@@ -624,7 +624,11 @@ async fn watch_pauses(engine: Arc<Engine>, jobs: watch::Receiver<Vec<Arc<Job>>>)
     let mut every = tokio::time::interval(PAUSES_READ_EVERY);
     loop {
         every.tick().await;
-        let names: Vec<String> = jobs.borrow().iter().map(|job| job.name.clone()).collect();
+        let names: Vec<String> = jobs
+            .borrow()
+            .iter()
+            .map(|job| job.name.to_string())
+            .collect();
         if names.is_empty() {
             continue;
         }
@@ -687,7 +691,7 @@ impl Loops {
             .collect();
         engine
             .store
-            .ensure_rows(added.iter().map(|j| j.name.clone()).collect())
+            .ensure_rows(added.iter().map(|j| j.name.to_string()).collect())
             .await?;
         let (mut kept, mut changed, mut removed) = (0, 0, 0);
         for current in std::mem::take(&mut self.running) {
@@ -729,7 +733,7 @@ impl Loops {
         engine.notifier.set_jobs(
             self.running
                 .iter()
-                .map(|l| (l.job.name.as_str(), l.job.settings.notify.as_ref())),
+                .map(|l| (&*l.job.name, l.job.settings.notify.as_ref())),
         );
         self.published
             .send_replace(self.running.iter().map(|l| l.job.clone()).collect());
@@ -784,7 +788,7 @@ impl Registration {
                 error!(instance = %self.me.id, "another process has taken over this replica's instance id: leases and history can no longer tell the two apart; stop one of them");
                 self.said = true;
             }
-            let names: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
+            let names: Vec<String> = jobs.iter().map(|job| job.name.to_string()).collect();
             let drifted = drift::assess(&self.me.id, &beat.job_digests, &instances);
             engine.drift.update(&names, drifted);
         }
@@ -832,7 +836,7 @@ async fn warn_of_lossy_replication(store: &Store, jobs: &[Arc<Job>]) {
     let catching_up: Vec<&str> = jobs
         .iter()
         .filter(|job| !job.settings.catch_up.is_zero())
-        .map(|job| job.name.as_str())
+        .map(|job| &*job.name)
         .collect();
     if catching_up.is_empty() {
         return;

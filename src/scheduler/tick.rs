@@ -556,7 +556,7 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
         }
     }
     let lease = lease::Lease {
-        job: job.name.clone(),
+        job: job.name.to_string(),
         instant,
         instance: engine.instance.clone(),
         fence: 0,

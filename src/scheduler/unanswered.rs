@@ -285,14 +285,14 @@ async fn record(
     why: &str,
 ) {
     let run = NewRun {
-        job: job.name.clone(),
+        job: job.name.to_string(),
         scheduled_at: instant,
         attempt: 1,
         instance: engine.instance.clone(),
         fence,
         once_key: None,
         scope: String::new(),
-        lease_row: held.then(|| job.name.clone()),
+        lease_row: held.then(|| job.name.to_string()),
     };
     let output = format!("replicron: {why}\n");
     telemetry::skipped(&job.name, telemetry::Skip::Unanswered, 1);

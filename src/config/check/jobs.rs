@@ -330,7 +330,7 @@ impl Checker<'_> {
                     );
                     None
                 }
-                Ok(valid) => Some(valid.into_string()),
+                Ok(valid) => Some(valid),
             },
         };
         let label = match &raw.name {
