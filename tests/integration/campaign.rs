@@ -1,7 +1,9 @@
 //! A randomized fault campaign: replicas as real processes, each reaching a
 //! private database through a proxy of its own, under faults drawn from a
 //! seeded schedule that overlap at times — a replica killed and restarted
-//! (under its own id, a new one, or with its clock skewed), frozen
+//! (under its own id, a new one, or with its clock skewed; under its own
+//! id often at once, as systemd restarts it, and then met by a slow link
+//! as its first claims go out), frozen
 //! (SIGSTOP, often past its lease), partitioned (connections reset, or a
 //! black hole that delivers late), the database stalled or crashed — then
 //! a quiet spell. The jobs record their own start, ticks and end; the
@@ -79,6 +81,16 @@ enum Kind {
         new_id: bool,
         skew_ms: Option<i64>,
     },
+    /// SIGKILL the replica; start it again under the same id after
+    /// `down`; `lag` later, as its first claims (catch-up's) go out, slow
+    /// its links (each chunk `delay_ms` late either way) until the fault's
+    /// end: a restart met by congestion, whose claims take long round
+    /// trips.
+    SlowRestart {
+        down: Duration,
+        lag: Duration,
+        delay_ms: u64,
+    },
     /// SIGSTOP the replica for the fault's span.
     Freeze,
     /// Its proxy resets every connection for the span (`blackhole`: holds
@@ -99,6 +111,7 @@ impl Kind {
             } => "skewed restart",
             Kind::Kill { new_id: true, .. } => "kill, new id",
             Kind::Kill { .. } => "kill, same id",
+            Kind::SlowRestart { .. } => "slow restart",
             Kind::Freeze => "freeze",
             Kind::Partition { blackhole: true } => "black hole",
             Kind::Partition { blackhole: false } => "partition",
@@ -119,7 +132,7 @@ impl Kind {
         let lease = Duration::from_secs(MAX_LEASE_S);
         match self {
             Kind::Crash => lease + Duration::from_secs(20),
-            Kind::Kill { .. } => lease + Duration::from_secs(6),
+            Kind::Kill { .. } | Kind::SlowRestart { .. } => lease + Duration::from_secs(6),
             _ => lease + Duration::from_secs(4),
         }
     }
@@ -156,6 +169,19 @@ impl fmt::Display for Fault {
         {
             write!(f, " (clock {skew:+} ms)")?;
         }
+        if let Kind::SlowRestart {
+            down,
+            lag,
+            delay_ms,
+        } = self.kind
+        {
+            write!(
+                f,
+                " (up after {:.2}s, links {delay_ms} ms late {:.2}s later)",
+                down.as_secs_f64(),
+                lag.as_secs_f64()
+            )?;
+        }
         Ok(())
     }
 }
@@ -175,7 +201,12 @@ fn draw(seed: u64, replicas: usize, nodes: usize, length: Duration) -> Vec<Fault
     while at < length {
         let roll = rng.below(100);
         let kind = match roll {
-            0..=19 => {
+            0..=9 => Kind::SlowRestart {
+                down: rng.millis(50, 150),
+                lag: rng.millis(40, 100),
+                delay_ms: 60 + rng.below(120),
+            },
+            10..=19 => {
                 let new_id = rng.chance(40);
                 // Under the same id, often at once, as systemd's
                 // `Restart=` does after its default 100 ms: the new
@@ -205,6 +236,8 @@ fn draw(seed: u64, replicas: usize, nodes: usize, length: Duration) -> Vec<Fault
         };
         let span = match &kind {
             Kind::Kill { down, .. } => *down,
+            // The links stay slow for a while after the restart.
+            Kind::SlowRestart { down, lag, .. } => *down + *lag + rng.millis(2_000, 6_000),
             // Often past the lease (3–4 s), sometimes far past it.
             Kind::Freeze => rng.millis(500, 9_000),
             Kind::Partition { .. } => rng.millis(1_000, 9_000),
@@ -949,11 +982,19 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
     // The timeline: every fault's start and end, in order.
     enum Step {
         Begin(usize),
+        /// A slow restart's start of the replica, within the fault.
+        Restart(usize),
+        /// A slow restart's links turning slow.
+        Slow(usize),
         End(usize),
     }
     let mut steps: Vec<(Duration, Step)> = Vec::new();
     for (i, fault) in faults.iter().enumerate() {
         steps.push((fault.at, Step::Begin(i)));
+        if let Kind::SlowRestart { down, lag, .. } = fault.kind {
+            steps.push((fault.at + down, Step::Restart(i)));
+            steps.push((fault.at + down + lag, Step::Slow(i)));
+        }
         steps.push((fault.at + fault.span, Step::End(i)));
     }
     steps.sort_by_key(|(at, step)| (*at, matches!(step, Step::Begin(_))));
@@ -976,6 +1017,7 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
                 windows.push((begin - TimeDelta::seconds(1), end));
                 match (&fault.kind, fault.target) {
                     (Kind::Kill { .. }, Some(r)) => slots[r].kill(),
+                    (Kind::SlowRestart { .. }, Some(r)) => slots[r].kill(),
                     (Kind::Freeze, Some(r)) => {
                         if let Some(replica) = &slots[r].replica {
                             replica.signal(Signal::SIGSTOP);
@@ -993,6 +1035,19 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
                     }
                     (Kind::Crash, None) => database.crash(fault.node),
                     _ => unreachable!("drawn with its target"),
+                }
+            }
+            Step::Restart(i) => {
+                if let Some(r) = faults[i].target {
+                    slots[r].start(&binary, None);
+                }
+            }
+            Step::Slow(i) => {
+                if let (Kind::SlowRestart { delay_ms, .. }, Some(r)) =
+                    (&faults[i].kind, faults[i].target)
+                {
+                    let delay = Duration::from_millis(*delay_ms);
+                    slots[r].proxies.iter().for_each(|p| p.slow(delay));
                 }
             }
             Step::End(i) => {
@@ -1015,7 +1070,7 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
                         }
                         slots[r].frozen = false;
                     }
-                    (Kind::Partition { .. }, Some(r)) => {
+                    (Kind::Partition { .. } | Kind::SlowRestart { .. }, Some(r)) => {
                         slots[r].proxies.iter().for_each(Proxy::restore);
                     }
                     (Kind::Stall, None) => {}

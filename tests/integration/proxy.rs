@@ -3,7 +3,9 @@
 //! as a database restart or a firewall's reject does; a black hole keeps
 //! the connections open but carries nothing either way until it is lifted,
 //! as a partition that drops packets does (what was sent meanwhile arrives
-//! afterwards, as TCP's retransmissions would bring it).
+//! afterwards, as TCP's retransmissions would bring it); a slow link
+//! carries everything, each chunk late by a fixed delay either way, as a
+//! congested or distant link does.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -22,6 +24,8 @@ enum Link {
     Reset,
     /// Holds every connection, new ones included, carrying nothing.
     Blackhole,
+    /// Forwards each chunk this late.
+    Slow(std::time::Duration),
 }
 
 /// A running proxy; it stops when dropped.
@@ -86,6 +90,14 @@ impl Proxy {
         self.link.send_replace(Link::Blackhole);
     }
 
+    /// Carries everything, each chunk `delay` late, either way, until
+    /// [`restore`].
+    ///
+    /// [`restore`]: Proxy::restore
+    pub(crate) fn slow(&self, delay: std::time::Duration) {
+        self.link.send_replace(Link::Slow(delay));
+    }
+
     /// Forwards again.
     pub(crate) fn restore(&self) {
         self.link.send_replace(Link::Open);
@@ -98,11 +110,17 @@ fn reset(stream: TcpStream) {
     drop(stream);
 }
 
-/// Waits until the link carries traffic; `false` once it is reset.
+/// Waits until the link carries traffic, as long as a slow link delays
+/// it; `false` once it is reset.
 async fn open(link: &mut watch::Receiver<Link>) -> bool {
     loop {
-        match *link.borrow_and_update() {
+        let now = *link.borrow_and_update();
+        match now {
             Link::Open => return true,
+            Link::Slow(delay) => {
+                tokio::time::sleep(delay).await;
+                return true;
+            }
             Link::Reset => return false,
             Link::Blackhole => {}
         }
