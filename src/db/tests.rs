@@ -219,6 +219,7 @@ mod zones {
                 output: String::new(),
                 duration: Duration::from_millis(1500),
             },
+            true,
         )
         .expect("finish");
         let run = history::latest_run(&mut conn, "zoned")

@@ -75,9 +75,12 @@ impl Write {
         on_abandoned: &history::OnAbandoned,
     ) -> Result<(), DbError> {
         match self {
-            Write::Finished { id, finish, .. } => history::record_run_finished(conn, *id, finish)
-                .map(drop)
-                .map_err(|e| DbError::query("recording a run's end", e)),
+            // The journal's writes are the late ones.
+            Write::Finished { id, finish, .. } => {
+                history::record_run_finished(conn, *id, finish, true)
+                    .map(drop)
+                    .map_err(|e| DbError::query("recording a run's end", e))
+            }
             Write::Confirmed { id, .. } => history::record_run_confirmed(conn, *id)
                 .map(drop)
                 .map_err(|e| DbError::query("recording a lease confirmation", e)),

@@ -302,12 +302,16 @@ pub(crate) fn restart_run(conn: &mut DbConnection, id: i64) -> QueryResult<usize
 
 /// Records how run `id` ended, `duration` after it started: `finished_at`
 /// is the database's `started_at` plus that duration, so a write that lands
-/// late (after an outage) still says when the run really ended. Returns
-/// whether the row exists.
+/// late (after an outage) still says when the run really ended. An end that
+/// `may_be_late` (written `missed_after` or more after the run ended, so
+/// that the check for missed instants may have gone past it) also takes
+/// that check back to it; an end written at once needs no second
+/// statement. Returns whether the row exists.
 pub(crate) fn record_run_finished(
     conn: &mut DbConnection,
     id: i64,
     finish: &RunFinish,
+    may_be_late: bool,
 ) -> QueryResult<bool> {
     let changed = cached::update(
         runs::replicron_runs,
@@ -320,7 +324,7 @@ pub(crate) fn record_run_finished(
         runs::id.eq(id),
     )
     .execute(conn)?;
-    if changed == 1 {
+    if changed == 1 && may_be_late {
         rewind_missed_check(conn, id)?;
     }
     Ok(changed == 1)

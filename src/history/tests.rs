@@ -74,7 +74,7 @@ backend_test! {
 
         let output = "line one\nünïcödé ✓\n".repeat(3);
         assert!(
-            record_run_finished(&mut conn, id, &finish(RunStatus::Failed, Some(3), &output))
+            record_run_finished(&mut conn, id, &finish(RunStatus::Failed, Some(3), &output), true)
                 .expect("finish")
         );
         let runs = list_runs(
@@ -150,7 +150,7 @@ backend_test! {
         let mut conn = pool.get().expect("conn");
         for n in 0..5 {
             let id = record_run_started(&mut conn, &new_run("j", n, 1, 1)).expect("start");
-            record_run_finished(&mut conn, id, &finish(RunStatus::Succeeded, Some(0), ""))
+            record_run_finished(&mut conn, id, &finish(RunStatus::Succeeded, Some(0), ""), true)
                 .expect("finish");
         }
         record_run_started(&mut conn, &new_run("j", 9, 1, 1)).expect("still running");

@@ -348,7 +348,8 @@ async fn run_attempt(
     // replica that was frozen, or waited on the database, when its process
     // exited learns of the exit late, and must not record an end later than
     // the next holder's start.
-    let mut duration = began.elapsed();
+    let ended = Instant::now();
+    let mut duration = ended - began;
     if engine.guard.is_some()
         && let Some(killed_by) = keeper.kill_deadline()
         && let Some(bound) = killed_by.checked_duration_since(began)
@@ -392,6 +393,7 @@ async fn run_attempt(
             output: ending.output.clone(),
             duration,
         },
+        ended,
     )
     .await;
     telemetry::run_finished(&job.name, status, duration, engine.clock.now());

@@ -32,6 +32,9 @@ pub(crate) struct RunRows<'e> {
     row: NewRun,
     /// Attempt 1's id, when the claim batch recorded it.
     first: Option<i64>,
+    /// The job's `missed_after`, or its least (60 s) where the schedule
+    /// sets it.
+    missed_after: Duration,
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.
@@ -70,6 +73,7 @@ impl<'e> RunRows<'e> {
                 lease_row: (!recording.per_host).then(|| lease.job.clone()),
             },
             first,
+            missed_after: work.settings.missed_after(None),
         }
     }
 
@@ -146,8 +150,14 @@ impl<'e> RunRows<'e> {
     /// tell) though its holder released the lease in good order. An end
     /// the database does not take now goes to the journal, which retries
     /// it until it lands.
-    pub(crate) async fn finish(&self, id: i64, finish: RunFinish) {
+    ///
+    /// `ended` is when the run ended, on the monotonic clock. The check for
+    /// missed instants only judges instants `missed_after` old, so an end
+    /// written well within that of the run's end cannot be behind the
+    /// check's mark, and is written in one statement.
+    pub(crate) async fn finish(&self, id: i64, finish: RunFinish, ended: Instant) {
         let engine = self.engine;
+        let may_be_late = ended.elapsed() >= self.missed_after / 2;
         let write = Write::Finished {
             job: self.row.job.clone(),
             id,
@@ -159,7 +169,7 @@ impl<'e> RunRows<'e> {
         match engine
             .store
             .call_until("recording a run's end", deadline, move |conn| {
-                crate::history::record_run_finished(conn, id, &finish)
+                crate::history::record_run_finished(conn, id, &finish, may_be_late)
             })
             .await
         {
@@ -189,6 +199,7 @@ impl<'e> RunRows<'e> {
                 output: output.clone(),
                 duration: Duration::ZERO,
             },
+            Instant::now(),
         )
         .await;
         telemetry::run_finished(

@@ -849,6 +849,7 @@ async fn instants_after_a_late_recorded_end_are_missed_not_overruns() {
                 output: String::new(),
                 duration: Duration::from_secs(10),
             },
+            true,
         )
         .expect("end");
         diesel::update(locks::replicron_locks.filter(locks::name.eq("minutely")))
@@ -960,7 +961,7 @@ fn a_run_ending_while_the_check_runs_takes_the_mark_back() {
         output: String::new(),
         duration: Duration::from_millis(383),
     };
-    assert!(crate::history::record_run_finished(&mut conn, id, &finish).expect("end"));
+    assert!(crate::history::record_run_finished(&mut conn, id, &finish, true).expect("end"));
     // The check moves the mark to 00:20.
     super::missed::commit_checked(
         &mut conn,
