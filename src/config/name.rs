@@ -41,8 +41,15 @@ impl fmt::Display for NameError {
 }
 
 /// A job's name, valid by construction.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct JobName(String);
+
+/// As the name's text is: messages quote a name with `{:?}`.
+impl fmt::Debug for JobName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
 
 impl JobName {
     /// `name`, if it may name a job.
@@ -144,6 +151,11 @@ mod tests {
             &"x".repeat(64),
         ] {
             assert_eq!(JobName::parse(good).map(String::from), Ok(good.to_string()));
+            // Messages quote it as they quote its text.
+            assert_eq!(
+                format!("{:?}", JobName::parse(good).expect("valid")),
+                format!("{good:?}")
+            );
         }
         let form = Err(NameError::Form { max: 64 });
         for bad in ["", "has space", "slash/", "é", &"x".repeat(65)] {

@@ -44,6 +44,7 @@ backend_test! {
             [
                 "attempt",
                 "confirmed_at",
+                "duration_seconds",
                 "exit_code",
                 "fence",
                 "finished_at",
