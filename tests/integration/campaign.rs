@@ -1210,7 +1210,7 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
         ));
     }
     let by_kind: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    eprintln!(
+    let report = format!(
         "campaign on {:?}, seed {}: faults from {} to {} ({}), checked {} to {}; {} rows; {} ERROR lines, {} panics; graceful stops that failed: {:?}\n{}\n(replica logs in {})",
         plan.backend,
         plan.seed,
@@ -1226,6 +1226,10 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
         found.summary(),
         saved.display()
     );
+    eprintln!("{report}");
+    // Beside the logs, for scripts/test to print (a test's own output is
+    // shown only when it fails).
+    let _ = std::fs::write(saved.with_extension("txt"), &report);
     if panics > 0 {
         found
             .duplicates
