@@ -369,7 +369,6 @@ impl Database {
     /// Holds every write to the history table (on the first node) off for
     /// `span`, on a thread of its own; reads, and the lease table, go on.
     fn lock_history(&self, name: &str, span: Duration) -> std::thread::JoinHandle<()> {
-        let url = self.node_url(name, 0);
         let (sql, release) = match self {
             Database::Postgres(_) => (
                 "BEGIN; LOCK TABLE replicron_runs IN EXCLUSIVE MODE",
@@ -377,16 +376,7 @@ impl Database {
             ),
             _ => ("LOCK TABLES replicron_runs READ", "UNLOCK TABLES"),
         };
-        std::thread::spawn(move || {
-            let started = Instant::now();
-            let Ok(mut conn) = raw_try_connect(&url) else {
-                return;
-            };
-            if conn.batch_execute(sql).is_ok() {
-                std::thread::sleep(span.saturating_sub(started.elapsed()));
-                let _ = conn.batch_execute(release);
-            }
-        })
+        hold(self.node_url(name, 0), sql, release, span)
     }
 
     /// Holds every write of node `node` off for `span`, on a thread of its
@@ -400,17 +390,28 @@ impl Database {
             ),
             _ => ("FLUSH TABLES WITH READ LOCK", "UNLOCK TABLES"),
         };
-        std::thread::spawn(move || {
-            let started = Instant::now();
-            let Ok(mut conn) = raw_try_connect(&url) else {
-                return;
-            };
-            if conn.batch_execute(sql).is_ok() {
-                std::thread::sleep(span.saturating_sub(started.elapsed()));
-                let _ = conn.batch_execute(release);
-            }
-        })
+        hold(url, sql, release, span)
     }
+}
+
+/// On a thread of its own, connects to `url`, runs `sql`, and `release`
+/// once `span` has passed since it began.
+fn hold(
+    url: String,
+    sql: &'static str,
+    release: &'static str,
+    span: Duration,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let Ok(mut conn) = raw_try_connect(&url) else {
+            return;
+        };
+        if conn.batch_execute(sql).is_ok() {
+            std::thread::sleep(span.saturating_sub(started.elapsed()));
+            let _ = conn.batch_execute(release);
+        }
+    })
 }
 
 /// What a campaign is given.
@@ -441,18 +442,21 @@ struct CampaignJob {
     catch_up: Option<&'static str>,
 }
 
+/// A per-second job `tick-N` whose body runs about 0.3 s, with a 3 s lease.
+fn tick(n: usize, catch_up: Option<&'static str>) -> CampaignJob {
+    CampaignJob {
+        name: format!("tick-{n}"),
+        period: 1,
+        offset: 0,
+        lease_s: 3,
+        ticks: 1,
+        fails_first: false,
+        catch_up,
+    }
+}
+
 fn campaign_jobs() -> Vec<CampaignJob> {
-    let mut jobs: Vec<CampaignJob> = (0..8)
-        .map(|n| CampaignJob {
-            name: format!("tick-{n}"),
-            period: 1,
-            offset: 0,
-            lease_s: 3,
-            ticks: 1,
-            fails_first: false,
-            catch_up: (n >= 4).then_some("5s"),
-        })
-        .collect();
+    let mut jobs: Vec<CampaignJob> = (0..8).map(|n| tick(n, (n >= 4).then_some("5s"))).collect();
     jobs.push(CampaignJob {
         name: "slow-a".into(),
         period: 5,
@@ -1334,17 +1338,7 @@ pub(crate) fn restart_into_a_locked_history(
     let name = "locked";
     database.create(name);
     let out = dir.path().join("bodies.txt");
-    let jobs: Vec<CampaignJob> = (0..4)
-        .map(|n| CampaignJob {
-            name: format!("tick-{n}"),
-            period: 1,
-            offset: 0,
-            lease_s: 3,
-            ticks: 1,
-            fails_first: false,
-            catch_up: Some("5s"),
-        })
-        .collect();
+    let jobs: Vec<CampaignJob> = (0..4).map(|n| tick(n, Some("5s"))).collect();
     let config = dir.path().join("jobs.toml");
     std::fs::write(
         &config,
