@@ -70,39 +70,15 @@ impl std::ops::Deref for JobName {
     }
 }
 
-impl std::borrow::Borrow<str> for JobName {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for JobName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl PartialEq<str> for JobName {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
+impl From<JobName> for String {
+    fn from(name: JobName) -> String {
+        name.0
     }
 }
 
 impl PartialEq<&str> for JobName {
     fn eq(&self, other: &&str) -> bool {
         self.0 == *other
-    }
-}
-
-impl PartialEq<String> for JobName {
-    fn eq(&self, other: &String) -> bool {
-        &self.0 == other
-    }
-}
-
-impl From<JobName> for String {
-    fn from(name: JobName) -> String {
-        name.0
     }
 }
 
