@@ -44,12 +44,6 @@ impl ClockSync {
         }
     }
 
-    /// Reads the clock through `store` from now on (the engine's, which
-    /// tells its health how each reading went).
-    pub(crate) fn use_store(&mut self, store: Store) {
-        self.store = store;
-    }
-
     /// Estimates the offset once and applies it.
     pub(crate) async fn sync(&mut self) -> Result<Offset, DbError> {
         let host = self.clock.host().clone();

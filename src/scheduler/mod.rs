@@ -478,6 +478,17 @@ impl Scheduler {
         // The tick loops fire on the database's clock, estimated before
         // they start.
         let database_clock = Arc::new(DatabaseClock::new(clock));
+        let engine = Engine::start(
+            store,
+            me.id.clone(),
+            database_clock.clone(),
+            phase.clone(),
+            (liveness, sent),
+            guard,
+        );
+        // The engine's store: every call tells the engine's health how it
+        // went.
+        let store = engine.store.clone();
         let mut clock_sync = ClockSync::new(database_clock.clone(), store.clone());
         match clock_sync.sync().await {
             Ok(estimate) => {
@@ -490,17 +501,6 @@ impl Scheduler {
             }
         }
         warn_of_lossy_replication(&store, &jobs).await;
-        let engine = Engine::start(
-            store.clone(),
-            me.id.clone(),
-            database_clock.clone(),
-            phase.clone(),
-            (liveness, sent),
-            guard,
-        );
-        // From here on every call tells the engine's health how it went.
-        let store = engine.store.clone();
-        clock_sync.use_store(store.clone());
         info!(
             instance = %engine.instance,
             database = %store.pool().url(),
