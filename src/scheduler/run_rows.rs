@@ -166,19 +166,16 @@ impl<'e> RunRows<'e> {
         // Tried again on a fresh connection for a moment (a dead pooled
         // connection fails once on its own), then left to the journal.
         let deadline = Instant::now() + END_RECORD_RETRIES;
-        match engine
+        if let Err(e) = engine
             .store
             .call_until("recording a run's end", deadline, move |conn| {
                 crate::history::record_run_finished(conn, id, &finish, may_be_late)
             })
             .await
         {
-            Ok(_) => {}
-            Err(e) => {
-                // The journal's retries say the rest (and the health state).
-                debug!(job = %self.row.job, run_id = id, "the run's end goes to the journal: {e}");
-                engine.journal.push(write);
-            }
+            // The journal's retries say the rest (and the health state).
+            debug!(job = %self.row.job, run_id = id, "the run's end goes to the journal: {e}");
+            engine.journal.push(write);
         }
     }
 

@@ -133,7 +133,7 @@ async fn ask(
     nonce: Nonce,
 ) -> Result<(Committed, Instant), crate::db::DbError> {
     let sent = Instant::now();
-    let asked = engine
+    let committed = engine
         .store
         .take_up_unanswered(
             &job.name,
@@ -142,11 +142,8 @@ async fn ask(
             nonce,
             job.settings.lock_at_most_for,
         )
-        .await;
-    match asked {
-        Ok(committed) => Ok((committed, sent)),
-        Err(e) => Err(e),
-    }
+        .await?;
+    Ok((committed, sent))
 }
 
 fn cannot_learn(job: &Job, instant: DateTime<Utc>, e: &dyn std::fmt::Display) {
