@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::engine::Engine;
+use super::run_lease::Hold;
 use super::{JobSettings, Outcome, Plan, Recording, Work};
 use crate::backoff::Backoff;
 use crate::config::{Command, Defaults};
@@ -84,7 +85,7 @@ pub(crate) async fn locked(
             info!(lock = %work.name, fence = held.fence, "lock acquired");
             let plan = Plan {
                 work,
-                lease: held,
+                hold: Hold::Fleet(held),
                 recording: Recording::default(),
                 claimed: sent,
                 first_run: None,
@@ -141,7 +142,7 @@ pub(crate) async fn once(engine: &Arc<Engine>, work: Work, key: &str) -> Result<
         let started = engine.store.database_now().await?;
         let plan = Plan {
             work,
-            lease: held,
+            hold: Hold::Fleet(held),
             recording: Recording {
                 instant: Some(started),
                 once_key: Some(key.to_string()),

@@ -18,10 +18,9 @@ use tracing::{Instrument, error, info, warn};
 use super::Phase;
 use super::engine::Engine;
 use super::job::{Job, JobSettings};
-use super::run_lease::RunLease;
+use super::run_lease::{Hold, RunLease};
 use super::run_rows::{Attempted, RunRows};
 use crate::history::{RunFinish, RunStatus};
-use crate::lease::Lease;
 use crate::lease::keeper::{Keeper, LeaseState};
 use crate::notify::{Event, Notice, Ping};
 use crate::runner::{Action, Ended, Ending, RunContext, StopReason};
@@ -52,10 +51,6 @@ pub(crate) struct Recording {
     /// When the run was due, if not at the lease's instant (a job's
     /// jitter): its start's lateness is measured from here.
     pub(crate) due: Option<DateTime<Utc>>,
-    /// A run of this replica's own (`run_on = "every"`): its lease is no
-    /// row of the database's but a local one, never extended nor released,
-    /// and its history rows carry this instance as their scope.
-    pub(crate) per_host: bool,
 }
 
 /// What runs: a name (its history rows carry it: a job's, or `exec`'s
@@ -78,10 +73,10 @@ impl Work {
     }
 }
 
-/// What to run under a won lease.
+/// What to run, under what it holds.
 pub(crate) struct Plan {
     pub(crate) work: Work,
-    pub(crate) lease: Lease,
+    pub(crate) hold: Hold,
     pub(crate) recording: Recording,
     /// The monotonic moment the lease was claimed (its first confirmation).
     pub(crate) claimed: Instant,
@@ -156,8 +151,8 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
     let span = tracing::info_span!(
         "run",
         job = %plan.work.name,
-        instant = %super::fmt_instant(plan.lease.instant),
-        fence = plan.lease.fence,
+        instant = %super::fmt_instant(plan.hold.instant()),
+        fence = plan.hold.fence(),
         run_id = tracing::field::Empty,
         attempt = tracing::field::Empty,
     );
@@ -167,15 +162,15 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
 async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     let Plan {
         work: job,
-        lease,
+        hold,
         recording,
         claimed,
         first_run,
         going,
     } = plan;
     let settings = &job.settings;
-    let mut held = RunLease::keep(&engine, &job, lease, claimed, recording.per_host);
-    let rows = RunRows::new(&engine, &job, held.lease(), &recording, first_run);
+    let mut held = RunLease::keep(&engine, &job, hold, claimed);
+    let rows = RunRows::new(&engine, &job, held.hold(), &recording, first_run);
     rows.abandon_earlier();
     let attempts = 1 + settings.retries;
     let mut last = None;
@@ -188,11 +183,11 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     match held.take_locks(&engine, &job).await {
         Ok(true) => rows.restart_first().await,
         Ok(false) => {}
-        Err(why) => last = rows.skipped(&why).await,
+        Err(why) => last = rows.skipped(&why.to_string()).await,
     }
     let attempts = if last.is_some() { 0 } else { attempts };
     for attempt in 1..=attempts {
-        if attempt > 1 && !pause_before_retry(&engine, settings, held.parts().1).await {
+        if attempt > 1 && !pause_before_retry(&engine, settings, held.keeper()).await {
             break;
         }
         let outcome = run_attempt(
@@ -271,7 +266,8 @@ async fn run_attempt(
     attempt: u32,
     going: Option<&Going>,
 ) -> Option<(Outcome, Attempted)> {
-    let (lease, keeper) = held.parts();
+    let (fence, due) = (held.hold().fence(), held.hold().instant());
+    let keeper = held.keeper();
     let instant = rows.instant();
     let run_id = rows.start(attempt).await?;
     tracing::Span::current()
@@ -297,7 +293,7 @@ async fn run_attempt(
     let ctx = RunContext {
         job: Arc::from(job.name.as_str()),
         instant,
-        fence: lease.fence,
+        fence,
         attempt,
         run_id,
         instance: Arc::from(engine.instance.as_str()),
@@ -321,7 +317,7 @@ async fn run_attempt(
             if let Some(going) = going {
                 going.begin(engine.clock.now());
             }
-            let late = engine.clock.now() - recording.due.unwrap_or(lease.instant);
+            let late = engine.clock.now() - recording.due.unwrap_or(due);
             telemetry::start_lateness(&job.name, late.to_std().unwrap_or_default());
             info!(
                 pid,
@@ -349,39 +345,8 @@ async fn run_attempt(
     // exited learns of the exit late, and must not record an end later than
     // the next holder's start.
     let ended = Instant::now();
-    let mut duration = ended - began;
-    if engine.guard.is_some()
-        && let Some(killed_by) = keeper.kill_deadline()
-        && let Some(bound) = killed_by.checked_duration_since(began)
-    {
-        duration = duration.min(bound);
-    }
-    let mut status = match (stopped_for, ending.how) {
-        // Not started because its lease's deadline passed before the spawn.
-        (_, Ended::NotStarted) if keeper.past_confirmation_deadline() => RunStatus::LostLock,
-        (_, Ended::NotStarted) => RunStatus::Error,
-        (Some(StopReason::Timeout), _) => RunStatus::TimedOut,
-        (Some(StopReason::LeaseLost), _) => RunStatus::LostLock,
-        (Some(StopReason::Shutdown { .. }), _) => RunStatus::Killed,
-        (None, Ended::Succeeded) => RunStatus::Succeeded,
-        (None, Ended::Failed) => RunStatus::Failed,
-    };
-    // Killed by a signal once the lease's confirmation deadline had passed:
-    // the guard stopped it for its lease (it acts on the same deadline as
-    // the keeper, which may not have noticed yet).
-    if status == RunStatus::Failed && ending.signal.is_some() && keeper.past_confirmation_deadline()
-    {
-        warn!("the run was stopped: its lease could not be confirmed in time");
-        status = RunStatus::LostLock;
-    }
-    // A replica frozen past its lease must not record a success (or any
-    // ending) it had no right to: check the lease first.
-    if matches!(status, RunStatus::Succeeded | RunStatus::Failed)
-        && !keeper.verify(&engine.store).await
-    {
-        warn!("the run ended after its lease was lost");
-        status = RunStatus::LostLock;
-    }
+    let duration = ran_for(engine, keeper, began, ended);
+    let status = status_of(engine, keeper, stopped_for, &ending).await;
     if status == RunStatus::Error {
         error!("cannot start the run: {}", ending.output.trim());
     }
@@ -421,6 +386,56 @@ async fn run_attempt(
             instant,
         },
     ))
+}
+
+/// How long an attempt that began at `began` and was known to have ended
+/// at `ended` ran: no longer than until its guard killed it for its lease.
+fn ran_for(engine: &Engine, keeper: &Keeper, began: Instant, ended: Instant) -> Duration {
+    let duration = ended - began;
+    match keeper.kill_deadline() {
+        Some(killed_by) if engine.guard.is_some() => killed_by
+            .checked_duration_since(began)
+            .map_or(duration, |bound| duration.min(bound)),
+        _ => duration,
+    }
+}
+
+/// The status an attempt that ended as `ending` (told to stop for
+/// `stopped_for`, if it was) is recorded with: a run whose lease was lost
+/// records no success nor failure it had no right to.
+async fn status_of(
+    engine: &Engine,
+    keeper: &Keeper,
+    stopped_for: Option<StopReason>,
+    ending: &Ending,
+) -> RunStatus {
+    let mut status = match (stopped_for, ending.how) {
+        // Not started because its lease's deadline passed before the spawn.
+        (_, Ended::NotStarted) if keeper.past_confirmation_deadline() => RunStatus::LostLock,
+        (_, Ended::NotStarted) => RunStatus::Error,
+        (Some(StopReason::Timeout), _) => RunStatus::TimedOut,
+        (Some(StopReason::LeaseLost), _) => RunStatus::LostLock,
+        (Some(StopReason::Shutdown { .. }), _) => RunStatus::Killed,
+        (None, Ended::Succeeded) => RunStatus::Succeeded,
+        (None, Ended::Failed) => RunStatus::Failed,
+    };
+    // Killed by a signal once the lease's confirmation deadline had passed:
+    // the guard stopped it for its lease (it acts on the same deadline as
+    // the keeper, which may not have noticed yet).
+    if status == RunStatus::Failed && ending.signal.is_some() && keeper.past_confirmation_deadline()
+    {
+        warn!("the run was stopped: its lease could not be confirmed in time");
+        status = RunStatus::LostLock;
+    }
+    // A replica frozen past its lease must not record a success (or any
+    // ending) it had no right to: check the lease first.
+    if matches!(status, RunStatus::Succeeded | RunStatus::Failed)
+        && !keeper.verify(&engine.store).await
+    {
+        warn!("the run ended after its lease was lost");
+        status = RunStatus::LostLock;
+    }
+    status
 }
 
 /// Tells about the instant's final outcome: a failure of any kind, or (if

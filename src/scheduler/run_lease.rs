@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::warn;
 
@@ -20,59 +21,91 @@ use crate::lease::keeper::{Keeper, LeaseState, LeaseTimes};
 use crate::lease::{Claim, Lease};
 use crate::schedule::LATE_LIMIT;
 
+/// What a run holds as it begins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// The fleet's lease of the job's row, won by a claim.
+    Fleet(Lease),
+    /// Nothing of the fleet's: a per-host run (`run_on = "every"`) of this
+    /// instant, which no row holds and nobody else can take. Its history
+    /// rows carry this replica as their scope.
+    Here(DateTime<Utc>),
+}
+
+impl Hold {
+    /// The instant held.
+    pub(crate) fn instant(&self) -> DateTime<Utc> {
+        match self {
+            Hold::Fleet(lease) => lease.instant,
+            Hold::Here(instant) => *instant,
+        }
+    }
+
+    /// The fence the run's rows carry: the lease's, or [`Hold::NO_FENCE`].
+    pub(crate) fn fence(&self) -> i64 {
+        match self {
+            Hold::Fleet(lease) => lease.fence,
+            Hold::Here(_) => Hold::NO_FENCE,
+        }
+    }
+
+    /// The fence of a per-host run's rows: no claim gave it one.
+    pub(crate) const NO_FENCE: i64 = 0;
+
+    /// The lease row held, if any.
+    pub(crate) fn row(&self) -> Option<&str> {
+        match self {
+            Hold::Fleet(lease) => Some(&lease.job),
+            Hold::Here(_) => None,
+        }
+    }
+}
+
 /// The leases of one run, kept alive until [`RunLease::release`].
 pub(crate) struct RunLease {
-    /// The lease its claim won; for a per-host run, a local one.
-    lease: Lease,
-    /// A per-host run's lease is no row: nothing to release.
-    per_host: bool,
+    hold: Hold,
     keeper: Keeper,
     /// The shared locks taken, in their order.
     locks: Vec<Lease>,
 }
 
 impl RunLease {
-    /// Keeps `lease`, claimed (its statement sent) at `claimed`, alive for
-    /// `work`: by extending its row, or for a per-host run by the clock.
-    pub(crate) fn keep(
-        engine: &Engine,
-        work: &Work,
-        lease: Lease,
-        claimed: Instant,
-        per_host: bool,
-    ) -> RunLease {
+    /// Keeps `hold`, claimed (its statement sent) at `claimed`, alive for
+    /// `work`: a fleet lease by extending its row, a per-host run's by the
+    /// clock alone.
+    pub(crate) fn keep(engine: &Engine, work: &Work, hold: Hold, claimed: Instant) -> RunLease {
         let times = LeaseTimes::new(work.settings.lock_at_most_for, work.settings.kill_grace);
-        let keeper = if per_host {
-            Keeper::local(times, claimed)
-        } else {
-            Keeper::start(engine.store.clone(), lease.clone(), times, claimed)
+        let keeper = match &hold {
+            Hold::Fleet(lease) => {
+                Keeper::start(engine.store.clone(), lease.clone(), times, claimed)
+            }
+            Hold::Here(_) => Keeper::local(times, claimed),
         };
         RunLease {
-            lease,
-            per_host,
+            hold,
             keeper,
             locks: Vec::new(),
         }
     }
 
-    /// The run's own lease.
-    pub(crate) fn lease(&self) -> &Lease {
-        &self.lease
+    /// What the run holds.
+    pub(crate) fn hold(&self) -> &Hold {
+        &self.hold
     }
 
-    /// The run's lease and the keeper that confirms it, for an attempt.
-    pub(crate) fn parts(&mut self) -> (&Lease, &mut Keeper) {
-        (&self.lease, &mut self.keeper)
+    /// The keeper that confirms the run's leases, for an attempt.
+    pub(crate) fn keeper(&mut self) -> &mut Keeper {
+        &mut self.keeper
     }
 
     /// Takes `work`'s shared locks, kept alive with the lease from then on;
-    /// `Ok(true)` if it took any. `Err` says which lock stayed held, and by
-    /// whom (none is kept).
+    /// `Ok(true)` if it took any. `Err` says which lock could not be had,
+    /// and why (none is kept).
     pub(crate) async fn take_locks(
         &mut self,
         engine: &Engine,
         work: &Work,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, LockNotTaken> {
         self.locks = take_locks(engine, work, &self.keeper).await?;
         Ok(!self.locks.is_empty())
     }
@@ -85,10 +118,29 @@ impl RunLease {
         for lock in self.locks.drain(..).rev() {
             release_lock(engine, work, lock).await;
         }
-        if !self.per_host {
-            release(engine, work, &self.lease).await;
+        if let Hold::Fleet(lease) = &self.hold {
+            release(engine, work, lease).await;
         }
     }
+}
+
+/// Why a run did not get its shared locks, and so did not run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LockNotTaken {
+    /// The run's own lease was lost while it waited for `lock`.
+    #[error("not run: its lease was lost while it waited for lock {lock}")]
+    LeaseLost { lock: String },
+    /// The scheduler began to stop while the run waited for `lock`.
+    #[error("not run: replicron was stopping while it waited for lock {lock}")]
+    Stopping { lock: String },
+    /// `lock` stayed held (by `by`, if its row names it) past
+    /// [`LATE_LIMIT`].
+    #[error(
+        "not run: lock {lock} stayed held by {} for {}s",
+        by.as_deref().unwrap_or("another run"),
+        LATE_LIMIT.num_seconds()
+    )]
+    Held { lock: String, by: Option<String> },
 }
 
 /// The longest pause between two tries of a shared lock held elsewhere.
@@ -100,12 +152,20 @@ const LOCK_POLL_MAX: Duration = Duration::from_millis(100);
 /// other's. A lock held elsewhere is waited for, as an instant waits for a
 /// lease held by a late run: up to [`LATE_LIMIT`]. `Err` says which lock
 /// and who holds it (the locks taken are given back).
-async fn take_locks(engine: &Engine, job: &Work, keeper: &Keeper) -> Result<Vec<Lease>, String> {
+async fn take_locks(
+    engine: &Engine,
+    job: &Work,
+    keeper: &Keeper,
+) -> Result<Vec<Lease>, LockNotTaken> {
     let give_up = Instant::now() + LATE_LIMIT.to_std().unwrap_or_default();
     let mut taken: Vec<Lease> = Vec::new();
     let mut failed = None;
     'locks: for lock in &job.settings.locks {
-        let name = lock.strip_prefix(LOCK_ROW_PREFIX).unwrap_or(lock);
+        let name = || {
+            lock.strip_prefix(LOCK_ROW_PREFIX)
+                .unwrap_or(lock)
+                .to_string()
+        };
         // Polled often enough that a waiter sees the lock free before a
         // run claimed at the next instant asks for it (a waiter has no
         // place in a queue).
@@ -113,15 +173,11 @@ async fn take_locks(engine: &Engine, job: &Work, keeper: &Keeper) -> Result<Vec<
         let mut holder = None;
         loop {
             if keeper.state() == LeaseState::Lost {
-                failed = Some(format!(
-                    "not run: its lease was lost while it waited for lock {name}"
-                ));
+                failed = Some(LockNotTaken::LeaseLost { lock: name() });
                 break 'locks;
             }
             if *engine.phase.borrow() != Phase::Running {
-                failed = Some(format!(
-                    "not run: replicron was stopping while it waited for lock {name}"
-                ));
+                failed = Some(LockNotTaken::Stopping { lock: name() });
                 break 'locks;
             }
             match engine
@@ -139,11 +195,10 @@ async fn take_locks(engine: &Engine, job: &Work, keeper: &Keeper) -> Result<Vec<
             }
             let pause = backoff.next_pause();
             if Instant::now() + pause > give_up {
-                failed = Some(format!(
-                    "not run: lock {name} stayed held by {} for {}s",
-                    holder.as_deref().unwrap_or("another run"),
-                    LATE_LIMIT.num_seconds()
-                ));
+                failed = Some(LockNotTaken::Held {
+                    lock: name(),
+                    by: holder,
+                });
                 break 'locks;
             }
             tokio::time::sleep(pause).await;

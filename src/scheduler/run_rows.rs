@@ -15,10 +15,10 @@ use tracing::{debug, error, warn};
 use super::engine::Engine;
 use super::execute::{Outcome, Recording, Work};
 use super::fmt_instant;
+use super::run_lease::Hold;
 use crate::db::DbError;
 use crate::history::journal::Write;
 use crate::history::{NewRun, RunFinish, RunStatus};
-use crate::lease::Lease;
 use crate::telemetry;
 
 /// How long a run's end is tried again on fresh connections before the
@@ -47,12 +47,12 @@ pub(crate) struct Attempted {
 }
 
 impl<'e> RunRows<'e> {
-    /// The rows of `work`'s run under `lease`, recorded as `recording`
+    /// The rows of `work`'s run under `hold`, recorded as `recording`
     /// says; `first` is attempt 1's, if the claim recorded it.
     pub(crate) fn new(
         engine: &'e Engine,
         work: &Work,
-        lease: &Lease,
+        hold: &Hold,
         recording: &Recording,
         first: Option<i64>,
     ) -> Self {
@@ -60,17 +60,16 @@ impl<'e> RunRows<'e> {
             engine,
             row: NewRun {
                 job: work.name.clone(),
-                scheduled_at: recording.instant.unwrap_or(lease.instant),
+                scheduled_at: recording.instant.unwrap_or(hold.instant()),
                 attempt: 1,
                 instance: engine.instance.clone(),
-                fence: lease.fence,
+                fence: hold.fence(),
                 once_key: recording.once_key.clone(),
-                scope: if recording.per_host {
-                    engine.instance.clone()
-                } else {
-                    String::new()
+                scope: match hold {
+                    Hold::Fleet(_) => String::new(),
+                    Hold::Here(_) => engine.instance.clone(),
                 },
-                lease_row: (!recording.per_host).then(|| lease.job.clone()),
+                lease_row: hold.row().map(str::to_string),
             },
             first,
             missed_after: work.settings.missed_after(None),

@@ -18,6 +18,7 @@ use super::claimer::{Claimed, Unanswered};
 use super::engine::Engine;
 use super::execute::{self, Plan, Recording};
 use super::job::Job;
+use super::run_lease::Hold;
 use super::unanswered::{Settled, settle};
 use super::{Phase, fmt_instant};
 use crate::backoff::Backoff;
@@ -359,7 +360,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 telemetry::claim(&job.name, true);
                 let every = lease_times(job).every;
                 if sent.elapsed() < every {
-                    return start(engine, job, lease, run, sent, false);
+                    return start(engine, job, Hold::Fleet(lease), run, sent);
                 }
                 // Answered so late that the lease may be gone: confirm it
                 // again before anything runs.
@@ -372,7 +373,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 let late = Unanswered::late(&lease, sent);
                 match settle(engine, job, instant, late, deadline).await {
                     Settled::Won { lease, run, sent } => {
-                        return start(engine, job, lease, run, sent, false);
+                        return start(engine, job, Hold::Fleet(lease), run, sent);
                     }
                     Settled::Lost => return Attempt::Lost,
                     Settled::Retry | Settled::Skipped => return Attempt::Skipped,
@@ -389,7 +390,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 );
                 match settle(engine, job, instant, unanswered, deadline).await {
                     Settled::Won { lease, run, sent } => {
-                        return start(engine, job, lease, run, sent, false);
+                        return start(engine, job, Hold::Fleet(lease), run, sent);
                     }
                     Settled::Lost => return Attempt::Lost,
                     Settled::Skipped => return Attempt::Skipped,
@@ -490,16 +491,14 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
     }
 }
 
-/// Starts the run of `lease`'s instant, whose claim was sent at `claimed`:
-/// under the fleet's lease, or (for `per_host`, a `run_on = "every"` job)
-/// under this replica's own.
+/// Starts the run of `hold`'s instant, whose claim was sent at `claimed`
+/// (for a per-host run, now).
 fn start(
     engine: &Arc<Engine>,
     job: &Arc<Job>,
-    lease: lease::Lease,
+    hold: Hold,
     first_run: Option<i64>,
     claimed: Instant,
-    per_host: bool,
 ) -> Attempt {
     let Some(work) = execute::Work::of(job) else {
         return Attempt::Skipped;
@@ -511,11 +510,10 @@ fn start(
         Plan {
             work,
             recording: Recording {
-                due: Some(job.schedule.start_of(lease.instant)),
-                per_host,
+                due: Some(job.schedule.start_of(hold.instant())),
                 ..Recording::default()
             },
-            lease,
+            hold,
             claimed,
             first_run,
             going: Some(going.clone()),
@@ -555,14 +553,7 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
             return Attempt::Skipped;
         }
     }
-    let lease = lease::Lease {
-        job: job.name.to_string(),
-        instant,
-        instance: engine.instance.clone(),
-        fence: 0,
-        nonce: 0,
-    };
-    start(engine, job, lease, None, Instant::now(), true)
+    start(engine, job, Hold::Here(instant), None, Instant::now())
 }
 
 /// Whether a lease claimed at `since` is held only because of

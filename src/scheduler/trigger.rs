@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::engine::Engine;
+use super::run_lease::Hold;
 use super::{Job, Outcome, Plan, Recording, Work};
 use crate::lease::{Claim, Pause};
 
@@ -69,7 +70,7 @@ pub(crate) async fn start(
             let fence = lease.fence;
             let plan = Plan {
                 work,
-                lease,
+                hold: Hold::Fleet(lease),
                 recording: Recording::default(),
                 claimed: sent,
                 first_run: None,
