@@ -94,9 +94,56 @@ pub(crate) struct Migrated {
     pub healed: usize,
 }
 
+/// Why the pending migrations could not be applied (each message holds
+/// its cause's, as [`super::DbError`]'s do).
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// A statement on the migration lock's table or row failed.
+    #[error("{doing}: {error}")]
+    Lock {
+        /// What the statement was for.
+        doing: &'static str,
+        /// The database's error.
+        error: diesel::result::Error,
+    },
+    /// Another replica held the migration lock for too long.
+    #[error(
+        "{holder} has held the migration lock for over {}s; if it died, the lock ends by itself {}s after it was taken",
+        LOCK_WAIT.as_secs(),
+        LOCK_LEASE.as_secs()
+    )]
+    Held {
+        /// Who held it, as it named itself.
+        holder: String,
+    },
+    /// The migration lock was taken over while migrations were applied.
+    #[error("the migration lock was taken over by another replica")]
+    TakenOver,
+    /// A migration (or the reading of those applied) failed.
+    #[error("{0}")]
+    Migration(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl MigrateError {
+    /// Whether it says the database could not be reached (it crashed or
+    /// restarted under the migration).
+    pub(crate) fn is_unreachable(&self) -> bool {
+        match self {
+            MigrateError::Lock { error, .. } => super::diesel_unreachable(error),
+            MigrateError::Migration(e) => super::says_connection_lost(&e.to_string()),
+            MigrateError::Held { .. } | MigrateError::TakenOver => false,
+        }
+    }
+}
+
+/// The statement for `doing` failed with `source`.
+fn lock_error(doing: &'static str) -> impl FnOnce(diesel::result::Error) -> MigrateError {
+    move |error| MigrateError::Lock { doing, error }
+}
+
 /// Applies the pending migrations on `conn`, holding the cluster-wide
 /// migration lock as `holder` (named in other replicas' messages).
-pub(crate) fn migrate(conn: &mut DbConnection, holder: &str) -> Result<Migrated, String> {
+pub(crate) fn migrate(conn: &mut DbConnection, holder: &str) -> Result<Migrated, MigrateError> {
     create_lock_table(conn)?;
     acquire(conn, holder)?;
     let result = apply_pending(conn, holder);
@@ -113,7 +160,7 @@ pub(crate) fn migrate(conn: &mut DbConnection, holder: &str) -> Result<Migrated,
 }
 
 /// Creates the lock table and its row, if they do not exist.
-fn create_lock_table(conn: &mut DbConnection) -> Result<(), String> {
+fn create_lock_table(conn: &mut DbConnection) -> Result<(), MigrateError> {
     let ddl = match conn {
         #[cfg(feature = "sqlite")]
         DbConnection::Sqlite(_) => {
@@ -155,7 +202,7 @@ fn create_lock_table(conn: &mut DbConnection) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(50));
         result = diesel::sql_query(ddl).execute(conn);
     }
-    result.map_err(|e| format!("creating replicron_migration_lock: {e}"))?;
+    result.map_err(lock_error("creating replicron_migration_lock"))?;
     let inserted = diesel::insert_into(lock::replicron_migration_lock)
         .values((
             lock::name.eq(LOCK_NAME),
@@ -165,14 +212,14 @@ fn create_lock_table(conn: &mut DbConnection) -> Result<(), String> {
         .execute(conn);
     match inserted {
         Err(e) if !crate::db::is_contention(&e) => {
-            Err(format!("creating the migration lock row: {e}"))
+            Err(lock_error("creating the migration lock row")(e))
         }
         _ => Ok(()),
     }
 }
 
 /// Takes the migration lock, waiting for another holder up to [`LOCK_WAIT`].
-fn acquire(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
+fn acquire(conn: &mut DbConnection, holder: &str) -> Result<(), MigrateError> {
     let started = Instant::now();
     let mut backoff =
         Backoff::new(Duration::from_millis(50), Duration::from_millis(500)).jitter(0.5);
@@ -191,22 +238,17 @@ fn acquire(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
             Ok(_) => {}
             // Another node certified its claim first: not won.
             Err(e) if crate::db::is_contention(&e) => {}
-            Err(e) => return Err(format!("taking the migration lock: {e}")),
+            Err(e) => return Err(lock_error("taking the migration lock")(e)),
         }
         let other: Option<Option<String>> = lock::replicron_migration_lock
             .select(lock::locked_by)
             .filter(lock::name.eq(LOCK_NAME))
             .first(conn)
             .optional()
-            .map_err(|e| format!("reading the migration lock: {e}"))?;
+            .map_err(lock_error("reading the migration lock"))?;
         let other = other.flatten().unwrap_or_else(|| "?".to_string());
         if started.elapsed() > LOCK_WAIT {
-            return Err(format!(
-                "{other} has held the migration lock for over {}s; if it died, the lock ends by itself \
-                 {}s after it was taken",
-                LOCK_WAIT.as_secs(),
-                LOCK_LEASE.as_secs()
-            ));
+            return Err(MigrateError::Held { holder: other });
         }
         if said.as_deref() != Some(other.as_str()) {
             info!(holder = %other, "another replica is migrating the database; waiting for it");
@@ -226,7 +268,7 @@ const EXTEND_TRIES: u32 = 20;
 /// table, replicated in total order, aborts the transactions on that table
 /// going on at that moment. Such an extension is tried again: the lock is
 /// still this replica's until a try says it was taken over.
-fn extend(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
+fn extend(conn: &mut DbConnection, holder: &str) -> Result<(), MigrateError> {
     let mut backoff =
         Backoff::new(Duration::from_millis(20), Duration::from_millis(200)).jitter(0.5);
     let mut tries = 1;
@@ -238,24 +280,23 @@ fn extend(conn: &mut DbConnection, holder: &str) -> Result<(), String> {
             .execute(conn);
         match changed {
             Ok(1) => return Ok(()),
-            Ok(_) => return Err("the migration lock was taken over by another replica".to_string()),
+            Ok(_) => return Err(MigrateError::TakenOver),
             Err(e) if crate::db::is_contention(&e) && tries < EXTEND_TRIES => {
                 tries += 1;
                 std::thread::sleep(backoff.next_pause());
             }
-            Err(e) => return Err(format!("extending the migration lock: {e}")),
+            Err(e) => return Err(lock_error("extending the migration lock")(e)),
         }
     }
 }
 
-fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, String> {
-    let text = |e: &dyn std::fmt::Display| e.to_string();
+fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, MigrateError> {
     match conn {
         #[cfg(feature = "sqlite")]
         DbConnection::Sqlite(c) => {
             let pending = c
                 .pending_migrations(SQLITE_MIGRATIONS)
-                .map_err(|e| text(&*e))?;
+                .map_err(MigrateError::Migration)?;
             let mut done = Migrated::default();
             for migration in pending {
                 extend(conn, holder)?;
@@ -269,12 +310,13 @@ fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, Stri
         DbConnection::Postgres(c) => {
             let pending = c
                 .pending_migrations(POSTGRES_MIGRATIONS)
-                .map_err(|e| text(&*e))?;
+                .map_err(MigrateError::Migration)?;
             let mut done = Migrated::default();
             for migration in pending {
                 extend(conn, holder)?;
                 let c = postgres(conn)?;
-                c.run_migration(&migration).map_err(|e| text(&*e))?;
+                c.run_migration(&migration)
+                    .map_err(MigrateError::Migration)?;
                 done.applied += 1;
             }
             Ok(done)
@@ -283,7 +325,7 @@ fn apply_pending(conn: &mut DbConnection, holder: &str) -> Result<Migrated, Stri
         DbConnection::Mysql(c) => {
             let pending = c
                 .pending_migrations(MYSQL_MIGRATIONS)
-                .map_err(|e| text(&*e))?;
+                .map_err(MigrateError::Migration)?;
             let mut done = Migrated::default();
             for migration in pending {
                 extend(conn, holder)?;
@@ -307,7 +349,7 @@ fn run_tolerant<DB, C>(
     migration: Box<dyn Migration<DB>>,
     up: &'static [(&'static str, &'static str)],
     transaction: bool,
-) -> Result<bool, String>
+) -> Result<bool, MigrateError>
 where
     DB: diesel::backend::Backend,
     C: MigrationHarness<DB>,
@@ -317,14 +359,19 @@ where
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, sql)| *sql)
-        .ok_or_else(|| format!("migration {name} has no SQL listed in src/db/migrate.rs"))?;
+        .ok_or_else(|| {
+            MigrateError::Migration(
+                format!("migration {name} has no SQL listed in src/db/migrate.rs").into(),
+            )
+        })?;
     let tolerant = Tolerant {
         inner: migration,
         up: sql,
         healed: std::cell::Cell::new(false),
         transaction,
     };
-    conn.run_migration(&tolerant).map_err(|e| e.to_string())?;
+    conn.run_migration(&tolerant)
+        .map_err(MigrateError::Migration)?;
     Ok(tolerant.healed.get())
 }
 
@@ -332,11 +379,13 @@ macro_rules! backend_accessor {
     ($feature:literal, $name:ident, $variant:ident, $connection:ty, $only:meta) => {
         /// The connection itself, once matched to this backend above.
         #[cfg(feature = $feature)]
-        fn $name(conn: &mut DbConnection) -> Result<&mut $connection, String> {
+        fn $name(conn: &mut DbConnection) -> Result<&mut $connection, MigrateError> {
             match conn {
                 DbConnection::$variant(c) => Ok(c),
                 #[cfg_attr($only, expect(unreachable_patterns, reason = "the only backend"))]
-                _ => Err("the connection changed backend".to_string()),
+                _ => Err(MigrateError::Migration(
+                    "the connection changed backend".into(),
+                )),
             }
         }
     };

@@ -39,7 +39,9 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// thread, but nobody waits for it longer than this.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What can go wrong reaching the database. Messages carry the redacted URL.
+/// What can go wrong reaching the database. Messages carry the redacted URL,
+/// and their cause's own message: none has a `source()`, so that a chain of
+/// causes printed (`{:#}`) says each thing once.
 #[derive(Debug, Error)]
 pub enum DbError {
     /// No connection could be opened or taken from the pool.
@@ -51,21 +53,20 @@ pub enum DbError {
         message: String,
     },
     /// Applying the migrations failed.
-    #[error("cannot apply migrations to {url}: {message}")]
+    #[error("cannot apply migrations to {url}: {error}")]
     Migrate {
         /// Redacted URL.
         url: String,
         /// What failed.
-        message: String,
+        error: migrate::MigrateError,
     },
     /// A statement failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Query {
         /// What was being done.
         context: String,
         /// The database's error.
-        #[source]
-        source: diesel::result::Error,
+        error: diesel::result::Error,
     },
     /// The blocking task was cancelled or panicked.
     #[error("database task failed: {0}")]
@@ -88,10 +89,10 @@ pub enum DbError {
 
 impl DbError {
     /// Wraps a query error with what was being done.
-    pub fn query(context: impl Into<String>, source: diesel::result::Error) -> Self {
+    pub fn query(context: impl Into<String>, error: diesel::result::Error) -> Self {
         DbError::Query {
             context: context.into(),
-            source,
+            error,
         }
     }
 
@@ -109,22 +110,23 @@ impl DbError {
     pub fn is_unreachable(&self) -> bool {
         match self {
             DbError::Connect { .. } | DbError::Timeout { .. } | DbError::Task(_) => true,
-            DbError::Migrate { message, .. } => says_connection_lost(message),
+            DbError::Migrate { error, .. } => error.is_unreachable(),
             DbError::Shared { unreachable, .. } => *unreachable,
-            DbError::Query { source, .. } => {
-                use diesel::result::{DatabaseErrorKind, Error};
-                match source {
-                    Error::DatabaseError(
-                        DatabaseErrorKind::UnableToSendCommand
-                        | DatabaseErrorKind::ClosedConnection,
-                        _,
-                    )
-                    | Error::BrokenTransactionManager => true,
-                    Error::DatabaseError(_, info) => says_connection_lost(info.message()),
-                    _ => false,
-                }
-            }
+            DbError::Query { error, .. } => diesel_unreachable(error),
         }
+    }
+}
+
+/// Whether diesel's `error` says the database could not be reached.
+fn diesel_unreachable(error: &DieselError) -> bool {
+    match error {
+        DieselError::DatabaseError(
+            DatabaseErrorKind::UnableToSendCommand | DatabaseErrorKind::ClosedConnection,
+            _,
+        )
+        | DieselError::BrokenTransactionManager => true,
+        DieselError::DatabaseError(_, info) => says_connection_lost(info.message()),
+        _ => false,
     }
 }
 
@@ -139,7 +141,7 @@ impl DbError {
         }
         match self {
             DbError::Query {
-                source: DieselError::DatabaseError(kind, info),
+                error: DieselError::DatabaseError(kind, info),
                 ..
             } => {
                 matches!(kind, DatabaseErrorKind::SerializationFailure)

@@ -253,9 +253,9 @@ impl Pool {
             std::process::id()
         );
         let done =
-            super::migrate::migrate(&mut conn, &holder).map_err(|message| DbError::Migrate {
+            super::migrate::migrate(&mut conn, &holder).map_err(|error| DbError::Migrate {
                 url: self.url.to_string(),
-                message,
+                error,
             })?;
         if done.healed > 0 {
             tracing::warn!(

@@ -355,23 +355,42 @@ mod outage {
 /// waits out; one the database refused is not.
 #[test]
 fn a_migration_that_lost_its_connection_is_unreachable() {
-    let migrate = |message: &str| DbError::Migrate {
+    use super::migrate::MigrateError;
+    let migrate = |error: MigrateError| DbError::Migrate {
         url: "mysql://root@127.0.0.1:3306/test".to_string(),
-        message: message.to_string(),
+        error,
+    };
+    let refused = |message: &str| {
+        diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::Unknown,
+            Box::new(message.to_string()),
+        )
     };
     assert!(
-        migrate("taking the migration lock: Lost connection to server during query")
-            .is_unreachable()
-    );
-    assert!(
-        migrate(
-            "running 2026-11-26-000000_web_sessions: server closed the connection unexpectedly"
-        )
+        migrate(MigrateError::Lock {
+            doing: "taking the migration lock",
+            error: refused("Lost connection to server during query"),
+        })
         .is_unreachable()
     );
     assert!(
-        !migrate("running 2026-11-26-000000_web_sessions: syntax error at or near \"(\"")
-            .is_unreachable()
+        migrate(MigrateError::Migration(
+            "running 2026-11-26-000000_web_sessions: server closed the connection unexpectedly"
+                .into()
+        ))
+        .is_unreachable()
+    );
+    assert!(
+        !migrate(MigrateError::Migration(
+            "running 2026-11-26-000000_web_sessions: syntax error at or near \"(\"".into()
+        ))
+        .is_unreachable()
+    );
+    assert!(
+        !migrate(MigrateError::Held {
+            holder: "db-2:4242".to_string()
+        })
+        .is_unreachable()
     );
 }
 
@@ -425,4 +444,31 @@ fn a_lock_given_up_is_transient_and_a_refusal_is_not() {
     ] {
         assert!(!refused.is_transient(), "{refused}");
     }
+}
+
+/// A database error printed with its chain of causes (as the command line
+/// prints its errors) says each thing once.
+#[test]
+fn a_database_error_says_its_cause_once() {
+    use super::migrate::MigrateError;
+    let migrate = DbError::Migrate {
+        url: "mysql://root@127.0.0.1:3306/test".into(),
+        error: MigrateError::Lock {
+            doing: "taking the migration lock",
+            error: diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::Unknown,
+                Box::new("Lock wait timeout exceeded".to_string()),
+            ),
+        },
+    };
+    assert_eq!(
+        format!("{:#}", anyhow::Error::new(migrate)),
+        "cannot apply migrations to mysql://root@127.0.0.1:3306/test: \
+         taking the migration lock: Lock wait timeout exceeded"
+    );
+    let query = DbError::query("reading the job's lease", diesel::result::Error::NotFound);
+    assert_eq!(
+        format!("{:#}", anyhow::Error::new(query)),
+        "reading the job's lease: Record not found"
+    );
 }
