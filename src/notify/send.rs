@@ -13,6 +13,41 @@ use super::{Notice, Notify, Ping, SentLog, Template};
 use crate::backoff::Backoff;
 use crate::config::Command;
 
+/// Why one try of a delivery failed (each message holds its cause's).
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    /// The URL or a header named an environment variable that is not set.
+    #[error("{0}")]
+    Template(String),
+    /// The request failed, or was answered with an error status.
+    #[error("{method} {target}: {error}")]
+    Http {
+        method: &'static str,
+        /// The scheme and host only: no secret path or token.
+        target: String,
+        error: ureq::Error,
+    },
+    /// The blocking task that sent the request failed.
+    #[error("the request's task failed: {0}")]
+    Task(tokio::task::JoinError),
+    /// The whole try took longer than the timeout.
+    #[error("no answer within {}", humantime::format_duration(*.0))]
+    NoAnswer(Duration),
+    #[error("cannot start the notifier command: {0}")]
+    Spawn(std::io::Error),
+    #[error("the notifier command did not end within {}", humantime::format_duration(*.0))]
+    CommandTimeout(Duration),
+    #[error("the notifier command: {0}")]
+    Wait(std::io::Error),
+    /// The command exited with a failure: its status and the last line of
+    /// its stderr.
+    #[error("the notifier command exited {status}: {last}")]
+    Exited {
+        status: std::process::ExitStatus,
+        last: String,
+    },
+}
+
 /// Sends `notice` to the job's webhook and command, each with its retries.
 pub(super) async fn event(notify: &Notify, notice: &Notice, log: &SentLog) {
     if let Some(url) = &notify.webhook {
@@ -83,7 +118,7 @@ async fn deliver<F, Fut>(
     send: F,
 ) where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
+    Fut: std::future::Future<Output = Result<(), SendError>>,
 {
     let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30)).jitter(0.2);
     let tries = 1 + notify.retries;
@@ -92,10 +127,7 @@ async fn deliver<F, Fut>(
         let result =
             match tokio::time::timeout(notify.timeout + Duration::from_secs(1), send()).await {
                 Ok(result) => result,
-                Err(_) => Err(format!(
-                    "no answer within {}",
-                    humantime::format_duration(notify.timeout)
-                )),
+                Err(_) => Err(SendError::NoAnswer(notify.timeout)),
             };
         match result {
             Ok(()) => {
@@ -108,7 +140,7 @@ async fn deliver<F, Fut>(
                 backoff.wait().await;
             }
             Err(e) => {
-                log.record(job, event, run_id, to, "failed", Some(e.clone()));
+                log.record(job, event, run_id, to, "failed", Some(e.to_string()));
                 error!(job = %job, event, run_id, to, attempts = tries, "notification failed: {e}");
             }
         }
@@ -146,11 +178,14 @@ async fn post(
     headers: &std::collections::BTreeMap<String, Template>,
     body: Vec<u8>,
     timeout: Duration,
-) -> Result<(), String> {
-    let url = url.render(env_var)?;
+) -> Result<(), SendError> {
+    let url = url.render(env_var).map_err(SendError::Template)?;
     let mut rendered = Vec::new();
     for (name, value) in headers {
-        rendered.push((name.clone(), value.render(env_var)?));
+        rendered.push((
+            name.clone(),
+            value.render(env_var).map_err(SendError::Template)?,
+        ));
     }
     let target = describe(&url);
     tokio::task::spawn_blocking(move || {
@@ -163,24 +198,37 @@ async fn post(
         request
             .send(&body[..])
             .map(drop)
-            .map_err(|e| format!("POST {target}: {e}"))
+            .map_err(|error| SendError::Http {
+                method: "POST",
+                target,
+                error,
+            })
     })
     .await
-    .map_err(|e| e.to_string())?
+    .map_err(SendError::Task)?
 }
 
-async fn get(url: &Template, suffix: &str, timeout: Duration) -> Result<(), String> {
-    let url = format!("{}{suffix}", url.render(env_var)?.trim_end_matches('/'));
+async fn get(url: &Template, suffix: &str, timeout: Duration) -> Result<(), SendError> {
+    let url = format!(
+        "{}{suffix}",
+        url.render(env_var)
+            .map_err(SendError::Template)?
+            .trim_end_matches('/')
+    );
     let target = describe(&url);
     tokio::task::spawn_blocking(move || {
         agent(timeout)
             .get(&url)
             .call()
             .map(drop)
-            .map_err(|e| format!("GET {target}: {e}"))
+            .map_err(|error| SendError::Http {
+                method: "GET",
+                target,
+                error,
+            })
     })
     .await
-    .map_err(|e| e.to_string())?
+    .map_err(SendError::Task)?
 }
 
 /// Runs the notifier command with the notice in its environment and the
@@ -190,7 +238,7 @@ async fn run(
     notice: &Notice,
     timeout: Duration,
     hidden: &[String],
-) -> Result<(), String> {
+) -> Result<(), SendError> {
     let mut process = match command {
         Command::Shell { shell, command } => {
             let mut c = tokio::process::Command::new(shell);
@@ -233,9 +281,7 @@ async fn run(
         // (a `mail` it ran, say), not only the shell.
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = process
-        .spawn()
-        .map_err(|e| format!("cannot start the notifier command: {e}"))?;
+    let mut child = process.spawn().map_err(SendError::Spawn)?;
     let group = child
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
@@ -250,20 +296,17 @@ async fn run(
             if let Some(group) = group {
                 let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
             }
-            Err(format!(
-                "the notifier command did not end within {}",
-                humantime::format_duration(timeout)
-            ))
+            Err(SendError::CommandTimeout(timeout))
         }
-        Ok(Err(e)) => Err(format!("the notifier command: {e}")),
+        Ok(Err(e)) => Err(SendError::Wait(e)),
         Ok(Ok(output)) if output.status.success() => Ok(()),
         Ok(Ok(output)) => {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            let last = stderr.lines().last().unwrap_or("").trim();
-            Err(format!(
-                "the notifier command exited {}: {last}",
-                output.status
-            ))
+            let last = stderr.lines().last().unwrap_or("").trim().to_string();
+            Err(SendError::Exited {
+                status: output.status,
+                last,
+            })
         }
     }
 }

@@ -25,43 +25,74 @@ pub(crate) struct Switch {
 const CAP_SETGID: u32 = 6;
 const CAP_SETUID: u32 = 7;
 
+/// Why a job's user could not be resolved on this host (each message
+/// holds its cause's).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unresolved {
+    /// No such user or group (`kind`) here.
+    #[error("no {kind} {name:?} on this host")]
+    Missing { kind: &'static str, name: String },
+    /// The lookup itself failed.
+    #[error("cannot look up {kind} {name:?}: {error}")]
+    Lookup {
+        kind: &'static str,
+        name: String,
+        error: nix::Error,
+    },
+    /// The user's name cannot be passed to the C library.
+    #[error("user name {0:?} holds a NUL")]
+    Nul(String),
+    /// The user's supplementary groups could not be listed.
+    #[error("cannot list the groups of {name:?}: {error}")]
+    Groups { name: String, error: nix::Error },
+}
+
+/// `name` of `kind` ("user" or "group"), as `found` by name or id.
+fn found<T>(
+    kind: &'static str,
+    name: &str,
+    found: nix::Result<Option<T>>,
+) -> Result<T, Unresolved> {
+    let name = name.to_string();
+    match found {
+        Ok(Some(found)) => Ok(found),
+        Ok(None) => Err(Unresolved::Missing { kind, name }),
+        Err(error) => Err(Unresolved::Lookup { kind, name, error }),
+    }
+}
+
 /// A user (name or id) of this host.
-fn find_user(user: &str) -> Result<User, String> {
-    let found = match user.parse::<u32>() {
+fn find_user(user: &str) -> Result<User, Unresolved> {
+    let looked_up = match user.parse::<u32>() {
         Ok(id) => User::from_uid(Uid::from_raw(id)),
         Err(_) => User::from_name(user),
     };
-    match found {
-        Ok(Some(found)) => Ok(found),
-        Ok(None) => Err(format!("no user {user:?} on this host")),
-        Err(e) => Err(format!("cannot look up user {user:?}: {e}")),
-    }
+    found("user", user, looked_up)
 }
 
 /// A group (name or id) of this host.
-fn find_group(group: &str) -> Result<Group, String> {
-    let found = match group.parse::<u32>() {
+fn find_group(group: &str) -> Result<Group, Unresolved> {
+    let looked_up = match group.parse::<u32>() {
         Ok(id) => Group::from_gid(Gid::from_raw(id)),
         Err(_) => Group::from_name(group),
     };
-    match found {
-        Ok(Some(found)) => Ok(found),
-        Ok(None) => Err(format!("no group {group:?} on this host")),
-        Err(e) => Err(format!("cannot look up group {group:?}: {e}")),
-    }
+    found("group", group, looked_up)
 }
 
 /// Resolves `run_as` on this host.
-pub(crate) fn resolve(run_as: &RunAs) -> Result<Switch, String> {
+pub(crate) fn resolve(run_as: &RunAs) -> Result<Switch, Unresolved> {
     let user = find_user(&run_as.user)?;
     let gid = match &run_as.group {
         Some(group) => find_group(group)?.gid,
         None => user.gid,
     };
     let name = std::ffi::CString::new(user.name.as_bytes())
-        .map_err(|_| format!("user name {:?} holds a NUL", user.name))?;
-    let groups = nix::unistd::getgrouplist(&name, user.gid)
-        .map_err(|e| format!("cannot list the groups of {:?}: {e}", user.name))?;
+        .map_err(|_| Unresolved::Nul(user.name.clone()))?;
+    let groups =
+        nix::unistd::getgrouplist(&name, user.gid).map_err(|error| Unresolved::Groups {
+            name: user.name.clone(),
+            error,
+        })?;
     Ok(Switch {
         name: user.name,
         uid: user.uid,
@@ -110,7 +141,7 @@ pub(crate) fn check_host(config: &Config) -> Result<(), ConfigError> {
             continue;
         };
         let problem = match resolve(run_as) {
-            Err(e) => Some(e),
+            Err(e) => Some(e.to_string()),
             Ok(_) => cannot_switch.as_ref().map(|why| {
                 format!(
                     "its runs are to switch to user {:?}, but {why}",
@@ -159,12 +190,13 @@ mod tests {
         let nobody = resolve(&run_as("nobody", Some("root"))).expect("nobody");
         assert_eq!(nobody.gid.as_raw(), 0);
         assert!(nobody.groups.iter().all(|g| g.as_raw() != 0), "{nobody:?}");
+        let says = |run_as: RunAs| resolve(&run_as).map_err(|e| e.to_string());
         assert_eq!(
-            resolve(&run_as("no-such-user", None)),
+            says(run_as("no-such-user", None)),
             Err("no user \"no-such-user\" on this host".to_string())
         );
         assert_eq!(
-            resolve(&run_as("root", Some("no-such-group"))),
+            says(run_as("root", Some("no-such-group"))),
             Err("no group \"no-such-group\" on this host".to_string())
         );
     }
