@@ -86,6 +86,15 @@ struct JobStatus {
     problem: Option<String>,
 }
 
+/// All `status` says, as its JSON gives it.
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    clock: ClockStatus,
+    jobs: Vec<JobStatus>,
+    locks: Vec<LockStatus>,
+    replicas: Vec<ReplicaStatus>,
+}
+
 pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
@@ -95,154 +104,173 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         let lasts = fleet::with_output(&store, &fleet).await?;
         anyhow::Ok((fleet, offset, lasts))
     })?;
-    let now = fleet.now;
-    let mut rows = Vec::new();
-    for (state, last) in fleet.jobs.iter().zip(lasts) {
-        let job = config.job(&state.name);
-        let lock = state.lock.as_ref();
-        rows.push(JobStatus {
-            job: state.name.clone(),
-            enabled: job.map(|j| j.enabled),
-            // As the dashboard says it: none while paused until resumed,
-            // the first after a pause's end.
-            next: state
-                .next(job, now)
-                .map(|(t, _)| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
-            lease_held: state.held,
-            locked_by: lock.and_then(|l| l.locked_by.clone()),
-            lock_until: lock.map(|l| rfc3339(l.lock_until)),
-            fence: lock.map_or(0, |l| l.fence),
-            paused: state.pause.as_ref().map(|pause| PauseStatus {
-                by: pause.by.clone(),
-                since: pause.since.map(rfc3339),
-                until: pause.until.map(|u| rfc3339(u.naive_utc())),
-                reason: pause.reason.clone(),
-                text: pause.to_string(),
-            }),
-            last_run: last.map(RunRecord::from),
-            problem: state.problem.clone(),
-        });
-    }
-    let stuck_count = rows.iter().filter(|r| r.problem.is_some()).count();
-    let lock_rows: Vec<LockStatus> = fleet
-        .locks
-        .iter()
-        .map(|l| LockStatus {
-            lock: l.lock.clone(),
-            jobs: l.jobs.clone(),
-            held_by: l.held.as_ref().and_then(|(by, _)| by.clone()),
-            held_until: l.held.as_ref().map(|(_, until)| rfc3339(*until)),
-        })
-        .collect();
-    let replicas: Vec<ReplicaStatus> = fleet
-        .instances
-        .iter()
-        .map(|i| ReplicaStatus {
-            id: i.row.id.clone(),
-            host: i.row.host.clone(),
-            pid: i.row.pid,
-            version: i.row.version.clone(),
-            started_at: rfc3339(i.row.started_at),
-            last_seen: rfc3339(i.row.last_seen),
-            alive: i.alive,
-            clock_offset_seconds: i.row.clock_offset_us.map(|us| us as f64 / 1e6),
-        })
-        .collect();
-    let clock = ClockStatus {
-        host_ahead_seconds: -(offset.offset.num_microseconds().unwrap_or(0) as f64) / 1e6,
-        error_seconds: offset.error.as_secs_f64(),
-        database_now: now.to_rfc3339_opts(SecondsFormat::Millis, true),
+    let report = Report {
+        clock: ClockStatus {
+            host_ahead_seconds: -(offset.offset.num_microseconds().unwrap_or(0) as f64) / 1e6,
+            error_seconds: offset.error.as_secs_f64(),
+            database_now: fleet.now.to_rfc3339_opts(SecondsFormat::Millis, true),
+        },
+        jobs: job_rows(&config, &fleet, lasts),
+        locks: fleet.locks.iter().map(LockStatus::of).collect(),
+        replicas: fleet.instances.iter().map(ReplicaStatus::of).collect(),
     };
     match args.format {
-        OutputFormat::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "clock": clock, "jobs": rows, "locks": lock_rows, "replicas": replicas })
-            )?
-        ),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         OutputFormat::Table => {
             println!(
                 "database time {}; this host's clock is {} from it\n",
-                clock.database_now,
+                report.clock.database_now,
                 crate::scheduler::clock_sync::describe(offset)
             );
-            print_table(
-                &["JOB", "NEXT", "LEASE", "LAST RUN", "PROBLEM"],
-                rows.iter().map(|r| {
-                    let lease = if r.lease_held {
-                        format!(
-                            "held by {} until {}",
-                            r.locked_by.as_deref().unwrap_or("?"),
-                            r.lock_until.as_deref().unwrap_or("?")
-                        )
-                    } else {
-                        "free".to_string()
-                    };
-                    let last = r.last_run.as_ref().map_or("never".to_string(), |run| {
-                        format!("{} at {} on {}", run.status, run.started_at, run.instance)
-                    });
-                    let next = match (r.enabled, &r.next) {
-                        (_, _) if r.paused.is_some() => {
-                            format!("PAUSED: {}", r.paused.as_ref().map_or("", |p| &p.text))
-                        }
-                        (None, _) => "not in config".to_string(),
-                        (Some(false), _) => "disabled".to_string(),
-                        (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),
-                    };
-                    vec![
-                        r.job.clone(),
-                        next,
-                        lease,
-                        last,
-                        r.problem.clone().unwrap_or_default(),
-                    ]
-                }),
-            );
-            if !lock_rows.is_empty() {
-                println!();
-                print_table(
-                    &["LOCK", "JOBS", "HELD BY"],
-                    lock_rows.iter().map(|l| {
-                        vec![
-                            l.lock.clone(),
-                            l.jobs.join(", "),
-                            match (&l.held_by, &l.held_until) {
-                                (Some(by), Some(until)) => format!("{by} until {until}"),
-                                _ => "free".to_string(),
-                            },
-                        ]
-                    }),
-                );
-            }
-            println!();
-            print_table(
-                &[
-                    "REPLICA",
-                    "HOST",
-                    "PID",
-                    "VERSION",
-                    "STATE",
-                    "LAST SEEN",
-                    "CLOCK",
-                ],
-                replicas.iter().map(|r| {
-                    vec![
-                        r.id.clone(),
-                        r.host.clone(),
-                        r.pid.to_string(),
-                        r.version.clone(),
-                        if r.alive { "alive" } else { "STALE" }.to_string(),
-                        r.last_seen.clone(),
-                        r.clock_offset_seconds
-                            .map_or("?".to_string(), |s| format!("{:+.3}s ahead", s)),
-                    ]
-                }),
-            );
+            print_tables(&report);
         }
     }
-    Ok(if stuck_count > 0 {
+    Ok(if report.jobs.iter().any(|r| r.problem.is_some()) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Each job's row, with its last run (`lasts`, in the fleet's order).
+fn job_rows(
+    config: &crate::config::Config,
+    fleet: &fleet::Fleet,
+    lasts: Vec<Option<crate::history::RunRow>>,
+) -> Vec<JobStatus> {
+    let now = fleet.now;
+    fleet
+        .jobs
+        .iter()
+        .zip(lasts)
+        .map(|(state, last)| {
+            let job = config.job(&state.name);
+            let lock = state.lock.as_ref();
+            JobStatus {
+                job: state.name.clone(),
+                enabled: job.map(|j| j.enabled),
+                // As the dashboard says it: none while paused until resumed,
+                // the first after a pause's end.
+                next: state
+                    .next(job, now)
+                    .map(|(t, _)| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+                lease_held: state.held,
+                locked_by: lock.and_then(|l| l.locked_by.clone()),
+                lock_until: lock.map(|l| rfc3339(l.lock_until)),
+                fence: lock.map_or(0, |l| l.fence),
+                paused: state.pause.as_ref().map(|pause| PauseStatus {
+                    by: pause.by.clone(),
+                    since: pause.since.map(rfc3339),
+                    until: pause.until.map(|u| rfc3339(u.naive_utc())),
+                    reason: pause.reason.clone(),
+                    text: pause.to_string(),
+                }),
+                last_run: last.map(RunRecord::from),
+                problem: state.problem.clone(),
+            }
+        })
+        .collect()
+}
+
+impl LockStatus {
+    fn of(lock: &fleet::LockState) -> LockStatus {
+        LockStatus {
+            lock: lock.lock.clone(),
+            jobs: lock.jobs.clone(),
+            held_by: lock.held.as_ref().and_then(|(by, _)| by.clone()),
+            held_until: lock.held.as_ref().map(|(_, until)| rfc3339(*until)),
+        }
+    }
+}
+
+impl ReplicaStatus {
+    fn of(replica: &crate::registry::Instance) -> ReplicaStatus {
+        let row = &replica.row;
+        ReplicaStatus {
+            id: row.id.clone(),
+            host: row.host.clone(),
+            pid: row.pid,
+            version: row.version.clone(),
+            started_at: rfc3339(row.started_at),
+            last_seen: rfc3339(row.last_seen),
+            alive: replica.alive,
+            clock_offset_seconds: row.clock_offset_us.map(|us| us as f64 / 1e6),
+        }
+    }
+}
+
+/// The jobs' table, the shared locks' (if any) and the replicas'.
+fn print_tables(report: &Report) {
+    print_table(
+        &["JOB", "NEXT", "LEASE", "LAST RUN", "PROBLEM"],
+        report.jobs.iter().map(|r| {
+            let lease = if r.lease_held {
+                format!(
+                    "held by {} until {}",
+                    r.locked_by.as_deref().unwrap_or("?"),
+                    r.lock_until.as_deref().unwrap_or("?")
+                )
+            } else {
+                "free".to_string()
+            };
+            let last = r.last_run.as_ref().map_or("never".to_string(), |run| {
+                format!("{} at {} on {}", run.status, run.started_at, run.instance)
+            });
+            let next = match (r.enabled, &r.next) {
+                (_, _) if r.paused.is_some() => {
+                    format!("PAUSED: {}", r.paused.as_ref().map_or("", |p| &p.text))
+                }
+                (None, _) => "not in config".to_string(),
+                (Some(false), _) => "disabled".to_string(),
+                (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),
+            };
+            vec![
+                r.job.clone(),
+                next,
+                lease,
+                last,
+                r.problem.clone().unwrap_or_default(),
+            ]
+        }),
+    );
+    if !report.locks.is_empty() {
+        println!();
+        print_table(
+            &["LOCK", "JOBS", "HELD BY"],
+            report.locks.iter().map(|l| {
+                vec![
+                    l.lock.clone(),
+                    l.jobs.join(", "),
+                    match (&l.held_by, &l.held_until) {
+                        (Some(by), Some(until)) => format!("{by} until {until}"),
+                        _ => "free".to_string(),
+                    },
+                ]
+            }),
+        );
+    }
+    println!();
+    print_table(
+        &[
+            "REPLICA",
+            "HOST",
+            "PID",
+            "VERSION",
+            "STATE",
+            "LAST SEEN",
+            "CLOCK",
+        ],
+        report.replicas.iter().map(|r| {
+            vec![
+                r.id.clone(),
+                r.host.clone(),
+                r.pid.to_string(),
+                r.version.clone(),
+                if r.alive { "alive" } else { "STALE" }.to_string(),
+                r.last_seen.clone(),
+                r.clock_offset_seconds
+                    .map_or("?".to_string(), |s| format!("{:+.3}s ahead", s)),
+            ]
+        }),
+    );
 }
