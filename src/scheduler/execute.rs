@@ -17,61 +17,15 @@ use tracing::{Instrument, error, info, warn};
 
 use super::Phase;
 use super::engine::Engine;
-use super::job::{Job, JobSettings};
+use super::job::JobSettings;
 use super::run_lease::{Hold, RunLease};
 use super::run_rows::{Attempted, RunRows};
+use super::work::{Outcome, Recording, Work};
 use crate::history::{RunFinish, RunStatus};
 use crate::lease::keeper::{Keeper, LeaseState};
 use crate::notify::{Event, Notice, Ping};
-use crate::runner::{Action, Ended, Ending, RunContext, StopReason};
+use crate::runner::{Ended, Ending, RunContext, StopReason};
 use crate::telemetry;
-
-/// How the last attempt of an instant ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Outcome {
-    /// Its status.
-    pub(crate) status: RunStatus,
-    /// Its exit code, if a process exited.
-    pub(crate) exit_code: Option<i32>,
-    /// The tail of its output, as recorded (for a run that could not start:
-    /// why).
-    pub(crate) output: String,
-}
-
-/// How a run is recorded when that differs from its lease: an `exec
-/// --once` run holds the lease of its KEY, whose instant only names the
-/// key, and is recorded at the time it started, with the key.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Recording {
-    /// Recorded (and given as `REPLICRON_SCHEDULED_AT`) instead of the
-    /// lease's instant.
-    pub(crate) instant: Option<DateTime<Utc>>,
-    /// The `exec --once` KEY.
-    pub(crate) once_key: Option<String>,
-    /// When the run was due, if not at the lease's instant (a job's
-    /// jitter): its start's lateness is measured from here.
-    pub(crate) due: Option<DateTime<Utc>>,
-}
-
-/// What runs: a name (its history rows carry it: a job's, or `exec`'s
-/// NAME), the settings that bound each run, and the action.
-#[derive(Clone)]
-pub(crate) struct Work {
-    pub(crate) name: String,
-    pub(crate) settings: JobSettings,
-    pub(crate) action: Arc<dyn Action>,
-}
-
-impl Work {
-    /// What `job` runs; `None` for a job with nothing to run (never built).
-    pub(crate) fn of(job: &Job) -> Option<Work> {
-        Some(Work {
-            name: job.name.to_string(),
-            settings: job.settings.clone(),
-            action: job.action.clone()?,
-        })
-    }
-}
 
 /// What to run, under what it holds.
 pub(crate) struct Plan {

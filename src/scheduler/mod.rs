@@ -26,6 +26,7 @@ mod run_rows;
 mod tick;
 pub(crate) mod trigger;
 mod unanswered;
+mod work;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,10 +38,11 @@ use tracing::{debug, error, info, warn};
 
 use self::clock_sync::ClockSync;
 use self::engine::Engine;
-pub(crate) use self::execute::{Outcome, Plan, Recording, Work};
+pub(crate) use self::execute::Plan;
 pub use self::job::Job;
 pub(crate) use self::job::JobSettings;
 pub(crate) use self::missed::check_period as missed_check_period;
+pub(crate) use self::work::{Outcome, Recording, Work};
 use crate::config::{self, DatabaseUrl};
 use crate::db::{Pool, Store};
 use crate::registry;

@@ -14,7 +14,7 @@ use tracing::warn;
 
 use super::Phase;
 use super::engine::Engine;
-use super::execute::Work;
+use super::work::Work;
 use crate::backoff::Backoff;
 use crate::config::LOCK_ROW_PREFIX;
 use crate::lease::keeper::{Keeper, LeaseState, LeaseTimes};

@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use super::engine::Engine;
-use super::execute::{Outcome, Recording, Work};
 use super::fmt_instant;
 use super::run_lease::Hold;
+use super::work::{Outcome, Recording, Work};
 use crate::db::DbError;
 use crate::history::journal::Write;
 use crate::history::{NewRun, RunFinish, RunStatus};

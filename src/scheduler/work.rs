@@ -1,0 +1,59 @@
+//! What a run is made of before anything holds it: what runs (`Work`), how
+//! it is recorded when that differs from what it holds (`Recording`), and
+//! how its last attempt ended (`Outcome`). The run's two owners and its
+//! executor all speak of these.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::job::{Job, JobSettings};
+use crate::history::RunStatus;
+use crate::runner::Action;
+
+/// How the last attempt of an instant ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// Its status.
+    pub(crate) status: RunStatus,
+    /// Its exit code, if a process exited.
+    pub(crate) exit_code: Option<i32>,
+    /// The tail of its output, as recorded (for a run that could not start:
+    /// why).
+    pub(crate) output: String,
+}
+
+/// How a run is recorded when that differs from its lease: an `exec
+/// --once` run holds the lease of its KEY, whose instant only names the
+/// key, and is recorded at the time it started, with the key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Recording {
+    /// Recorded (and given as `REPLICRON_SCHEDULED_AT`) instead of the
+    /// lease's instant.
+    pub(crate) instant: Option<DateTime<Utc>>,
+    /// The `exec --once` KEY.
+    pub(crate) once_key: Option<String>,
+    /// When the run was due, if not at the lease's instant (a job's
+    /// jitter): its start's lateness is measured from here.
+    pub(crate) due: Option<DateTime<Utc>>,
+}
+
+/// What runs: a name (its history rows carry it: a job's, or `exec`'s
+/// NAME), the settings that bound each run, and the action.
+#[derive(Clone)]
+pub(crate) struct Work {
+    pub(crate) name: String,
+    pub(crate) settings: JobSettings,
+    pub(crate) action: Arc<dyn Action>,
+}
+
+impl Work {
+    /// What `job` runs; `None` for a job with nothing to run (never built).
+    pub(crate) fn of(job: &Job) -> Option<Work> {
+        Some(Work {
+            name: job.name.to_string(),
+            settings: job.settings.clone(),
+            action: job.action.clone()?,
+        })
+    }
+}
