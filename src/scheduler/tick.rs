@@ -16,10 +16,11 @@ use tracing::{debug, info, warn};
 
 use super::claimer::{Claimed, Unanswered};
 use super::engine::Engine;
-use super::execute::{self, Plan, Recording};
+use super::execute::{self, Plan};
 use super::job::Job;
 use super::run_lease::Hold;
 use super::unanswered::{Settled, settle};
+use super::work::{Recording, Work};
 use super::{Phase, fmt_instant};
 use crate::backoff::Backoff;
 use crate::config::RunOn;
@@ -422,62 +423,19 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 }
             }
             Ok(Claimed::NotWon(Claim::Held(holder))) => {
-                // An overrun is a run going when this instant's run was to
-                // start.
-                let start = job.schedule.start_of(instant);
-                match holder.claimed_at.filter(|since| *since < start) {
-                    // Claimed after the instant came: a run that started
-                    // late; the instant waits for it.
-                    None => {
-                        match wait("the job's lease stayed held by a run that started after it") {
-                            Some(pause) => pause,
-                            None => return Attempt::Skipped,
-                        }
+                match on_held(engine, job, &holder, instant).await {
+                    OnHeld::Overrun { since } => {
+                        telemetry::overrun(&job.name);
+                        return Attempt::Overrun { since };
                     }
-                    Some(since) => {
-                        if held_on_purpose(job, &holder, since) {
-                            telemetry::overrun(&job.name);
-                            return Attempt::Overrun { since };
-                        }
-                        match was_going_at(engine, job, &holder, start).await {
-                            Ok(Held::Going) => {
-                                telemetry::overrun(&job.name);
-                                return Attempt::Overrun { since };
-                            }
-                            // Its run had ended: its release has not landed yet.
-                            Ok(Held::Ended) => {
-                                match wait("the release of the job's previous run did not land") {
-                                    Some(pause) => pause,
-                                    None => return Attempt::Skipped,
-                                }
-                            }
-                            // Nothing runs without a start record: no run
-                            // holds the lease, only a claim (one whose
-                            // replica died, or did not hear it won, before
-                            // recording it). The instant waits for the
-                            // lease to be given back or to run out.
-                            Ok(Held::NoRun) => {
-                                match wait(
-                                    "the job's lease stayed held by a claim that started no run",
-                                ) {
-                                    Some(pause) => pause,
-                                    None => return Attempt::Skipped,
-                                }
-                            }
-                            Ok(Held::StartedLater) => {
-                                match wait(
-                                    "the job's lease stayed held by a run that started after it",
-                                ) {
-                                    Some(pause) => pause,
-                                    None => return Attempt::Skipped,
-                                }
-                            }
-                            Err(e) => {
-                                telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
-                                warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
-                                return Attempt::Skipped;
-                            }
-                        }
+                    OnHeld::Wait(why) => match wait(why) {
+                        Some(pause) => pause,
+                        None => return Attempt::Skipped,
+                    },
+                    OnHeld::Unknown(e) => {
+                        telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
+                        warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
+                        return Attempt::Skipped;
                     }
                 }
             }
@@ -491,6 +449,54 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
     }
 }
 
+/// What a lease held by `holder` when `instant` was claimed makes of the
+/// instant.
+enum OnHeld {
+    /// An overrun of the run claimed at `since`.
+    Overrun { since: DateTime<Utc> },
+    /// Wait for the lease, as long as the instant may: why.
+    Wait(&'static str),
+    /// The history could not say what holds it.
+    Unknown(DbError),
+}
+
+/// Whether `holder`'s lease makes `instant` an overrun (a run going when
+/// the instant's run was to start, or a lease kept on purpose by
+/// `lock_at_least_for`) or a wait (a run that started late, a release that
+/// has not landed, a claim that started no run).
+async fn on_held(
+    engine: &Engine,
+    job: &Job,
+    holder: &lease::Holder,
+    instant: DateTime<Utc>,
+) -> OnHeld {
+    let start = job.schedule.start_of(instant);
+    // Claimed after the instant came: a run that started late; the instant
+    // waits for it.
+    let Some(since) = holder.claimed_at.filter(|since| *since < start) else {
+        return OnHeld::Wait("the job's lease stayed held by a run that started after it");
+    };
+    if held_on_purpose(job, holder, since) {
+        return OnHeld::Overrun { since };
+    }
+    match was_going_at(engine, job, holder, start).await {
+        Ok(Held::Going) => OnHeld::Overrun { since },
+        // Its run had ended: its release has not landed yet.
+        Ok(Held::Ended) => OnHeld::Wait("the release of the job's previous run did not land"),
+        // Nothing runs without a start record: no run holds the lease, only
+        // a claim (one whose replica died, or did not hear it won, before
+        // recording it). The instant waits for the lease to be given back
+        // or to run out.
+        Ok(Held::NoRun) => {
+            OnHeld::Wait("the job's lease stayed held by a claim that started no run")
+        }
+        Ok(Held::StartedLater) => {
+            OnHeld::Wait("the job's lease stayed held by a run that started after it")
+        }
+        Err(e) => OnHeld::Unknown(e),
+    }
+}
+
 /// Starts the run of `hold`'s instant, whose claim was sent at `claimed`
 /// (for a per-host run, now).
 fn start(
@@ -500,7 +506,7 @@ fn start(
     first_run: Option<i64>,
     claimed: Instant,
 ) -> Attempt {
-    let Some(work) = execute::Work::of(job) else {
+    let Some(work) = Work::of(job) else {
         return Attempt::Skipped;
     };
     let claimed_at = engine.clock.now();
