@@ -1,7 +1,8 @@
 //! Text from outside (job output, commands, pause reasons, instance ids)
 //! shown where a control character would do harm: a terminal reading the
 //! logs would obey an escape sequence, and a bidirectional override
-//! (U+202E) would reverse what a page shows after it.
+//! (U+202E) would reverse what a page shows after it. Also bytes as
+//! lowercase hex (tokens, digests) and back.
 
 use std::borrow::Cow;
 
@@ -53,6 +54,22 @@ pub(crate) fn bidi_visible(html: &str) -> Cow<'_, str> {
             })
             .collect(),
     )
+}
+
+/// `bytes` as lowercase hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes `text` spells in hex (either case); `None` if it is not hex.
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 use axum::http::{HeaderMap, header};
 
 use crate::config::PublicUrl;
+use crate::text::{hex, unhex};
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
 
@@ -103,20 +104,6 @@ fn keyed(key: &str, label: &str) -> Option<Hmac> {
     let mut mac = Hmac::new_from_slice(key.as_bytes()).ok()?;
     mac.update(label.as_bytes());
     Some(mac)
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 impl Auth {

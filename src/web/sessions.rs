@@ -24,12 +24,12 @@ pub(crate) struct Session {
 
 fn random_hex() -> String {
     let bytes: [u8; 32] = rand::random();
-    super::auth::hex(&bytes)
+    crate::text::hex(&bytes)
 }
 
 /// The row key of the cookie value `cookie`.
 pub(crate) fn key_of(cookie: &str) -> String {
-    super::auth::hex(&Sha256::digest(cookie.trim().as_bytes()))
+    crate::text::hex(&Sha256::digest(cookie.trim().as_bytes()))
 }
 
 /// Issues a session for `instance` for `life`: the cookie's value and the
