@@ -44,21 +44,6 @@ struct PauseStatus {
     text: String,
 }
 
-/// A registered replica, in `status`.
-#[derive(Debug, serde::Serialize)]
-struct ReplicaStatus {
-    id: String,
-    host: String,
-    pid: i64,
-    version: String,
-    started_at: String,
-    last_seen: String,
-    /// Heard from within the last 30 s.
-    alive: bool,
-    /// How far its host's clock is ahead of the database's.
-    clock_offset_seconds: Option<f64>,
-}
-
 /// A shared lock of the jobs, in `status`.
 #[derive(Debug, serde::Serialize)]
 struct LockStatus {
@@ -92,7 +77,7 @@ struct Report {
     clock: ClockStatus,
     jobs: Vec<JobStatus>,
     locks: Vec<LockStatus>,
-    replicas: Vec<ReplicaStatus>,
+    replicas: Vec<fleet::ReplicaView>,
 }
 
 pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
@@ -112,7 +97,11 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         },
         jobs: job_rows(&config, &fleet, lasts),
         locks: fleet.locks.iter().map(LockStatus::of).collect(),
-        replicas: fleet.instances.iter().map(ReplicaStatus::of).collect(),
+        replicas: fleet
+            .instances
+            .iter()
+            .map(fleet::ReplicaView::from)
+            .collect(),
     };
     match args.format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -179,22 +168,6 @@ impl LockStatus {
             jobs: lock.jobs.clone(),
             held_by: lock.held.as_ref().and_then(|(by, _)| by.clone()),
             held_until: lock.held.as_ref().map(|(_, until)| rfc3339(*until)),
-        }
-    }
-}
-
-impl ReplicaStatus {
-    fn of(replica: &crate::registry::Instance) -> ReplicaStatus {
-        let row = &replica.row;
-        ReplicaStatus {
-            id: row.id.clone(),
-            host: row.host.clone(),
-            pid: row.pid,
-            version: row.version.clone(),
-            started_at: rfc3339(row.started_at),
-            last_seen: rfc3339(row.last_seen),
-            alive: replica.alive,
-            clock_offset_seconds: row.clock_offset_us.map(|us| us as f64 / 1e6),
         }
     }
 }

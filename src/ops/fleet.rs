@@ -32,6 +32,44 @@ pub(crate) struct Fleet {
     pub(crate) drift: BTreeMap<String, Drift>,
 }
 
+/// A registered replica, as the command line, the API and the dashboard
+/// show it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct ReplicaView {
+    /// Its id.
+    pub(crate) id: String,
+    /// Its host.
+    pub(crate) host: String,
+    /// Its process id.
+    pub(crate) pid: i64,
+    /// Its replicron version.
+    pub(crate) version: String,
+    /// When it started.
+    pub(crate) started_at: String,
+    /// Its last heartbeat.
+    pub(crate) last_seen: String,
+    /// Heard from within the last 30 s.
+    pub(crate) alive: bool,
+    /// How far its host's clock is ahead of the database's, in seconds.
+    pub(crate) clock_offset_seconds: Option<f64>,
+}
+
+impl From<&Instance> for ReplicaView {
+    fn from(instance: &Instance) -> Self {
+        let row = &instance.row;
+        ReplicaView {
+            id: row.id.clone(),
+            host: row.host.clone(),
+            pid: row.pid,
+            version: row.version.clone(),
+            started_at: rfc3339(row.started_at),
+            last_seen: rfc3339(row.last_seen),
+            alive: instance.alive,
+            clock_offset_seconds: row.clock_offset_us.map(|us| us as f64 / 1e6),
+        }
+    }
+}
+
 /// One job as the fleet has it.
 #[derive(Debug)]
 pub(crate) struct JobState {

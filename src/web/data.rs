@@ -99,25 +99,12 @@ pub(crate) struct LeaseView {
     pub(crate) fence: i64,
 }
 
-/// A replica.
+/// A replica, with the jobs it defines differently from most live
+/// replicas.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct InstanceView {
-    /// Its id.
-    pub(crate) id: String,
-    /// Its host.
-    pub(crate) host: String,
-    /// Its process id.
-    pub(crate) pid: i64,
-    /// Its replicron version.
-    pub(crate) version: String,
-    /// When it started.
-    pub(crate) started_at: String,
-    /// Its last heartbeat.
-    pub(crate) last_seen: String,
-    /// Heard from within the last 30 s.
-    pub(crate) alive: bool,
-    /// How far its host's clock is ahead of the database's, in seconds.
-    pub(crate) clock_offset_seconds: Option<f64>,
+    #[serde(flatten)]
+    pub(crate) replica: fleet::ReplicaView,
     /// The jobs it defines differently from most live replicas.
     pub(crate) drifted_jobs: Vec<String>,
 }
@@ -183,17 +170,9 @@ fn definition(job: &crate::config::Job) -> Definition {
 }
 
 fn instance_view(instance: &Instance, drifted: &BTreeMap<String, Vec<String>>) -> InstanceView {
-    let row = &instance.row;
     InstanceView {
-        id: row.id.clone(),
-        host: row.host.clone(),
-        pid: row.pid,
-        version: row.version.clone(),
-        started_at: rfc3339(row.started_at),
-        last_seen: rfc3339(row.last_seen),
-        alive: instance.alive,
-        clock_offset_seconds: row.clock_offset_us.map(|us| us as f64 / 1e6),
-        drifted_jobs: drifted.get(&row.id).cloned().unwrap_or_default(),
+        replica: fleet::ReplicaView::from(instance),
+        drifted_jobs: drifted.get(&instance.row.id).cloned().unwrap_or_default(),
     }
 }
 

@@ -291,7 +291,8 @@ fn replicas_table(instances: &[InstanceView]) -> Markup {
         table id="replicas" {
             thead { tr { th { "Replica" } th { "Host" } th { "PID" } th { "Version" } th { "State" } th { "Last seen" } th { "Clock" } th { "Drift" } } }
             tbody {
-                @for i in instances {
+                @for view in instances {
+                    @let i = &view.replica;
                     tr {
                         td { code { (i.id) } }
                         td { (i.host) }
@@ -300,7 +301,7 @@ fn replicas_table(instances: &[InstanceView]) -> Markup {
                         td { @if i.alive { span class="dot s-succeeded" {} "alive" } @else { span class="dot s-failed" {} "STALE" } }
                         td { (i.last_seen) }
                         td class="num" { @if let Some(s) = i.clock_offset_seconds { (format!("{s:+.3} s")) } @else { "?" } }
-                        td { @if i.drifted_jobs.is_empty() { "-" } @else { span class="problem" { (i.drifted_jobs.join(", ")) } } }
+                        td { @if view.drifted_jobs.is_empty() { "-" } @else { span class="problem" { (view.drifted_jobs.join(", ")) } } }
                     }
                 }
             }
