@@ -851,7 +851,7 @@ fn check(
         // attempt's start to its last attempt's end (a retry's backoff
         // included); an attempt whose end is not known (abandoned) until its
         // lease could have ended.
-        let spans: Vec<(DateTime<Utc>, DateTime<Utc>)> = rows
+        let spans: Vec<(DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)> = rows
             .iter()
             .filter(|r| r.job == job.name && r.attempt > 0)
             .fold(
@@ -868,14 +868,41 @@ fn check(
                     runs
                 },
             )
-            .into_values()
+            .into_iter()
+            .map(|(instant, (start, end))| (instant, start, end))
             .chain(bodies.iter().filter(|b| b.job == job.name).map(|b| {
                 (
+                    b.instant,
                     at_ns(b.start_ns),
                     at_ns(b.last_ns) + TimeDelta::milliseconds(300),
                 )
             }))
             .collect();
+        let in_window = |t: DateTime<Utc>| windows.iter().any(|(a, b)| *a <= t && t <= *b);
+        let going_at = |t: DateTime<Utc>| {
+            spans
+                .iter()
+                .filter(move |(_, start, end)| *start <= t && t <= *end)
+                .map(|(instant, _, _)| *instant)
+        };
+        // The runs a fault pushed late: its instant fell in a fault window,
+        // or it started late while a run the fault pushed held the job (a
+        // slow job's backlog after a stall drains a run at a time, past the
+        // window). An instant such a run overran is the fault's doing.
+        let mut by_instant: Vec<(DateTime<Utc>, DateTime<Utc>)> = spans
+            .iter()
+            .map(|(instant, start, _)| (*instant, *start))
+            .collect();
+        by_instant.sort();
+        let mut pushed: BTreeSet<DateTime<Utc>> = BTreeSet::new();
+        for (instant, start) in by_instant {
+            if in_window(instant)
+                || (start > instant + TimeDelta::seconds(1)
+                    && going_at(instant).any(|held| held < instant && pushed.contains(&held)))
+            {
+                pushed.insert(instant);
+            }
+        }
         let first = from.timestamp() + (job.offset - from.timestamp()).rem_euclid(job.period);
         let mut t = first;
         while t <= to.timestamp() {
@@ -885,18 +912,20 @@ fn check(
             if ran.contains(&instant) {
                 continue;
             }
-            let in_window = windows.iter().any(|(a, b)| *a <= instant && instant <= *b);
+            let overrun_by = going_at(instant)
+                .filter(|held| *held < instant)
+                .collect::<Vec<_>>();
+            let explained =
+                in_window(instant) || overrun_by.iter().any(|held| pushed.contains(held));
             let how = match recorded.get(&instant) {
                 Some(statuses) => statuses.join("+"),
-                None if spans.iter().any(|(a, b)| *a <= instant && instant <= *b) => {
-                    "overrun".to_string()
-                }
+                None if going_at(instant).next().is_some() => "overrun".to_string(),
                 None => {
                     found.silent.push(format!("{} {}", job.name, ms(instant)));
                     "nothing".to_string()
                 }
             };
-            if in_window {
+            if explained {
                 *found.accounted.entry(how).or_default() += 1;
             } else {
                 found
