@@ -19,7 +19,7 @@ pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 
 /// A replica not heard from for this long is taken for gone: three missed
 /// heartbeats.
-pub(crate) const STALE_AFTER: Duration = Duration::from_secs(30);
+const STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// A row of `replicron_instances`.
 #[derive(Clone, Debug, PartialEq, Eq, Queryable, Selectable)]
@@ -211,7 +211,7 @@ pub(crate) fn heartbeat(conn: &mut DbConnection, me: &Me, beat: &Beat) -> QueryR
 
 /// A replica not heard from for this long is forgotten: its row is
 /// deleted (a stale one stays listed until then).
-pub(crate) const PRUNE_AFTER: Duration = Duration::from_secs(3600);
+const PRUNE_AFTER: Duration = Duration::from_secs(3600);
 
 /// Deletes the rows of replicas not heard from for [`PRUNE_AFTER`].
 pub(crate) fn prune(conn: &mut DbConnection) -> QueryResult<usize> {

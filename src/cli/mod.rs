@@ -34,7 +34,7 @@ use crate::scheduler::Outcome;
 /// across all replicas.
 #[derive(Debug, Parser)]
 #[command(name = "replicron", version, about, long_about = None)]
-pub(crate) struct Cli {
+struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
@@ -45,7 +45,7 @@ pub(crate) struct Cli {
 
 /// How log lines are written to stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum LogFormat {
+enum LogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per line.

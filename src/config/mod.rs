@@ -179,7 +179,7 @@ pub(crate) struct TokenEnv {
 pub(crate) const DEFAULT_COOKIE: &str = "replicron_session";
 
 /// The shortest token `[web] token_env` may hold.
-pub(crate) const MIN_TOKEN_LEN: usize = 16;
+const MIN_TOKEN_LEN: usize = 16;
 
 impl Default for WebConfig {
     fn default() -> Self {

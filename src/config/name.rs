@@ -12,7 +12,7 @@ use super::{LOCK_ROW_PREFIX, MAX_JOB_NAME_LEN, RESERVED_PREFIX};
 
 /// The longest lock name: its row's name must fit the 64 characters of a
 /// lease row's.
-pub(crate) const MAX_LOCK_NAME_LEN: usize = MAX_JOB_NAME_LEN - LOCK_ROW_PREFIX.len();
+const MAX_LOCK_NAME_LEN: usize = MAX_JOB_NAME_LEN - LOCK_ROW_PREFIX.len();
 
 /// Why a text names no job or lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use chrono_tz::Tz;
 
 /// Users a Debian or Red Hat system has whether or not `/etc/passwd` here
 /// lists them: a crontab from another host names them in its user column.
-pub(crate) const SYSTEM_USERS: &[&str] = &[
+const SYSTEM_USERS: &[&str] = &[
     "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
     "www-data", "backup", "list", "irc", "gnats", "nobody", "adm", "operator", "ftp", "apache",
     "nginx", "postgres", "mysql", "redis", "postfix", "smmsp", "_apt",

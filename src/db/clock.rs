@@ -30,7 +30,7 @@ pub(crate) struct DbNow;
 /// (microseconds on MariaDB/MySQL and PostgreSQL, milliseconds on SQLite):
 /// for estimating how far a replica's clock is from the database's.
 #[derive(Clone, Copy, Debug, QueryId)]
-pub(crate) struct DbNowPrecise;
+struct DbNowPrecise;
 
 impl DbNowPrecise {
     /// The backend's resolution: how much older than the true time a

@@ -58,7 +58,7 @@ impl std::ops::DerefMut for PoolConnection {
 
 impl PoolConnection {
     /// Marks the connection as not to be reused.
-    pub(crate) fn mark_broken(&mut self) {
+    fn mark_broken(&mut self) {
         self.broken = true;
     }
 }
@@ -115,7 +115,7 @@ impl std::fmt::Debug for Pool {
 }
 
 /// A connection taken from the [`Pool`].
-pub(crate) type PooledConn = PooledConnection<Manager>;
+type PooledConn = PooledConnection<Manager>;
 
 impl Pool {
     /// Opens a pool of at most `size` connections to `url` and checks that

@@ -32,7 +32,7 @@ pub(crate) fn establish(url: &DatabaseUrl) -> Result<DbConnection, DbError> {
 /// The name of the SQL function that is SQLite's clock in every statement
 /// replicron sends (see [`super::clock`]).
 #[cfg(feature = "sqlite")]
-pub(crate) const SQLITE_NOW: &str = "replicron_now";
+const SQLITE_NOW: &str = "replicron_now";
 
 /// Opens one connection to `url` and prepares its session. A SQLite
 /// connection reads the database's time from `clock` (SQLite's own clock is

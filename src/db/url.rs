@@ -26,7 +26,7 @@ impl Backend {
     }
 
     /// Whether this binary was built with the backend's feature.
-    pub(crate) fn is_compiled_in(self) -> bool {
+    fn is_compiled_in(self) -> bool {
         match self {
             Backend::Sqlite => cfg!(feature = "sqlite"),
             Backend::Mysql => cfg!(feature = "mysql"),

@@ -23,7 +23,7 @@ use crate::history;
 
 /// How many writes wait at most; past that the oldest is dropped (and
 /// reported), so an endless outage cannot exhaust memory.
-pub(crate) const MAX_PENDING: usize = 10_000;
+const MAX_PENDING: usize = 10_000;
 
 /// One history write.
 #[derive(Clone, Debug)]

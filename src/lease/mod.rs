@@ -169,7 +169,7 @@ pub(crate) fn pause_covers(
 impl LockRow {
     /// Whether the job is paused at database time `now`, and until when
     /// (`None`: until resumed).
-    pub(crate) fn paused_at_time(&self, now: NaiveDateTime) -> Option<Option<DateTime<Utc>>> {
+    fn paused_at_time(&self, now: NaiveDateTime) -> Option<Option<DateTime<Utc>>> {
         let until = self.paused_until.filter(|until| *until > now)?;
         Some((until < crate::db::clock::far_future()).then(|| until.and_utc()))
     }

@@ -10,7 +10,7 @@ use crate::db::{DbError, Store};
 use crate::history::{RunRow, rfc3339};
 
 /// The longest pause reason taken, in characters.
-pub(crate) const MAX_REASON: usize = 500;
+const MAX_REASON: usize = 500;
 
 /// Why an action was not carried out.
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +117,7 @@ pub(crate) async fn unlock(store: &Store, job: &str, force: bool) -> Result<Unlo
 
 /// A pause's end, which must be after `now` (the database's): an RFC 3339
 /// time, or a duration after `now`.
-pub(crate) fn parse_future_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+fn parse_future_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
     let until = parse_until(text, now)?;
     crate::db::clock::storable(until)
         .map_err(|e| format!("--until {text:?}: {e}; leave it out to pause until resumed"))?;

@@ -253,7 +253,7 @@ fn shared_locks(config: &Config, rows: &[LockRow], now: DateTime<Utc>) -> Vec<Lo
 /// The jobs an operator sees: those of the job file in its order, then the
 /// lease rows of jobs no longer in it (not replicron's own rows, nor those
 /// of `exec` locks).
-pub(crate) fn job_names(config: &Config, locks: &[LockRow]) -> Vec<String> {
+fn job_names(config: &Config, locks: &[LockRow]) -> Vec<String> {
     let mut names: Vec<String> = config.jobs.iter().map(|j| j.name.to_string()).collect();
     for lock in locks {
         let own = lock.name.starts_with(RESERVED_PREFIX) || crate::lease::is_once_row(&lock.name);

@@ -105,7 +105,7 @@ pub(crate) fn resolve(run_as: &RunAs) -> Result<Switch, Unresolved> {
 /// Why this process cannot switch users, if it cannot: it needs both
 /// `CAP_SETUID` and `CAP_SETGID` in its effective set (root has them unless
 /// a unit or container took them away).
-pub(crate) fn cannot_switch() -> Option<String> {
+fn cannot_switch() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let effective = status
         .lines()

@@ -37,7 +37,7 @@ pub(crate) struct Skipped {
 
 impl Skipped {
     /// Skipped instants are counted up to this many.
-    pub(crate) const COUNT_LIMIT: usize = 10_000;
+    const COUNT_LIMIT: usize = 10_000;
 }
 
 /// Sleeps until each instant of one schedule in turn.

@@ -17,14 +17,14 @@ use crate::schedule::{DatabaseClock, Offset};
 use crate::telemetry;
 
 /// How often the offset is estimated again.
-pub(crate) const SYNC_EVERY: Duration = Duration::from_secs(30);
+const SYNC_EVERY: Duration = Duration::from_secs(30);
 
 /// Readings of the database's clock per estimate.
 const SAMPLES: usize = 5;
 
 /// An offset this large is worth a warning: it is the host's clock that is
 /// wrong, and its jobs' own idea of the time with it.
-pub(crate) const WARN_ABOVE: TimeDelta = TimeDelta::seconds(1);
+const WARN_ABOVE: TimeDelta = TimeDelta::seconds(1);
 
 /// Estimates and applies the offset, and says so when it crosses
 /// [`WARN_ABOVE`] either way.

@@ -250,7 +250,7 @@ impl Job {
     }
 
     /// A job of the job file run as `process`.
-    pub(crate) fn with_process(job: &config::Job, process: crate::runner::Process) -> Job {
+    fn with_process(job: &config::Job, process: crate::runner::Process) -> Job {
         Job {
             name: job.name.clone(),
             schedule: job.schedule.clone(),

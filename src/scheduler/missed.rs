@@ -81,7 +81,7 @@ pub(crate) fn check_period(missed_after: impl Iterator<Item = Duration>) -> Dura
 
 /// One round, if this replica wins the check's lease: returns how many
 /// instants it recorded missed.
-pub(crate) async fn check_once(engine: &Engine, jobs: &[Arc<Job>]) -> Result<usize, DbError> {
+async fn check_once(engine: &Engine, jobs: &[Arc<Job>]) -> Result<usize, DbError> {
     let Claim::Won(held) = engine
         .store
         .claim_now(LEASE, &engine.instance, LEASE_FOR)

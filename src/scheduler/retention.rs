@@ -45,11 +45,7 @@ pub(crate) async fn prune_forever(
 
 /// One round: claim the retention lease, delete, release. Returns how many
 /// rows were deleted (0 if another replica had the lease).
-pub(crate) async fn prune_once(
-    store: &Store,
-    instance: &str,
-    older_than: Duration,
-) -> Result<usize, DbError> {
+async fn prune_once(store: &Store, instance: &str, older_than: Duration) -> Result<usize, DbError> {
     let Claim::Won(held) = store.claim_now(LEASE, instance, LEASE_FOR).await? else {
         debug!("another replica prunes the history this round");
         return Ok(0);

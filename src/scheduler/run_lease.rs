@@ -50,7 +50,7 @@ impl Hold {
     }
 
     /// The fence of a per-host run's rows: no claim gave it one.
-    pub(crate) const NO_FENCE: i64 = 0;
+    const NO_FENCE: i64 = 0;
 
     /// The lease row held, if any.
     pub(crate) fn row(&self) -> Option<&str> {

@@ -16,9 +16,9 @@ use super::{ActionParams, Shared};
 use crate::history::{RunFilter, RunRecord, RunStatus};
 
 /// The largest page of `runs`.
-pub(crate) const MAX_LIMIT: i64 = 1000;
+const MAX_LIMIT: i64 = 1000;
 /// A page of `runs` unless `limit` says otherwise.
-pub(crate) const DEFAULT_LIMIT: i64 = 100;
+const DEFAULT_LIMIT: i64 = 100;
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()

@@ -20,10 +20,10 @@ use tracing::{info, warn};
 
 /// How long a client has to send a request's head, from when the
 /// connection opens or its previous response was sent.
-pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one connection is served at most; it is then closed once its
 /// request in progress has been answered.
-pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
 /// The largest request head (and read buffer) of a connection.
 const MAX_HEAD: usize = 16 * 1024;
 /// The most connections served at once, whatever the descriptor limit.

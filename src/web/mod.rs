@@ -379,7 +379,7 @@ fn checkbox<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 }
 
 /// How an action ended: the status to answer and a sentence for people.
-pub(crate) type Acted = Result<(StatusCode, String), (StatusCode, String)>;
+type Acted = Result<(StatusCode, String), (StatusCode, String)>;
 
 fn failed(e: impl std::fmt::Display) -> (StatusCode, String) {
     (StatusCode::SERVICE_UNAVAILABLE, e.to_string())

@@ -28,7 +28,7 @@ fn random_hex() -> String {
 }
 
 /// The row key of the cookie value `cookie`.
-pub(crate) fn key_of(cookie: &str) -> String {
+fn key_of(cookie: &str) -> String {
     crate::text::hex(&Sha256::digest(cookie.trim().as_bytes()))
 }
 

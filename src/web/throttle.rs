@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Wrong tokens an address may send before it waits.
-pub(crate) const FREE_FAILURES: u32 = 5;
+const FREE_FAILURES: u32 = 5;
 /// The longest wait.
 const MAX_WAIT: Duration = Duration::from_secs(300);
 /// An address with no wrong token for this long is forgotten.
