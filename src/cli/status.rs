@@ -68,7 +68,7 @@ struct JobStatus {
     fence: i64,
     paused: Option<PauseStatus>,
     last_run: Option<RunRecord>,
-    problem: Option<String>,
+    problem: Option<fleet::Problem>,
 }
 
 /// All `status` says, as its JSON gives it.
@@ -202,7 +202,10 @@ fn print_tables(report: &Report) {
                 next,
                 lease,
                 last,
-                r.problem.clone().unwrap_or_default(),
+                r.problem
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
             ]
         }),
     );

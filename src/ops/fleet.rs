@@ -84,7 +84,7 @@ pub(crate) struct JobState {
     /// Its latest runs, newest first.
     pub(crate) recent: Vec<RunBrief>,
     /// What an operator should look at first, if anything.
-    pub(crate) problem: Option<String>,
+    pub(crate) problem: Option<Problem>,
 }
 
 /// A shared lock of the jobs.
@@ -285,21 +285,14 @@ impl Seen<'_> {
     /// What an operator should look at for the job, the first that
     /// applies: a stuck or orphaned lease, a definition that drifted
     /// between replicas, a last run that ended badly.
-    fn problem(&self, drift: Option<&Drift>) -> Option<String> {
+    fn problem(&self, drift: Option<&Drift>) -> Option<Problem> {
         self.stuck()
-            .or_else(|| {
-                drift.map(|drift| {
-                    format!(
-                        "DRIFT: live replicas define it differently: {}",
-                        drift.describe()
-                    )
-                })
-            })
+            .or_else(|| drift.map(|drift| Problem::Drift(drift.describe())))
             .or_else(|| failed(self.last))
     }
 
     /// Why a job's lease looks stuck, if it does (see README, "status").
-    fn stuck(&self) -> Option<String> {
+    fn stuck(&self) -> Option<Problem> {
         let Seen {
             job,
             lock,
@@ -312,6 +305,7 @@ impl Seen<'_> {
         let lock = lock?;
         let current = last.filter(|run| run.fence == lock.fence);
         let running = current.filter(|run| run.status == RunStatus::Running);
+        let seconds = |d: Duration| Duration::from_secs(d.as_secs());
         match (held, running) {
             (true, Some(run)) => {
                 let job = job?;
@@ -319,12 +313,9 @@ impl Seen<'_> {
                 let age = (now - run.started_at.and_utc())
                     .to_std()
                     .unwrap_or_default();
-                (age > allowed).then(|| {
-                    format!(
-                        "STUCK: running {} (timeout {}); its holder may be frozen",
-                        humantime::format_duration(Duration::from_secs(age.as_secs())),
-                        humantime::format_duration(job.timeout)
-                    )
+                (age > allowed).then(|| Problem::Overdue {
+                    running: seconds(age),
+                    timeout: job.timeout,
                 })
             }
             (true, None) => {
@@ -333,66 +324,176 @@ impl Seen<'_> {
                     j.lock_at_least_for + j.retry_backoff * j.retries
                 }) + Duration::from_secs(60);
                 let age = (now - locked_at).to_std().unwrap_or_default();
-                (age > expected).then(|| {
-                    "STUCK: lease held with no run recorded running; `replicron unlock` ends it"
-                        .to_string()
-                })
+                (age > expected).then_some(Problem::HeldWithoutRun)
             }
             (false, Some(run)) => {
                 let ended = (now - lock.lock_until.and_utc())
                     .to_std()
                     .unwrap_or_default();
-                let ended = humantime::format_duration(Duration::from_secs(ended.as_secs()));
+                let ended = seconds(ended);
+                let (run_id, instance) = (run.id, run.instance.clone());
                 Some(match holder {
                     // The holder runs on: it finds its lease gone when it next
                     // confirms it, and stops the run (recorded lost_lock).
-                    Some(alive) if alive.alive => format!(
-                        "LEASE ENDED: run {} is recorded running, but its lease ended {ended} ago (unlocked, or lost); \
-                         its holder is alive ({}) and stops the run when it next confirms the lease",
-                        run.id, run.instance
-                    ),
-                    Some(gone) => format!(
-                        "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
-                         was last seen at {}: it vanished; the next claim marks the run abandoned",
-                        run.id,
-                        run.instance,
-                        rfc3339(gone.row.last_seen)
-                    ),
-                    None => format!(
-                        "ORPHANED: run {} is recorded running, its lease ended {ended} ago, and its holder {} \
-                         is not a running replica; the next claim marks the run abandoned",
-                        run.id, run.instance
-                    ),
+                    Some(alive) if alive.alive => Problem::LeaseEnded {
+                        run: run_id,
+                        instance,
+                        ended,
+                    },
+                    Some(gone) => Problem::Orphaned {
+                        run: run_id,
+                        instance,
+                        ended,
+                        last_seen: Some(gone.row.last_seen),
+                    },
+                    None => Problem::Orphaned {
+                        run: run_id,
+                        instance,
+                        ended,
+                        last_seen: None,
+                    },
                 })
             }
             (false, None) => None,
         }
     }
 }
+
+/// What an operator should look at first for a job: the command line, the
+/// API and the dashboard show it as its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Problem {
+    /// A run held its lease past its timeout, kill grace and lease: its
+    /// holder may be frozen.
+    Overdue {
+        running: Duration,
+        timeout: Duration,
+    },
+    /// The lease is held with no run recorded running, longer than a run's
+    /// retries and `lock_at_least_for` explain.
+    HeldWithoutRun,
+    /// A run is recorded running but its lease ended; its holder is alive
+    /// and stops it when it next confirms the lease.
+    LeaseEnded {
+        run: i64,
+        instance: String,
+        ended: Duration,
+    },
+    /// A run is recorded running, its lease ended, and its holder vanished
+    /// (last seen then) or is no replica the registry knows (`None`).
+    Orphaned {
+        run: i64,
+        instance: String,
+        ended: Duration,
+        last_seen: Option<NaiveDateTime>,
+    },
+    /// Live replicas define the job differently: how.
+    Drift(String),
+    /// The last run ended badly.
+    Failed {
+        run: i64,
+        job: String,
+        status: RunStatus,
+        exit_code: Option<i32>,
+        started_at: NaiveDateTime,
+        instance: String,
+    },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let human = humantime::format_duration;
+        match self {
+            Problem::Overdue { running, timeout } => write!(
+                f,
+                "STUCK: running {} (timeout {}); its holder may be frozen",
+                human(*running),
+                human(*timeout)
+            ),
+            Problem::HeldWithoutRun => f.write_str(
+                "STUCK: lease held with no run recorded running; `replicron unlock` ends it",
+            ),
+            Problem::LeaseEnded {
+                run,
+                instance,
+                ended,
+            } => write!(
+                f,
+                "LEASE ENDED: run {run} is recorded running, but its lease ended {} ago (unlocked, or lost); \
+                 its holder is alive ({instance}) and stops the run when it next confirms the lease",
+                human(*ended)
+            ),
+            Problem::Orphaned {
+                run,
+                instance,
+                ended,
+                last_seen: Some(last_seen),
+            } => write!(
+                f,
+                "ORPHANED: run {run} is recorded running, its lease ended {} ago, and its holder {instance} \
+                 was last seen at {}: it vanished; the next claim marks the run abandoned",
+                human(*ended),
+                rfc3339(*last_seen)
+            ),
+            Problem::Orphaned {
+                run,
+                instance,
+                ended,
+                last_seen: None,
+            } => write!(
+                f,
+                "ORPHANED: run {run} is recorded running, its lease ended {} ago, and its holder {instance} \
+                 is not a running replica; the next claim marks the run abandoned",
+                human(*ended)
+            ),
+            Problem::Drift(how) => write!(f, "DRIFT: live replicas define it differently: {how}"),
+            Problem::Failed {
+                run,
+                job,
+                status,
+                exit_code,
+                started_at,
+                instance,
+            } => {
+                write!(f, "FAILED: last run {run} {status}")?;
+                if let Some(code) = exit_code {
+                    write!(f, " (exit {code})")?;
+                }
+                write!(
+                    f,
+                    " at {} on {instance}; `replicron history --job {job}` shows its output",
+                    rfc3339(*started_at)
+                )
+            }
+        }
+    }
+}
+
+/// As its text, in JSON.
+impl serde::Serialize for Problem {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// Whether the job's last run ended badly: an operator should look.
-fn failed(last: Option<&RunBrief>) -> Option<String> {
+fn failed(last: Option<&RunBrief>) -> Option<Problem> {
     let run = last?;
-    let status = run.status;
     let bad = matches!(
-        status,
+        run.status,
         RunStatus::Failed
             | RunStatus::TimedOut
             | RunStatus::LostLock
             | RunStatus::Abandoned
             | RunStatus::Error
     );
-    bad.then(|| {
-        let how = match run.exit_code {
-            Some(code) => format!("{status} (exit {code})"),
-            None => status.to_string(),
-        };
-        format!(
-            "FAILED: last run {} {how} at {} on {}; `replicron history --job {}` shows its output",
-            run.id,
-            rfc3339(run.started_at),
-            run.instance,
-            run.job
-        )
+    bad.then(|| Problem::Failed {
+        run: run.id,
+        job: run.job.clone(),
+        status: run.status,
+        exit_code: run.exit_code,
+        started_at: run.started_at,
+        instance: run.instance.clone(),
     })
 }
 
@@ -402,7 +503,7 @@ mod tests {
 
     use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
-    use super::Seen;
+    use super::{Problem, Seen};
     use crate::config::{Config, Environment};
     use crate::history::{RunBrief, RunStatus};
     use crate::lease::LockRow;
@@ -503,21 +604,37 @@ mod tests {
         assert_eq!(diagnose(&lock(240, 4), Some(&going), &alive), None);
 
         let stuck = run(RunStatus::Running, 4, 3600);
-        let text = diagnose(&lock(240, 4), Some(&stuck), &alive).expect("stuck");
+        assert!(matches!(
+            diagnose(&lock(240, 4), Some(&stuck), &alive),
+            Some(Problem::Overdue { running, .. }) if running.as_secs() == 3600
+        ));
+        let text = diagnose(&lock(240, 4), Some(&stuck), &alive)
+            .expect("stuck")
+            .to_string();
         assert!(text.starts_with("STUCK: running 1h"), "{text}");
-        let text = diagnose(&lock(240, 4), Some(&ok), &alive).expect("held, no run");
+        let text = diagnose(&lock(240, 4), Some(&ok), &alive)
+            .expect("held, no run")
+            .to_string();
         assert!(text.contains("lease held with no run"), "{text}");
-        let text = diagnose(&lock(-30, 4), Some(&going), &alive).expect("ended");
+        let text = diagnose(&lock(-30, 4), Some(&going), &alive)
+            .expect("ended")
+            .to_string();
         assert!(text.starts_with("LEASE ENDED: run 7"), "{text}");
-        let text = diagnose(&lock(-30, 4), Some(&going), &[replica(false)]).expect("gone");
+        let text = diagnose(&lock(-30, 4), Some(&going), &[replica(false)])
+            .expect("gone")
+            .to_string();
         assert!(
             text.starts_with("ORPHANED: run 7") && text.contains("last seen"),
             "{text}"
         );
-        let text = diagnose(&lock(-30, 4), Some(&going), &[]).expect("unknown");
+        let text = diagnose(&lock(-30, 4), Some(&going), &[])
+            .expect("unknown")
+            .to_string();
         assert!(text.contains("is not a running replica"), "{text}");
         let failed = run(RunStatus::Failed, 4, 3600);
-        let text = diagnose(&lock(-10, 4), Some(&failed), &alive).expect("failed");
+        let text = diagnose(&lock(-10, 4), Some(&failed), &alive)
+            .expect("failed")
+            .to_string();
         assert!(
             text.starts_with("FAILED: last run 7 failed (exit 3)"),
             "{text}"

@@ -39,7 +39,7 @@ pub(crate) struct JobView {
     /// Live replicas that define it differently ("r1 has 1a2b…; r2 has …").
     pub(crate) drift: Option<String>,
     /// What an operator should look at, as `status` says it.
-    pub(crate) problem: Option<String>,
+    pub(crate) problem: Option<fleet::Problem>,
     /// Its newest runs, newest first, for the dashboard's chart.
     #[serde(skip)]
     pub(crate) recent: Vec<RunRecord>,

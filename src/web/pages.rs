@@ -278,7 +278,7 @@ fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
                             } @else { span class="muted" { "never ran" } }
                         }
                         td { (chart(&job.recent, false)) }
-                        td class="problem" { (job.problem.clone().unwrap_or_default()) }
+                        td class="problem" { @if let Some(problem) = &job.problem { (problem) } }
                     }
                 }
             }
