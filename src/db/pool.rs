@@ -180,9 +180,10 @@ impl Pool {
     /// left in the pool fails no later statement (a release, an end
     /// record) on its own.
     pub(crate) fn get(&self) -> Result<PooledConn, DbError> {
-        let connect_error = |e: r2d2::PoolError| DbError::Connect {
-            url: self.url.to_string(),
-            message: e.to_string(),
+        let connect_error = |e: r2d2::PoolError| {
+            let url = self.url.to_string();
+            let message = pool_message(&url, &e.to_string());
+            DbError::Connect { url, message }
         };
         // Every connection the pool holds, and one more, newly opened.
         for _ in 0..=self.inner.max_size() {
@@ -265,6 +266,14 @@ impl Pool {
         }
         Ok(done.applied)
     }
+}
+
+/// The pool's `message` for a connection it could not give to `url`,
+/// without the connection's own `cannot connect to {url}: ` that the pool
+/// quotes after its `timed out waiting for connection: `: the error that
+/// carries it names the URL once.
+pub(super) fn pool_message(url: &str, message: &str) -> String {
+    message.replace(&format!("cannot connect to {url}: "), "")
 }
 
 /// `SELECT 1` through diesel: proves a connection works.

@@ -446,6 +446,26 @@ fn a_lock_given_up_is_transient_and_a_refusal_is_not() {
     }
 }
 
+/// A connection the pool could not give names the URL once, though the
+/// pool quotes the connection's own error.
+#[test]
+fn a_connection_the_pool_could_not_give_names_the_url_once() {
+    let url = "mysql://root@127.0.0.1:3306/test";
+    let pooled = format!(
+        "timed out waiting for connection: cannot connect to {url}: Lost connection to server at 'handshake'"
+    );
+    let error = DbError::Connect {
+        url: url.to_string(),
+        message: super::pool::pool_message(url, &pooled),
+    };
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cannot connect to {url}: timed out waiting for connection: Lost connection to server at 'handshake'"
+        )
+    );
+}
+
 /// A database error printed with its chain of causes (as the command line
 /// prints its errors) says each thing once.
 #[test]
