@@ -136,7 +136,7 @@ impl MigrateError {
     }
 }
 
-/// The statement for `doing` failed with `source`.
+/// The statement for `doing` failed with the database's error.
 fn lock_error(doing: &'static str) -> impl FnOnce(diesel::result::Error) -> MigrateError {
     move |error| MigrateError::Lock { doing, error }
 }

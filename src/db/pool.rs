@@ -69,7 +69,7 @@ impl ManageConnection for Manager {
 
     fn connect(&self) -> Result<PoolConnection, r2d2::Error> {
         let conn = establish_with(&self.url, &self.clock).map_err(|e| {
-            r2d2::Error::ConnectionError(ConnectionError::BadConnection(e.to_string()))
+            r2d2::Error::ConnectionError(ConnectionError::BadConnection(connect_reason(e)))
         })?;
         Ok(PoolConnection {
             conn,
@@ -180,10 +180,9 @@ impl Pool {
     /// left in the pool fails no later statement (a release, an end
     /// record) on its own.
     pub(crate) fn get(&self) -> Result<PooledConn, DbError> {
-        let connect_error = |e: r2d2::PoolError| {
-            let url = self.url.to_string();
-            let message = pool_message(&url, &e.to_string());
-            DbError::Connect { url, message }
+        let connect_error = |e: r2d2::PoolError| DbError::Connect {
+            url: self.url.to_string(),
+            message: e.to_string(),
         };
         // Every connection the pool holds, and one more, newly opened.
         for _ in 0..=self.inner.max_size() {
@@ -268,12 +267,14 @@ impl Pool {
     }
 }
 
-/// The pool's `message` for a connection it could not give to `url`,
-/// without the connection's own `cannot connect to {url}: ` that the pool
-/// quotes after its `timed out waiting for connection: `: the error that
-/// carries it names the URL once.
-pub(super) fn pool_message(url: &str, message: &str) -> String {
-    message.replace(&format!("cannot connect to {url}: "), "")
+/// Why a connection could not be opened, as the pool quotes it in its own
+/// error (`timed out waiting for connection: …`): without the URL, which
+/// the [`DbError::Connect`] that carries the pool's error names once.
+pub(super) fn connect_reason(error: DbError) -> String {
+    match error {
+        DbError::Connect { message, .. } => message,
+        other => other.to_string(),
+    }
 }
 
 /// `SELECT 1` through diesel: proves a connection works.
