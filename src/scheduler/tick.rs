@@ -234,6 +234,14 @@ fn deadline_for(engine: &Engine, job: &Job, instant: DateTime<Utc>) -> Instant {
     Instant::now() + left
 }
 
+/// Skips `instant` on this replica because the database answered `error`
+/// where it had to tell whether the instant may run.
+fn skip_on_error(job: &Job, instant: DateTime<Utc>, error: &DbError) -> Attempt {
+    telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
+    warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {error}");
+    Attempt::Skipped
+}
+
 fn skip_too_late(job: &Job, instant: DateTime<Utc>, why: &str) {
     telemetry::skipped(&job.name, telemetry::Skip::TooLate, 1);
     warn!(
@@ -432,18 +440,10 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                         Some(pause) => pause,
                         None => return Attempt::Skipped,
                     },
-                    OnHeld::Unknown(e) => {
-                        telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
-                        warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
-                        return Attempt::Skipped;
-                    }
+                    OnHeld::Unknown(e) => return skip_on_error(job, instant, &e),
                 }
             }
-            Err(e) => {
-                telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
-                warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
-                return Attempt::Skipped;
-            }
+            Err(e) => return skip_on_error(job, instant, &e),
         };
         tokio::time::sleep(pause).await;
     }
@@ -553,11 +553,7 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
             };
         }
         Ok(_) => {}
-        Err(e) => {
-            telemetry::skipped(&job.name, telemetry::Skip::Error, 1);
-            warn!(job = %job.name, instant = %fmt_instant(instant), "instant skipped on this replica: {e}");
-            return Attempt::Skipped;
-        }
+        Err(e) => return skip_on_error(job, instant, &e),
     }
     start(engine, job, Hold::Here(instant), None, Instant::now())
 }
