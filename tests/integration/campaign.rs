@@ -912,11 +912,8 @@ fn check(
             if ran.contains(&instant) {
                 continue;
             }
-            let overrun_by = going_at(instant)
-                .filter(|held| *held < instant)
-                .collect::<Vec<_>>();
-            let explained =
-                in_window(instant) || overrun_by.iter().any(|held| pushed.contains(held));
+            let explained = in_window(instant)
+                || going_at(instant).any(|held| held < instant && pushed.contains(&held));
             let how = match recorded.get(&instant) {
                 Some(statuses) => statuses.join("+"),
                 None if going_at(instant).next().is_some() => "overrun".to_string(),
