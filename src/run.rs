@@ -9,6 +9,55 @@ use std::str::FromStr;
 use diesel::{AsExpression, FromSqlRow};
 use serde::Serialize;
 
+/// `Display`, `FromStr` and diesel's `Text` mapping of an enum stored by
+/// name in a column: its `ALL` and `as_str`, and what a name this build does
+/// not know (one a newer replica wrote) reads as, rather than failing the
+/// whole read.
+macro_rules! text_column {
+    ($ty:ident, $what:literal, unknown = $unknown:expr) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $ty::ALL
+                    .into_iter()
+                    .find(|value| value.as_str() == s)
+                    .ok_or_else(|| format!(concat!("unknown ", $what, " {:?}"), s))
+            }
+        }
+
+        impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for $ty
+        where
+            DB: diesel::backend::Backend,
+            String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
+        {
+            fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
+                let text = String::from_sql(bytes)?;
+                Ok(text.parse().unwrap_or($unknown))
+            }
+        }
+
+        impl<DB> diesel::serialize::ToSql<diesel::sql_types::Text, DB> for $ty
+        where
+            DB: diesel::backend::Backend,
+            str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+        {
+            fn to_sql<'b>(
+                &'b self,
+                out: &mut diesel::serialize::Output<'b, '_, DB>,
+            ) -> diesel::serialize::Result {
+                self.as_str().to_sql(out)
+            }
+        }
+    };
+}
+
 /// How a run ended, or that it has not yet: the `status` column, typed
 /// from the database to the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, AsExpression, FromSqlRow)]
@@ -72,48 +121,59 @@ impl RunStatus {
     }
 }
 
-impl fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+text_column!(RunStatus, "run status", unknown = RunStatus::Error);
+
+/// What started a run: the `triggered_by` column, typed from the database
+/// to the command line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, AsExpression, FromSqlRow)]
+#[diesel(sql_type = diesel::sql_types::Text)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Trigger {
+    /// Its instant came (and the run was on time).
+    #[default]
+    Schedule,
+    /// Its instant was missed, and catch-up ran it at start or when the
+    /// database answered again.
+    CatchUp,
+    /// `trigger`, the API, the dashboard, or `exec`.
+    Manual,
+    /// `replicron backfill`.
+    Backfill,
+    /// An attempt after a failed or timed-out one of the same instant.
+    Retry,
+    /// The job another one depends on ended.
+    Dependency,
+}
+
+impl Trigger {
+    /// Every trigger.
+    pub(crate) const ALL: [Trigger; 6] = [
+        Trigger::Schedule,
+        Trigger::CatchUp,
+        Trigger::Manual,
+        Trigger::Backfill,
+        Trigger::Retry,
+        Trigger::Dependency,
+    ];
+
+    /// The name stored in the `triggered_by` column.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Schedule => "schedule",
+            Trigger::CatchUp => "catch_up",
+            Trigger::Manual => "manual",
+            Trigger::Backfill => "backfill",
+            Trigger::Retry => "retry",
+            Trigger::Dependency => "dependency",
+        }
     }
 }
 
-impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for RunStatus
-where
-    DB: diesel::backend::Backend,
-    String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
-{
-    fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
-        let text = String::from_sql(bytes)?;
-        // A status this build does not know (one a newer replica wrote)
-        // reads as `error` rather than failing the whole read.
-        Ok(text.parse().unwrap_or(RunStatus::Error))
-    }
-}
+text_column!(Trigger, "trigger", unknown = Trigger::Schedule);
 
-impl<DB> diesel::serialize::ToSql<diesel::sql_types::Text, DB> for RunStatus
-where
-    DB: diesel::backend::Backend,
-    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
-{
-    fn to_sql<'b>(
-        &'b self,
-        out: &mut diesel::serialize::Output<'b, '_, DB>,
-    ) -> diesel::serialize::Result {
-        self.as_str().to_sql(out)
-    }
-}
-
-impl FromStr for RunStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunStatus::ALL
-            .into_iter()
-            .find(|status| status.as_str() == s)
-            .ok_or_else(|| format!("unknown run status {s:?}"))
-    }
-}
+/// A run's parameters: declared names of its job and their values, given
+/// to it as environment variables and recorded with it.
+pub(crate) type Params = std::collections::BTreeMap<String, String>;
 
 /// What can be notified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -61,6 +61,18 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
                 humantime::format_duration(jitter.to_std().unwrap_or_default())
             );
         }
+        if !job.params.is_empty() {
+            let params: Vec<String> = job.params.iter().map(ToString::to_string).collect();
+            println!("  params    {}", params.join(" "));
+        }
+        if job.schedule.is_manual() {
+            println!("  runs only when triggered (replicron trigger, the API, the dashboard)");
+            continue;
+        }
+        if job.schedule.is_at_start() {
+            println!("  runs once at each start of a replica");
+            continue;
+        }
         println!(
             "  next {} after {}:",
             args.count,

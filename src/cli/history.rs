@@ -47,8 +47,10 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
     match args.format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&records)?),
         OutputFormat::Table => {
-            // The KEY column only where there are `exec --once` runs.
+            // The KEY column only where there are `exec --once` runs, the
+            // PARAMS column only where some run was given parameters.
             let keys = records.iter().any(|r| r.once_key.is_some());
+            let params = records.iter().any(|r| !r.params.is_empty());
             let mut headers = vec![
                 "ID",
                 "JOB",
@@ -58,9 +60,13 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
                 "EXIT",
                 "DURATION",
                 "INSTANCE",
+                "TRIGGER",
             ];
             if keys {
                 headers.push("KEY");
+            }
+            if params {
+                headers.push("PARAMS");
             }
             print_table(
                 &headers,
@@ -74,9 +80,13 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
                         r.exit_code.map_or("-".to_string(), |c| c.to_string()),
                         run_duration(r),
                         r.instance.clone(),
+                        r.triggered_by.to_string(),
                     ];
                     if keys {
                         row.push(r.once_key.clone().unwrap_or_default());
+                    }
+                    if params {
+                        row.push(params_text(&r.params));
                     }
                     row
                 }),
@@ -84,6 +94,22 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run's parameters as `NAME=VALUE` words, a value with a space or a
+/// quote quoted.
+fn params_text(params: &crate::history::Params) -> String {
+    params
+        .iter()
+        .map(|(name, value)| {
+            if value.is_empty() || value.contains([' ', '"', '\'', '\t', '\n']) {
+                format!("{name}={value:?}")
+            } else {
+                format!("{name}={value}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn run_duration(record: &RunRecord) -> String {

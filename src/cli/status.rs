@@ -62,6 +62,8 @@ struct JobStatus {
     job: String,
     enabled: Option<bool>,
     next: Option<String>,
+    /// Whether it runs only when asked (`@manual`): no next instant.
+    manual: bool,
     lease_held: bool,
     locked_by: Option<String>,
     lock_until: Option<String>,
@@ -143,6 +145,7 @@ fn job_rows(
                 next: state
                     .next(job, now)
                     .map(|(t, _)| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+                manual: job.is_some_and(|j| j.schedule.is_manual()),
                 lease_held: state.held,
                 locked_by: lock.and_then(|l| l.locked_by.clone()),
                 lock_until: lock.map(|l| rfc3339(l.lock_until)),
@@ -195,6 +198,7 @@ fn print_tables(report: &Report) {
                 }
                 (None, _) => "not in config".to_string(),
                 (Some(false), _) => "disabled".to_string(),
+                (Some(true), None) if r.manual => "manual (trigger)".to_string(),
                 (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),
             };
             vec![

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    ConfigArg, ExitCode, command_runtime, describe, exit_code_of, find_job, load, open_for_command,
+    ConfigArg, ExitCode, UsageError, command_runtime, describe, exit_code_of, find_job, load,
+    open_for_command,
 };
 use crate::history::RunStatus;
 use crate::scheduler::Job;
@@ -21,6 +22,10 @@ pub(crate) struct JobArgs {
     /// Run it even though it is paused (`replicron pause`).
     #[arg(long)]
     pub(crate) force: bool,
+    /// A parameter the job declares (`params`), passed to the run as an
+    /// environment variable; repeat for each.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub(crate) params: Vec<String>,
 }
 
 /// The last lines of a run's output, indented, for `trigger`.
@@ -46,14 +51,27 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     crate::runner::users::check_host(&config)?;
     let job = find_job(&config, &args.job)?.clone();
+    // Checked before anything touches the database: a refused parameter
+    // runs nothing and records nothing.
+    let params = args
+        .params
+        .iter()
+        .map(|arg| crate::config::params::split(arg))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|given| crate::config::params::resolve(&job.name, &job.params, &given))
+        .map_err(|e| UsageError(e.to_string()))?;
     let pool = open_for_command(&config)?;
     let runtime = command_runtime()?;
     let grace = config.daemon.shutdown_grace;
     let ran = runtime.block_on(async {
         let engine = super::run::one_off_engine(pool, grace)?;
-        let started =
-            crate::scheduler::trigger::start(engine.clone(), &Job::from_config(&job), args.force)
-                .await?;
+        let started = crate::scheduler::trigger::start(
+            engine.clone(),
+            &Job::from_config(&job),
+            args.force,
+            params,
+        )
+        .await?;
         let ran = match started {
             Started::Running { handle, .. } => handle.await.ok(),
             Started::Refused(Refusal::Paused(pause)) => return Ok(Err(pause)),

@@ -105,6 +105,8 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             Some("runs on every replica, each for itself")
         } else if job.schedule.is_at_start() {
             Some("@reboot: no instants")
+        } else if job.schedule.is_manual() {
+            Some("@manual: no instants, only triggered runs")
         } else {
             None
         };

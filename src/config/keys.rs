@@ -120,7 +120,7 @@ const NOTIFY: [(&str, Option<&str>, &str); 7] = [
     (
         "command",
         None,
-        "Run per event: a shell line, or a program and its arguments as an array. It gets REPLICRON_EVENT, REPLICRON_JOB, REPLICRON_SCHEDULED_AT, REPLICRON_STATUS, REPLICRON_EXIT_CODE, REPLICRON_ATTEMPT, REPLICRON_INSTANCE, REPLICRON_RUN_ID and REPLICRON_TEXT, and the output's tail on stdin.",
+        "Run per event: a shell line, or a program and its arguments as an array. It gets REPLICRON_EVENT, REPLICRON_JOB, REPLICRON_SCHEDULED_AT, REPLICRON_STATUS, REPLICRON_EXIT_CODE, REPLICRON_ATTEMPT, REPLICRON_INSTANCE, REPLICRON_RUN_ID, REPLICRON_TRIGGER and REPLICRON_TEXT, and the output's tail on stdin.",
     ),
     (
         "ping_url",
@@ -230,7 +230,7 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "schedule",
             None,
-            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). See SCHEDULES. Required.",
+            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). @manual: never on its own, only through trigger, the API or the dashboard. See SCHEDULES. Required.",
         ),
         key(
             "job",
@@ -267,6 +267,12 @@ pub(crate) fn all() -> Vec<Key> {
             "locks",
             None,
             "Shared locks a run holds beside its job's lease, as [\"db-maintenance\"]: jobs that share a lock never run at the same time anywhere in the fleet. Taken in sorted order (so two jobs cannot each hold one and wait for the other), on database time, kept alive with the job's lease; a lock held elsewhere is waited for up to 60s, then the instant is recorded skipped, naming the lock and its holder. Not for run_on = \"every\" jobs.",
+        ),
+        key(
+            "job",
+            "params",
+            None,
+            "Parameters a run may be given, as [\"DAYS\", \"TENANT=all\"]: replicron trigger JOB --param DAYS=30 (and the API's and dashboard's trigger) passes each to the run as an environment variable, and history records them. A name alone must be given; NAME=VALUE has a default, which scheduled runs get. An undeclared name, a missing one, a value with a NUL byte or over 4 KiB is refused and nothing runs. A job on a schedule gives each a default.",
         ),
         key(
             "job",

@@ -12,6 +12,7 @@ mod check;
 pub(crate) mod keys;
 pub(crate) mod name;
 pub(crate) mod notify;
+pub(crate) mod params;
 mod raw;
 #[cfg(test)]
 mod tests;
@@ -292,6 +293,8 @@ pub(crate) struct Job {
     /// Shared locks its runs hold beside the job's own lease, sorted and
     /// without repeats: no two jobs sharing one run at once.
     pub(crate) locks: Vec<String>,
+    /// The parameters a run may be given, in the file's order.
+    pub(crate) params: Vec<params::Param>,
 }
 
 impl Job {
@@ -304,7 +307,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -326,6 +329,10 @@ impl Job {
             self.retry_backoff,
             self.missed_after,
             self.locks,
+            self.params
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
         )
     }
 }

@@ -104,6 +104,7 @@ pub(super) struct RawJob {
     pub group: Option<S<String>>,
     pub run_on: Option<S<String>>,
     pub locks: Option<S<Vec<String>>>,
+    pub params: Option<S<Vec<String>>>,
     pub notify: Option<S<RawNotify>>,
 }
 

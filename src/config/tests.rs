@@ -698,3 +698,76 @@ fn a_public_url_is_an_origin() {
         assert!(PublicUrl::parse(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn a_manual_job_declares_its_parameters_and_a_scheduled_one_defaults_them() {
+    let config = parse(&job(
+        "schedule = \"@manual\"\ncommand = \"true\"\nparams = [\"DAYS\", \"TENANT=all\"]",
+    ))
+    .expect("valid");
+    let j = &config.jobs[0];
+    assert!(j.schedule.is_manual() && !j.schedule.is_at_start());
+    assert_eq!(j.schedule.next_after(chrono::Utc::now()), None);
+    let names: Vec<String> = j.params.iter().map(ToString::to_string).collect();
+    assert_eq!(names, ["DAYS", "TENANT=all"]);
+    // A scheduled job's parameters each have a default.
+    parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\nparams = [\"DAYS=1\"]",
+    ))
+    .expect("valid");
+    let error = one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nparams = [\"DAYS\", \"TENANT=all\"]"),
+        8,
+        Some("\"j\""),
+        "params",
+        "DAYS has no default, and nobody gives a scheduled run one",
+    );
+    assert!(error.contains("@manual"), "{error}");
+    one_error(
+        &job("schedule = \"@manual\"\ncommand = \"true\"\nparams = [\"DAYS\", \"DAYS=2\"]"),
+        8,
+        Some("\"j\""),
+        "params",
+        "parameter DAYS is declared twice",
+    );
+    one_error(
+        &job("schedule = \"@manual\"\ncommand = \"true\"\nparams = [\"2DAYS\"]"),
+        8,
+        Some("\"j\""),
+        "params",
+        "invalid parameter name \"2DAYS\"",
+    );
+    one_error(
+        &job("schedule = \"@manual\"\ncommand = \"true\"\nparams = [\"REPLICRON_JOB\"]"),
+        8,
+        Some("\"j\""),
+        "params",
+        "replicron's own",
+    );
+    one_error(
+        &job(
+            "schedule = \"@manual\"\ncommand = \"true\"\nenv = { DAYS = \"1\" }\nparams = [\"DAYS\"]",
+        ),
+        9,
+        Some("\"j\""),
+        "params",
+        "also set in env",
+    );
+    one_error(
+        &job("schedule = \"@manual\"\ncommand = \"true\"\nrun_on = \"every\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "@manual is for jobs run once across the fleet",
+    );
+    // The impossible date people wrote for a manual-only job says what to
+    // write instead.
+    one_error(
+        &job("schedule = \"0 0 30 2 *\"\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "never fires: a job that runs only when asked is written \"@manual\"",
+    );
+    assert!(crate::Job::new("asked", "@manual").is_err());
+}

@@ -91,6 +91,11 @@ diesel::table! {
         /// Whose row this is for the instant: empty for a job run once
         /// across the fleet, the instance id for a `run_on = "every"` job.
         scope -> Text,
+        /// What started it: `schedule`, `catch_up`, `manual`, `backfill`,
+        /// `retry` or `dependency`.
+        triggered_by -> Text,
+        /// The parameters it was given, as a JSON object; NULL for none.
+        params -> Nullable<Text>,
     }
 }
 

@@ -207,6 +207,8 @@ mod zones {
                 once_key: None,
                 scope: String::new(),
                 lease_row: None,
+                trigger: Default::default(),
+                params: None,
             },
         )
         .expect("start");

@@ -309,6 +309,8 @@ mod tests {
                 once_key: None,
                 scope: String::new(),
                 lease_row: None,
+                trigger: Default::default(),
+                params: None,
             },
         )
         .expect("start")

@@ -18,7 +18,7 @@ use crate::db::cached;
 use crate::db::clock::to_db_time;
 use crate::db::clock::{DbNow, DbNowPlus, FinishedAt};
 use crate::db::schema::replicron_runs::dsl as runs;
-pub(crate) use crate::run::RunStatus;
+pub(crate) use crate::run::{Params, RunStatus, Trigger};
 
 /// A run's identity and owner, written when it starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +42,10 @@ pub(crate) struct NewRun {
     /// while that row still names `instance` under `fence` (`None`: a run
     /// of this replica's own, which holds no row).
     pub(crate) lease_row: Option<String>,
+    /// What started it.
+    pub(crate) trigger: Trigger,
+    /// Its parameters, as a JSON object (`None`: it has none).
+    pub(crate) params: Option<String>,
 }
 
 /// A row of `replicron_runs`.
@@ -74,6 +78,10 @@ pub(crate) struct RunRow {
     pub confirmed_at: Option<NaiveDateTime>,
     /// The KEY of an `exec --once` run.
     pub once_key: Option<String>,
+    /// What started it.
+    pub triggered_by: Trigger,
+    /// Its parameters, as a JSON object.
+    pub params: Option<String>,
 }
 
 /// A run as every reader shows it: `history --format json`, `status`'s last
@@ -112,6 +120,23 @@ pub(crate) struct RunRecord {
     pub confirmed_at: Option<String>,
     /// The KEY of an `exec --once` run.
     pub once_key: Option<String>,
+    /// What started it.
+    pub triggered_by: Trigger,
+    /// The parameters it was given (empty for none).
+    pub params: Params,
+}
+
+/// A run's parameters as recorded: a JSON object of strings (empty for
+/// none, and for a column this build cannot read).
+pub(crate) fn params_of(column: Option<&str>) -> Params {
+    column
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}
+
+/// Parameters as the column records them: `None` for none.
+pub(crate) fn params_column(params: &Params) -> Option<String> {
+    (!params.is_empty()).then(|| serde_json::to_string(params).unwrap_or_default())
 }
 
 /// RFC 3339, UTC, milliseconds: how replicron writes every time.
@@ -139,6 +164,8 @@ impl From<&RunBrief> for RunRecord {
             output: None,
             confirmed_at: run.confirmed_at.map(rfc3339),
             once_key: run.once_key.clone(),
+            triggered_by: run.triggered_by,
+            params: params_of(run.params.as_deref()),
         }
     }
 }
@@ -197,6 +224,8 @@ pub(crate) fn record_run_started(conn: &mut DbConnection, run: &NewRun) -> Query
                     "".into_sql::<Text>(),
                     run.once_key.clone().into_sql::<Nullable<Text>>(),
                     run.scope.clone().into_sql::<Text>(),
+                    run.trigger.into_sql::<Text>(),
+                    run.params.clone().into_sql::<Nullable<Text>>(),
                 ));
             diesel::insert_into(runs::replicron_runs)
                 .values(values)
@@ -211,6 +240,8 @@ pub(crate) fn record_run_started(conn: &mut DbConnection, run: &NewRun) -> Query
                     runs::output,
                     runs::once_key,
                     runs::scope,
+                    runs::triggered_by,
+                    runs::params,
                 ))
                 .execute(conn)?;
         }
@@ -229,6 +260,8 @@ pub(crate) fn record_run_started(conn: &mut DbConnection, run: &NewRun) -> Query
                     runs::output.eq(""),
                     runs::once_key.eq(&run.once_key),
                     runs::scope.eq(&run.scope),
+                    runs::triggered_by.eq(run.trigger),
+                    runs::params.eq(&run.params),
                 ))
                 .execute(conn)?;
         }
@@ -289,6 +322,18 @@ pub(crate) fn record_unrun(
     ))
     .execute(conn)?;
     Ok((changed == 1).then_some(id))
+}
+
+/// Records what started run `id`, whose row the claim batch wrote as the
+/// schedule's (a catch-up run's).
+pub(crate) fn set_trigger(
+    conn: &mut DbConnection,
+    id: i64,
+    trigger: Trigger,
+) -> QueryResult<usize> {
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+        .set(runs::triggered_by.eq(trigger))
+        .execute(conn)
 }
 
 /// Moves run `id`'s start to the database's now: a run recorded when its
@@ -691,6 +736,10 @@ pub(crate) struct RunBrief {
     pub confirmed_at: Option<NaiveDateTime>,
     /// The KEY of an `exec --once` run.
     pub once_key: Option<String>,
+    /// What started it.
+    pub triggered_by: Trigger,
+    /// Its parameters, as a JSON object.
+    pub params: Option<String>,
 }
 
 impl From<&RunRow> for RunBrief {
@@ -708,6 +757,8 @@ impl From<&RunRow> for RunBrief {
             exit_code: row.exit_code,
             confirmed_at: row.confirmed_at,
             once_key: row.once_key.clone(),
+            triggered_by: row.triggered_by,
+            params: row.params.clone(),
         }
     }
 }

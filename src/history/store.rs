@@ -36,6 +36,18 @@ impl Store {
         .await
     }
 
+    /// [`super::set_trigger`].
+    pub(crate) async fn set_trigger(
+        &self,
+        id: i64,
+        trigger: super::Trigger,
+    ) -> Result<usize, DbError> {
+        self.call("recording what started the run", move |conn| {
+            super::set_trigger(conn, id, trigger)
+        })
+        .await
+    }
+
     /// [`super::latest_attempt`].
     pub(crate) async fn latest_attempt(
         &self,

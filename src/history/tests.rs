@@ -34,6 +34,8 @@ fn new_run(job: &str, at: i64, attempt: i32, fence: i64) -> NewRun {
         once_key: None,
         scope: String::new(),
         lease_row: None,
+        trigger: Default::default(),
+        params: None,
     }
 }
 

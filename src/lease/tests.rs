@@ -202,6 +202,8 @@ backend_test! {
                 once_key: None,
                 scope: String::new(),
                 lease_row: None,
+                trigger: Default::default(),
+                params: None,
             },
         )
         .expect("old run");
@@ -601,6 +603,8 @@ backend_test! {
             once_key: None,
             scope: String::new(),
             lease_row: Some("job".into()),
+            trigger: Default::default(),
+            params: None,
         };
         let id = crate::history::record_run_started(&mut conn, &run(first.fence)).expect("start");
         assert!(
@@ -749,6 +753,8 @@ backend_test! {
                 once_key: None,
                 scope: String::new(),
                 lease_row: Some("job".into()),
+                trigger: Default::default(),
+                params: None,
             },
         );
         assert!(matches!(single, Err(diesel::result::Error::NotFound)), "{single:?}");

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tracing::error;
 
 pub(crate) use crate::config::notify::{Notify, Template};
-use crate::history::RunStatus;
+use crate::history::{RunStatus, Trigger};
 pub(crate) use crate::run::Event;
 
 /// What is sent for one event: the JSON document a webhook receives, and
@@ -55,6 +55,8 @@ pub(crate) struct Notice {
     pub(crate) output: String,
     /// Its row in `replicron_runs`.
     pub(crate) history_id: Option<i64>,
+    /// What started it (`schedule`, `catch_up`, `manual`, …).
+    pub(crate) trigger: &'static str,
 }
 
 /// The most of a run's output a notification carries (its end).
@@ -110,7 +112,18 @@ impl Notice {
             duration_seconds: duration.map(|d| d.as_secs_f64()),
             output: output[start..].to_string(),
             history_id,
+            trigger: Trigger::Schedule.as_str(),
         }
+    }
+
+    /// This notice of a run that `trigger` started; its text says so
+    /// where that was not the schedule.
+    pub(crate) fn started_by(mut self, trigger: Trigger) -> Notice {
+        self.trigger = trigger.as_str();
+        if trigger != Trigger::Schedule {
+            self.text.push_str(&format!(" ({trigger} run)"));
+        }
+        self
     }
 }
 

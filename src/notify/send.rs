@@ -274,6 +274,7 @@ async fn run(
                 .unwrap_or_default(),
         )
         .env("REPLICRON_TEXT", &notice.text)
+        .env("REPLICRON_TRIGGER", notice.trigger)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

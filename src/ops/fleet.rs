@@ -558,6 +558,8 @@ mod tests {
             exit_code: (status == RunStatus::Failed).then_some(3),
             confirmed_at: None,
             once_key: None,
+            triggered_by: Default::default(),
+            params: None,
         }
     }
 

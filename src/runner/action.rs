@@ -108,6 +108,8 @@ pub struct RunContext {
     pub(crate) kill_grace: Duration,
     pub(crate) guard: Option<Arc<Guard>>,
     pub(crate) started: Arc<std::sync::Mutex<Option<oneshot::Sender<Option<u32>>>>>,
+    /// The parameters the run was given (with its job's defaults).
+    pub(crate) params: Arc<crate::run::Params>,
 }
 
 impl RunContext {
@@ -126,6 +128,12 @@ impl RunContext {
     /// a write guarded by it can refuse a holder that lost its lease.
     pub fn fence(&self) -> i64 {
         self.fence
+    }
+
+    /// The parameters the run was given, with its job's defaults for those
+    /// it was not (`replicron trigger JOB --param NAME=VALUE`).
+    pub fn params(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.params
     }
 
     /// 1, or more when the run is retried.

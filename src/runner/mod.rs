@@ -72,10 +72,11 @@ impl Action for Process {
 }
 
 impl Process {
-    /// The environment of one run: the job's `env` and the `REPLICRON_*`
-    /// variables.
+    /// The environment of one run: the job's `env`, its parameters and the
+    /// `REPLICRON_*` variables.
     fn env_for(&self, ctx: &RunContext) -> BTreeMap<String, String> {
         let mut env = self.env.clone();
+        env.extend(ctx.params().iter().map(|(k, v)| (k.clone(), v.clone())));
         env.insert("REPLICRON_JOB".into(), ctx.job().to_string());
         env.insert(
             "REPLICRON_SCHEDULED_AT".into(),
@@ -530,6 +531,7 @@ mod tests {
             kill_grace: Duration::from_secs(1),
             guard: None,
             started: Arc::new(Mutex::new(Some(started))),
+            params: Arc::default(),
         };
         (ctx, (stop, leases))
     }

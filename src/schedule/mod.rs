@@ -39,14 +39,20 @@ use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 
+/// The schedule of a run at each start of the replica.
+const AT_START: &str = "@reboot";
+/// The schedule of a job that runs only when asked.
+const MANUAL: &str = "@manual";
+
 /// A parsed cron expression in a time zone, and the job's jitter: how a
 /// run's start follows its instant.
 #[derive(Clone, Debug)]
 pub(crate) struct Schedule {
     expression: String,
     zone: Tz,
-    /// `None` for `@reboot`: no instant but the replica's start. Shared by
-    /// the schedule's clones: a parsed expression is some kilobytes.
+    /// `None` for `@reboot` (no instant but the replica's start) and
+    /// `@manual` (none at all). Shared by the schedule's clones: a parsed
+    /// expression is some kilobytes.
     cron: Option<Arc<Cron>>,
     timeline: Timeline,
     jitter: Option<Jitter>,
@@ -117,14 +123,16 @@ impl Schedule {
     /// Parses `expression` (5 fields, 6 fields with leading seconds, or a
     /// macro) to be evaluated in `zone`.
     pub(crate) fn parse(expression: &str, zone: Tz) -> Result<Self, String> {
-        if expression.trim().eq_ignore_ascii_case("@reboot") {
-            return Ok(Schedule {
-                expression: "@reboot".to_string(),
-                zone,
-                cron: None,
-                timeline: Timeline::Real,
-                jitter: None,
-            });
+        for special in [AT_START, MANUAL] {
+            if expression.trim().eq_ignore_ascii_case(special) {
+                return Ok(Schedule {
+                    expression: special.to_string(),
+                    zone,
+                    cron: None,
+                    timeline: Timeline::Real,
+                    jitter: None,
+                });
+            }
         }
         let expanded = expand_macro(expression)?;
         let fields: Vec<&str> = expanded.split_whitespace().collect();
@@ -225,7 +233,13 @@ impl Schedule {
     /// Whether this is `@reboot`: a run at each start of the replica, and
     /// no instant after.
     pub(crate) fn is_at_start(&self) -> bool {
-        self.cron.is_none()
+        self.expression == AT_START
+    }
+
+    /// Whether this is `@manual`: no instant at all; its runs are asked for
+    /// (`trigger`, the API, the dashboard).
+    pub(crate) fn is_manual(&self) -> bool {
+        self.expression == MANUAL
     }
 
     /// The expression as written in the config.
@@ -453,7 +467,7 @@ fn expand_macro(expression: &str) -> Result<String, String> {
 
         _ => {
             return Err(format!(
-                "unknown macro {trimmed:?}: expected @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly or @reboot"
+                "unknown macro {trimmed:?}: expected @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, @reboot or @manual"
             ));
         }
     };

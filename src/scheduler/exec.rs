@@ -16,7 +16,7 @@ use super::{JobSettings, Outcome, Plan, Recording, Work};
 use crate::backoff::Backoff;
 use crate::config::{Command, Defaults};
 use crate::db::DbError;
-use crate::history::{RunFilter, RunStatus};
+use crate::history::{RunFilter, RunStatus, Trigger};
 use crate::lease::{self, Claim};
 use crate::runner::Process;
 
@@ -86,7 +86,10 @@ pub(crate) async fn locked(
             let plan = Plan {
                 work,
                 hold: Hold::Fleet(held),
-                recording: Recording::default(),
+                recording: Recording {
+                    trigger: Trigger::Manual,
+                    ..Recording::default()
+                },
                 claimed: sent,
                 first_run: None,
                 going: None,
@@ -146,6 +149,7 @@ pub(crate) async fn once(engine: &Arc<Engine>, work: Work, key: &str) -> Result<
             recording: Recording {
                 instant: Some(started),
                 once_key: Some(key.to_string()),
+                trigger: Trigger::Manual,
                 ..Recording::default()
             },
             claimed: sent,

@@ -21,7 +21,7 @@ use super::job::JobSettings;
 use super::run_lease::{Hold, RunLease};
 use super::run_rows::{Attempted, RunRows};
 use super::work::{Outcome, Recording, Work};
-use crate::history::{RunFinish, RunStatus};
+use crate::history::{RunFinish, RunStatus, Trigger};
 use crate::lease::keeper::{Keeper, LeaseState};
 use crate::notify::{Event, Notice, Ping};
 use crate::runner::{Ended, Ending, RunContext, StopReason};
@@ -126,6 +126,7 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     let mut held = RunLease::keep(&engine, &job, hold, claimed);
     let rows = RunRows::new(&engine, &job, held.hold(), &recording, first_run);
     rows.abandon_earlier();
+    rows.record_trigger().await;
     let attempts = 1 + settings.retries;
     let mut last = None;
     // A run waiting for its shared locks is going, as another replica
@@ -183,7 +184,7 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     }
     held.release(&engine, &job).await;
     let (outcome, attempted) = last?;
-    notify_outcome(&engine, &job, &outcome, attempted).await;
+    notify_outcome(&engine, &job, &outcome, attempted, recording.trigger).await;
     Some(outcome)
 }
 
@@ -257,6 +258,7 @@ async fn run_attempt(
         kill_grace: job.settings.kill_grace,
         guard: engine.guard.clone(),
         started: Arc::new(std::sync::Mutex::new(Some(started_tx))),
+        params: recording.params.clone(),
     };
     let began = Instant::now();
     // The action is called inside the task: a job whose closure panics
@@ -394,7 +396,13 @@ async fn status_of(
 
 /// Tells about the instant's final outcome: a failure of any kind, or (if
 /// the job asks) its recovery after one.
-async fn notify_outcome(engine: &Engine, job: &Work, outcome: &Outcome, attempted: Attempted) {
+async fn notify_outcome(
+    engine: &Engine,
+    job: &Work,
+    outcome: &Outcome,
+    attempted: Attempted,
+    trigger: Trigger,
+) {
     let event = match Event::of_status(outcome.status) {
         Some(event) => event,
         None if outcome.status == RunStatus::Succeeded
@@ -418,18 +426,21 @@ async fn notify_outcome(engine: &Engine, job: &Work, outcome: &Outcome, attempte
         }
         None => return,
     };
-    engine.notifier.event(Notice::new(
-        event,
-        &job.name,
-        attempted.instant,
-        outcome.status,
-        outcome.exit_code,
-        attempted.attempt,
-        &engine.instance,
-        Some(attempted.duration),
-        &outcome.output,
-        Some(attempted.run_id),
-    ));
+    engine.notifier.event(
+        Notice::new(
+            event,
+            &job.name,
+            attempted.instant,
+            outcome.status,
+            outcome.exit_code,
+            attempted.attempt,
+            &engine.instance,
+            Some(attempted.duration),
+            &outcome.output,
+            Some(attempted.run_id),
+        )
+        .started_by(trigger),
+    );
 }
 
 /// How long a run told to stop may take beyond its grace (a process gets

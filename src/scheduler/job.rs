@@ -50,6 +50,9 @@ pub struct Job {
     /// across replicas): the whole definition for a job from a file, the
     /// name and schedule for one built in code.
     pub(crate) fingerprint: String,
+    /// What a run given no parameters gets: each declared one's default
+    /// (the scheduled runs').
+    pub(crate) default_params: Arc<crate::history::Params>,
 }
 
 impl std::fmt::Debug for Job {
@@ -124,6 +127,12 @@ impl Job {
             .map_err(|e| crate::Error::Config(format!("invalid job name {name:?}: {e}")))?;
         let schedule = Schedule::parse(schedule, Tz::UTC)
             .map_err(|e| crate::Error::Config(format!("job {name:?}: {e}")))?;
+        if schedule.is_manual() {
+            return Err(crate::Error::Config(format!(
+                "job {name:?}: @manual runs only when asked, through replicron trigger, the API or \
+                 the dashboard, which read the job file: a job built in code is run by calling it"
+            )));
+        }
         if schedule.is_at_start() {
             return Err(crate::Error::Config(format!(
                 "job {name:?}: @reboot runs once per replica start, and a job built in code runs \
@@ -138,6 +147,7 @@ impl Job {
             schedule,
             settings: JobSettings::default(),
             action: None,
+            default_params: Arc::default(),
         })
     }
 
@@ -275,6 +285,9 @@ impl Job {
             digest: Some(crate::schedule::digest(&job.definition())),
             // The whole definition: any change to it is a change of the job.
             fingerprint: fingerprint(job),
+            default_params: Arc::new(
+                config::params::resolve(&job.name, &job.params, &[]).unwrap_or_default(),
+            ),
         }
     }
 

@@ -18,7 +18,7 @@ use super::run_lease::Hold;
 use super::work::{Outcome, Recording, Work};
 use crate::db::DbError;
 use crate::history::journal::Write;
-use crate::history::{NewRun, RunFinish, RunStatus};
+use crate::history::{NewRun, RunFinish, RunStatus, Trigger};
 use crate::telemetry;
 
 /// How long a run's end is tried again on fresh connections before the
@@ -70,6 +70,8 @@ impl<'e> RunRows<'e> {
                     Hold::Here(_) => engine.instance.clone(),
                 },
                 lease_row: hold.row().map(str::to_string),
+                trigger: recording.trigger,
+                params: crate::history::params_column(&recording.params),
             },
             first,
             missed_after: work.settings.missed_after(None),
@@ -90,6 +92,17 @@ impl<'e> RunRows<'e> {
                 job: self.row.job.clone(),
                 fence: self.row.fence,
             });
+        }
+    }
+
+    /// Attempt 1, recorded by the claim batch as the schedule's, says what
+    /// started it when that was something else (catch-up).
+    pub(crate) async fn record_trigger(&self) {
+        let Some(id) = self.first.filter(|_| self.row.trigger != Trigger::Schedule) else {
+            return;
+        };
+        if let Err(e) = self.engine.store.set_trigger(id, self.row.trigger).await {
+            warn!(job = %self.row.job, run_id = id, "what started the run could not be recorded: {e}");
         }
     }
 
@@ -126,6 +139,11 @@ impl<'e> RunRows<'e> {
                     .store
                     .record_run_started(NewRun {
                         attempt: attempt as i32,
+                        trigger: if attempt > 1 {
+                            Trigger::Retry
+                        } else {
+                            self.row.trigger
+                        },
                         ..self.row.clone()
                     })
                     .await

@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, DurationRound as _, TimeDelta, Utc};
 
 use super::{Job, Scheduler, SchedulerBuilder};
-use crate::history::{RunFilter, RunRow, RunStatus, list_runs};
+use crate::history::{RunFilter, RunRow, RunStatus, Trigger, list_runs};
 use crate::schedule::{Clock, TokioClock};
 use crate::testing::TestDb;
 
@@ -184,6 +184,12 @@ async fn retries_run_under_one_lease_with_one_row_per_attempt() {
             .all(|r| r.instance == rows[0].instance && r.fence == rows[0].fence),
         "{rows:?}"
     );
+    let triggers: Vec<Trigger> = rows.iter().map(|r| r.triggered_by).collect();
+    assert_eq!(
+        triggers,
+        [Trigger::Schedule, Trigger::Retry, Trigger::Retry],
+        "a retry says so"
+    );
     let gap = rows[1].started_at - rows[0].finished_at.expect("ended");
     assert!(gap >= TimeDelta::seconds(10), "the backoff was {gap}");
 }
@@ -225,11 +231,18 @@ async fn catch_up_skips_what_came_before_the_job_existed() {
         .await
         .expect("runs");
     let rows = runs_of(&db, "new-purge");
-    let seen: Vec<(String, RunStatus)> = rows
+    let seen: Vec<(String, RunStatus, Trigger)> = rows
         .iter()
-        .map(|r| (r.scheduled_at.format("%H:%M").to_string(), r.status))
+        .map(|r| {
+            let at = r.scheduled_at.format("%H:%M").to_string();
+            (at, r.status, r.triggered_by)
+        })
         .collect();
-    assert_eq!(seen, [("01:00".to_string(), RunStatus::Succeeded)]);
+    assert_eq!(
+        seen,
+        [("01:00".to_string(), RunStatus::Succeeded, Trigger::CatchUp)],
+        "the caught-up run says so"
+    );
 }
 
 /// After a fleet-wide outage, the check for missed instants records the
@@ -544,6 +557,8 @@ fn run_left_by(
             once_key: None,
             scope: String::new(),
             lease_row: None,
+            trigger: Default::default(),
+            params: None,
         },
     )
     .expect("start");
@@ -983,4 +998,43 @@ fn a_run_ending_while_the_check_runs_takes_the_mark_back() {
         .and_utc();
     assert!(end < utc("2027-03-01T00:00:20Z"), "{end}");
     assert_eq!(mark, end, "the next round checks again from the run's end");
+}
+
+/// A `@manual` job beside an hourly one, for an hour on a paused clock: it
+/// never runs by itself, and none of its (non-existent) instants is
+/// recorded missed, while the hourly job runs.
+#[tokio::test(start_paused = true)]
+async fn a_manual_job_never_fires_by_itself_and_is_never_missed() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = "[[job]]\nname = \"asked\"\nschedule = \"@manual\"\ncommand = \"true\"\n\
+                params = [\"DAYS\"]\ncatch_up = \"1h\"\nmissed_after = \"1s\"\n";
+    let config = crate::config::Config::parse(
+        std::path::Path::new("jobs.toml"),
+        &format!("[database]\nurl = {:?}\n\n{text}", db.url),
+        &crate::config::Environment::default(),
+    )
+    .expect("config");
+    let hourly = Arc::new(AtomicUsize::new(0));
+    let counted = hourly.clone();
+    let scheduler = Scheduler::builder(db.url.as_str())
+        .clock(clock)
+        .instance_id("solo")
+        .job(Job::from_config(&config.jobs[0]))
+        .job(Job::new("hourly", "0 * * * *").expect("job").run(move |_| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), String>(())
+            }
+        }))
+        .build()
+        .await
+        .expect("build");
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(3600)))
+        .await
+        .expect("runs");
+    assert_eq!(hourly.load(Ordering::SeqCst), 1);
+    assert_eq!(runs_of(&db, "asked"), Vec::<RunRow>::new());
 }

@@ -26,7 +26,7 @@ use crate::backoff::Backoff;
 use crate::config::RunOn;
 use crate::db::DbError;
 use crate::db::health::DbState;
-use crate::history::RunStatus;
+use crate::history::{RunStatus, Trigger};
 use crate::lease::{self, Claim};
 use crate::schedule::{LATE_LIMIT, Ticker};
 use crate::telemetry;
@@ -81,6 +81,10 @@ pub(crate) async fn job_loop(
             }
         }
     };
+    if job.schedule.is_manual() {
+        // @manual: no instant of its own; its runs are triggered.
+        return;
+    }
     if job.schedule.is_at_start() {
         // @reboot: one run at this replica's start, and no instant after.
         let instant = crate::db::clock::to_db_time(engine.clock.now()).0.and_utc();
@@ -185,7 +189,7 @@ pub(crate) async fn job_loop(
             current = None;
         }
         let attempt = match job.run_on {
-            RunOn::One => attempt(&engine, &job, instant).await,
+            RunOn::One => attempt(&engine, &job, instant, Trigger::Schedule).await,
             RunOn::Every => run_here(&engine, &job, instant).await,
         };
         let paused = matches!(attempt, Attempt::Paused { .. });
@@ -282,7 +286,7 @@ async fn catch_up(
             return None;
         }
     }
-    let run = match attempt(engine, job, instant).await {
+    let run = match attempt(engine, job, instant, Trigger::CatchUp).await {
         Attempt::Won(run) => {
             info!(job = %job.name, instant = %fmt_instant(instant), "catching up a missed instant");
             Some(run)
@@ -342,7 +346,12 @@ enum Attempt {
 /// not landed, is waited for until the instant is [`LATE_LIMIT`] old. A
 /// lease held by a run that was going at the instant, or on purpose by
 /// `lock_at_least_for`, makes the instant an overrun.
-async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
+async fn attempt(
+    engine: &Arc<Engine>,
+    job: &Arc<Job>,
+    instant: DateTime<Utc>,
+    trigger: Trigger,
+) -> Attempt {
     // Said once per change by the drift check.
     if engine.drift.is_minority(&job.name) {
         telemetry::skipped(&job.name, telemetry::Skip::Minority, 1);
@@ -369,7 +378,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 telemetry::claim(&job.name, true);
                 let every = lease_times(job).every;
                 if sent.elapsed() < every {
-                    return start(engine, job, Hold::Fleet(lease), run, sent);
+                    return start(engine, job, Hold::Fleet(lease), run, sent, trigger);
                 }
                 // Answered so late that the lease may be gone: confirm it
                 // again before anything runs.
@@ -382,7 +391,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 let late = Unanswered::late(&lease, sent);
                 match settle(engine, job, instant, late, deadline).await {
                     Settled::Won { lease, run, sent } => {
-                        return start(engine, job, Hold::Fleet(lease), run, sent);
+                        return start(engine, job, Hold::Fleet(lease), run, sent, trigger);
                     }
                     Settled::Lost => return Attempt::Lost,
                     Settled::Retry | Settled::Skipped => return Attempt::Skipped,
@@ -399,7 +408,7 @@ async fn attempt(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -
                 );
                 match settle(engine, job, instant, unanswered, deadline).await {
                     Settled::Won { lease, run, sent } => {
-                        return start(engine, job, Hold::Fleet(lease), run, sent);
+                        return start(engine, job, Hold::Fleet(lease), run, sent, trigger);
                     }
                     Settled::Lost => return Attempt::Lost,
                     Settled::Skipped => return Attempt::Skipped,
@@ -505,6 +514,7 @@ fn start(
     hold: Hold,
     first_run: Option<i64>,
     claimed: Instant,
+    trigger: Trigger,
 ) -> Attempt {
     let Some(work) = Work::of(job) else {
         return Attempt::Skipped;
@@ -517,6 +527,8 @@ fn start(
             work,
             recording: Recording {
                 due: Some(job.schedule.start_of(hold.instant())),
+                trigger,
+                params: job.default_params.clone(),
                 ..Recording::default()
             },
             hold,
@@ -555,7 +567,14 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
         Ok(_) => {}
         Err(e) => return skip_on_error(job, instant, &e),
     }
-    start(engine, job, Hold::Here(instant), None, Instant::now())
+    start(
+        engine,
+        job,
+        Hold::Here(instant),
+        None,
+        Instant::now(),
+        Trigger::Schedule,
+    )
 }
 
 /// Whether a lease claimed at `since` is held only because of

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::engine::Engine;
 use super::run_lease::Hold;
 use super::{Job, Outcome, Plan, Recording, Work};
+use crate::history::{Params, Trigger};
 use crate::lease::{Claim, Pause};
 
 /// How a trigger began.
@@ -39,12 +40,14 @@ pub(crate) enum Refusal {
     NotRunnable,
 }
 
-/// Claims `job`'s lease at the database's now and starts its run, unless
+/// Claims `job`'s lease at the database's now and starts its run with
+/// `params` (checked against the job's declaration by the caller), unless
 /// the job is paused (and `force` is off) or its lease is held.
 pub(crate) async fn start(
     engine: Arc<Engine>,
     job: &Job,
     force: bool,
+    params: Params,
 ) -> Result<Started, crate::Error> {
     engine
         .store
@@ -71,7 +74,11 @@ pub(crate) async fn start(
             let plan = Plan {
                 work,
                 hold: Hold::Fleet(lease),
-                recording: Recording::default(),
+                recording: Recording {
+                    trigger: Trigger::Manual,
+                    params: Arc::new(params),
+                    ..Recording::default()
+                },
                 claimed: sent,
                 first_run: None,
                 going: None,
@@ -90,6 +97,8 @@ pub(crate) struct Request {
     pub(crate) job: Job,
     /// Run it even though it is paused.
     pub(crate) force: bool,
+    /// Its parameters, checked against the job's declaration.
+    pub(crate) params: Params,
     /// How it began, or why it could not.
     pub(crate) reply: tokio::sync::oneshot::Sender<Answer>,
 }
@@ -108,12 +117,17 @@ pub(crate) enum Answer {
 
 /// Starts `request`'s run, answers how it began, and waits for it to end.
 pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
-    let Request { job, force, reply } = request;
+    let Request {
+        job,
+        force,
+        params,
+        reply,
+    } = request;
     if *engine.phase.borrow() != super::Phase::Running {
         let _ = reply.send(Answer::Failed("replicron is shutting down".to_string()));
         return;
     }
-    match start(engine, &job, force).await {
+    match start(engine, &job, force, params).await {
         Ok(Started::Running { fence, handle }) => {
             let _ = reply.send(Answer::Running(fence));
             let _ = handle.await;

@@ -290,6 +290,8 @@ async fn record(
         once_key: None,
         scope: String::new(),
         lease_row: held.then(|| job.name.to_string()),
+        trigger: Default::default(),
+        params: None,
     };
     let output = format!("replicron: {why}\n");
     telemetry::skipped(&job.name, telemetry::Skip::Unanswered, 1);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::job::{Job, JobSettings};
-use crate::history::RunStatus;
+use crate::history::{Params, RunStatus, Trigger};
 use crate::runner::Action;
 
 /// How the last attempt of an instant ended.
@@ -23,9 +23,10 @@ pub(crate) struct Outcome {
     pub(crate) output: String,
 }
 
-/// How a run is recorded when that differs from its lease: an `exec
-/// --once` run holds the lease of its KEY, whose instant only names the
-/// key, and is recorded at the time it started, with the key.
+/// How a run is recorded beyond what it holds: what started it and its
+/// parameters; and where that differs from its lease: an `exec --once` run
+/// holds the lease of its KEY, whose instant only names the key, and is
+/// recorded at the time it started, with the key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Recording {
     /// Recorded (and given as `REPLICRON_SCHEDULED_AT`) instead of the
@@ -36,6 +37,10 @@ pub(crate) struct Recording {
     /// When the run was due, if not at the lease's instant (a job's
     /// jitter): its start's lateness is measured from here.
     pub(crate) due: Option<DateTime<Utc>>,
+    /// What started it (attempts after the first are `retry`).
+    pub(crate) trigger: Trigger,
+    /// Its parameters, given to it as environment variables.
+    pub(crate) params: Arc<Params>,
 }
 
 /// What runs: a name (its history rows carry it: a job's, or `exec`'s

@@ -205,8 +205,10 @@ pub(super) async fn act(
 fn action_params(query: Option<&str>, body: &[u8]) -> Result<ActionParams, String> {
     let query = query.unwrap_or("");
     if body.iter().all(u8::is_ascii_whitespace) {
-        return serde_urlencoded::from_str::<ActionParams>(query)
-            .map_err(|e| format!("the query string: {e}"));
+        let mut params = serde_urlencoded::from_str::<ActionParams>(query)
+            .map_err(|e| format!("the query string: {e}"))?;
+        params.params = super::form_params(query.as_bytes());
+        return Ok(params);
     }
     if !query.is_empty() {
         return Err(
@@ -215,8 +217,30 @@ fn action_params(query: Option<&str>, body: &[u8]) -> Result<ActionParams, Strin
         );
     }
     match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(value @ serde_json::Value::Object(_)) => {
-            serde_json::from_value::<ActionParams>(value).map_err(|e| format!("the JSON body: {e}"))
+        Ok(serde_json::Value::Object(mut object)) => {
+            let run_params = match object.remove("params") {
+                None | Some(serde_json::Value::Null) => Vec::new(),
+                Some(serde_json::Value::Object(given)) => given
+                    .into_iter()
+                    .map(|(name, value)| match value {
+                        serde_json::Value::String(value) => Ok((name, value)),
+                        _ => Err(format!(
+                            "the JSON body: params.{name} must be a string, e.g. {{\"params\": {{\"DAYS\": \"30\"}}}}"
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(_) => {
+                    return Err(
+                        "the JSON body: params must be an object of strings, e.g. {\"params\": {\"DAYS\": \"30\"}}"
+                            .to_string(),
+                    );
+                }
+            };
+            let mut params =
+                serde_json::from_value::<ActionParams>(serde_json::Value::Object(object))
+                    .map_err(|e| format!("the JSON body: {e}"))?;
+            params.params = run_params;
+            Ok(params)
         }
         Ok(_) => Err("the JSON body must be an object, e.g. {\"reason\": \"…\"}".to_string()),
         Err(e) => Err(format!("the JSON body: {e}")),
@@ -241,5 +265,30 @@ mod tests {
             assert!(e.contains("must be an object"), "{e}");
         }
         assert!(action_params(None, b"{").is_err());
+    }
+
+    #[test]
+    fn a_triggers_parameters_come_as_param_fields_or_a_params_object() {
+        let pairs = |p: &super::ActionParams| p.params.clone();
+        let query =
+            action_params(Some("param.DAYS=30&param.TENANT=a%26b&force=1"), b"").expect("query");
+        assert_eq!(
+            pairs(&query),
+            vec![
+                ("DAYS".into(), "30".into()),
+                ("TENANT".into(), "a&b".into())
+            ]
+        );
+        let body =
+            action_params(None, br#"{"params": {"DAYS": "30"}, "force": true}"#).expect("body");
+        assert_eq!(pairs(&body), vec![("DAYS".into(), "30".into())]);
+        assert!(body.force);
+        for bad in [
+            &br#"{"params": {"DAYS": 30}}"#[..],
+            br#"{"params": ["DAYS"]}"#,
+        ] {
+            let e = action_params(None, bad).expect_err("not strings");
+            assert!(e.contains("params"), "{e}");
+        }
     }
 }

@@ -71,6 +71,17 @@ pub(crate) struct Definition {
     pub(crate) jitter_seconds: f64,
     /// Retries of a failed run.
     pub(crate) retries: u32,
+    /// The parameters a triggered run may be given.
+    pub(crate) params: Vec<ParamView>,
+}
+
+/// A declared parameter.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ParamView {
+    /// Its name.
+    pub(crate) name: String,
+    /// Its default; `None`: a trigger must give it.
+    pub(crate) default: Option<String>,
 }
 
 /// A job's pause.
@@ -166,6 +177,14 @@ fn definition(job: &crate::config::Job) -> Definition {
         lock_at_most_for_seconds: job.lock_at_most_for.as_secs_f64(),
         jitter_seconds: job.schedule.jitter().num_milliseconds() as f64 / 1000.0,
         retries: job.retries,
+        params: job
+            .params
+            .iter()
+            .map(|p| ParamView {
+                name: p.name.clone(),
+                default: p.default.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -359,6 +359,20 @@ pub(crate) struct ActionParams {
     /// A form's CSRF token.
     #[serde(default)]
     pub(crate) csrf: Option<String>,
+    /// `trigger`: the run's parameters, as `NAME=VALUE` pairs: a form's
+    /// and a query string's `param.NAME` fields, a JSON body's `params`
+    /// object.
+    #[serde(skip)]
+    pub(crate) params: Vec<(String, String)>,
+}
+
+/// The `param.NAME=VALUE` fields of a form or query string.
+pub(crate) fn form_params(form: &[u8]) -> Vec<(String, String)> {
+    serde_urlencoded::from_bytes::<Vec<(String, String)>>(form)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.strip_prefix("param.")?.to_string(), value)))
+        .collect()
 }
 
 /// `true`, `on` (an HTML checkbox) or `1`.
@@ -447,6 +461,11 @@ pub(crate) async fn act(
             let Some(job) = job else {
                 return conflict(format!("{name}: no such job"));
             };
+            let run_params =
+                match crate::config::params::resolve(&job.name, &job.params, &params.params) {
+                    Ok(run_params) => run_params,
+                    Err(e) => return Err((StatusCode::BAD_REQUEST, format!("{name}: {e}"))),
+                };
             if !job.enabled && !params.force {
                 return conflict(format!(
                     "{name} is disabled (enabled = false in {}); trigger it with force to run it anyway",
@@ -457,6 +476,7 @@ pub(crate) async fn act(
             let request = trigger::Request {
                 job: crate::scheduler::Job::from_config(job),
                 force: params.force,
+                params: run_params,
                 reply,
             };
             if web.triggers.send(request).await.is_err() {

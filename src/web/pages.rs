@@ -268,7 +268,7 @@ fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
                         td {
                             @if let (Some(start), Some(secs)) = (&job.next_start, job.next_start_in_seconds) {
                                 (relative(secs)) br; span class="muted nowrap" { (local(start)) }
-                            } @else { "-" }
+                            } @else if is_manual(job) { span class="muted" { "when triggered" } } @else { "-" }
                         }
                         td class="last" {
                             @if let Some(run) = &job.last_run {
@@ -385,6 +385,13 @@ fn flash(web: &Shared, job: &str, query: &JobQuery) -> Markup {
     }
 }
 
+/// Whether the job runs only when triggered.
+fn is_manual(job: &JobView) -> bool {
+    job.definition
+        .as_ref()
+        .is_some_and(|d| d.schedule == "@manual")
+}
+
 fn action_forms(job: &JobView, caller: &Caller) -> Markup {
     let csrf = csrf_of(caller).to_string();
     let action = |name: &str| format!("/jobs/{}/{name}", encode(&job.name));
@@ -397,6 +404,15 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                     @if job.in_config {
                         form method="post" action=(action("trigger")) {
                             input type="hidden" name="csrf" value=(csrf);
+                            @for param in job.definition.iter().flat_map(|d| &d.params) {
+                                label {
+                                    (param.name) " "
+                                    input type="text" name={"param." (param.name)}
+                                        value=[param.default.as_deref()]
+                                        required[param.default.is_none()]
+                                        maxlength="4096" size="12";
+                                }
+                            }
                             button type="submit" name="go" id="trigger" { "Trigger now" }
                             label { input type="checkbox" name="force" value="on"; " even if paused" }
                         }
@@ -430,14 +446,15 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
 fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
     html! {
         table id="runs" {
-            thead { tr { th { "Run" } th { "Instant" } th { "Attempt" } th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" } } }
+            thead { tr { th { "Run" } th { "Instant" } th { "Attempt" } th { "Trigger" } th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" } } }
             tbody {
-                @if runs.is_empty() { tr { td colspan="8" class="muted" { "No runs yet." } } }
+                @if runs.is_empty() { tr { td colspan="9" class="muted" { "No runs yet." } } }
                 @for run in runs {
                     tr class="run" data-status=(run.status.as_str()) {
                         td class="num" { a href={"/runs/" (run.id)} { (run.id) } }
                         td { (run.scheduled_at) }
                         td class="num" { (run.attempt) }
+                        td { (run.triggered_by.as_str()) }
                         td { (run.instance) }
                         td { (run.started_at) br; span class="muted" { (since(now, &run.started_at)) } }
                         td class="num" { (duration(run.duration_seconds)) }
@@ -514,7 +531,7 @@ pub(super) async fn job(
                     dt { "Definition" } dd { "not in the job file (a lease row is left)" }
                 }
                 dt { "Next start" } dd {
-                    @if let (Some(start), Some(secs)) = (&job.next_start, job.next_start_in_seconds) { (local(start)) " (" (relative(secs)) ")" } @else { "-" }
+                    @if let (Some(start), Some(secs)) = (&job.next_start, job.next_start_in_seconds) { (local(start)) " (" (relative(secs)) ")" } @else if is_manual(job) { "when triggered (@manual)" } @else { "-" }
                 }
                 dt { "Paused" } dd id="paused" {
                     @if let Some(p) = &job.paused {
@@ -578,6 +595,12 @@ pub(super) async fn run(
             dl {
                 dt { "Instant" } dd { (run.scheduled_at) }
                 dt { "Attempt" } dd { (run.attempt) }
+                dt { "Trigger" } dd id="trigger" { (run.triggered_by.as_str()) }
+                @if !run.params.is_empty() {
+                    dt { "Parameters" } dd id="params" {
+                        @for (name, value) in &run.params { code { (name) "=" (value) } " " }
+                    }
+                }
                 dt { "Replica" } dd { (run.instance) }
                 dt { "Lease fence" } dd { (run.fence) }
                 dt { "Started" } dd { (run.started_at) }
@@ -799,7 +822,10 @@ pub(super) async fn act(
         Caller::Session(_) | Caller::Bearer => {}
     }
     let params: ActionParams = match serde_urlencoded::from_bytes(&body) {
-        Ok(params) => params,
+        Ok(params) => ActionParams {
+            params: super::form_params(&body),
+            ..params
+        },
         Err(e) => {
             return refused(
                 StatusCode::BAD_REQUEST,

@@ -53,9 +53,11 @@ backend_test! {
                 "job",
                 "once_key",
                 "output",
+                "params",
                 "scheduled_at",
                 "started_at",
                 "status",
+                "triggered_by",
             ]
         );
 

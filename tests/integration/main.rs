@@ -24,6 +24,7 @@ mod nginx;
 mod notify;
 mod operate;
 mod proxy;
+mod run_control;
 mod secrets;
 mod support;
 mod verify;

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::config::name::{self, JobName};
+use crate::config::params::Param;
 
 /// The built-in defaults of `[defaults]` (see [`keys`]).
 #[derive(Clone, Debug)]
@@ -368,6 +369,16 @@ impl Checker<'_> {
                 None
             }
             Some(expression) => match Schedule::parse(expression.get_ref(), settings.timezone) {
+                Ok(schedule) if schedule.is_manual() && run_on == RunOn::Every => {
+                    self.report(
+                        Some(expression.span()),
+                        Some(scope),
+                        Some("schedule"),
+                        "@manual is for jobs run once across the fleet: a trigger runs the job once, \
+                         on the replica that takes it",
+                    );
+                    None
+                }
                 Ok(schedule) if schedule.is_at_start() && run_on == RunOn::One => {
                     self.report(
                         Some(expression.span()),
@@ -381,7 +392,11 @@ impl Checker<'_> {
                 Ok(schedule) => {
                     self.jittered(schedule, name.as_deref(), &settings, expression, scope)
                 }
-                Err(message) => {
+                Err(mut message) => {
+                    if message.ends_with("never fires") {
+                        message
+                            .push_str(": a job that runs only when asked is written \"@manual\"");
+                    }
                     self.report(
                         Some(expression.span()),
                         Some(scope),
@@ -467,6 +482,7 @@ impl Checker<'_> {
             );
             locks.clear();
         }
+        let params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
         Some(Job {
             name: name?,
             schedule: schedule?,
@@ -488,6 +504,65 @@ impl Checker<'_> {
             run_as,
             run_on,
             locks,
+            params: params?,
         })
+    }
+
+    /// `params`: well-formed names, each once, none that the job's `env`
+    /// also sets; a job on a schedule gives each a default (nobody gives
+    /// its scheduled runs one).
+    fn params(
+        &mut self,
+        raw: Option<Spanned<Vec<String>>>,
+        env: Option<&Spanned<BTreeMap<String, String>>>,
+        schedule: Option<&Schedule>,
+        scope: Scope<'_>,
+    ) -> Option<Vec<Param>> {
+        let Some(raw) = raw else {
+            return Some(Vec::new());
+        };
+        let span = raw.span();
+        let mut params: Vec<Param> = Vec::new();
+        let mut valid = true;
+        let mut fail = |this: &mut Self, message: String| {
+            valid = false;
+            this.report(Some(span.clone()), Some(scope), Some("params"), message);
+        };
+        for spec in raw.into_inner() {
+            match Param::parse(&spec) {
+                Err(message) => fail(self, message),
+                Ok(param) if params.iter().any(|p| p.name == param.name) => {
+                    fail(self, format!("parameter {} is declared twice", param.name));
+                }
+                Ok(param) if env.is_some_and(|env| env.get_ref().contains_key(&param.name)) => {
+                    fail(
+                        self,
+                        format!(
+                            "parameter {} is also set in env: a run's value would hide the job's, or the other way round",
+                            param.name
+                        ),
+                    );
+                }
+                Ok(param) => params.push(param),
+            }
+        }
+        let scheduled = schedule.is_some_and(|s| !s.is_manual());
+        let required: Vec<&str> = params
+            .iter()
+            .filter(|p| p.default.is_none())
+            .map(|p| p.name.as_str())
+            .collect();
+        if scheduled && !required.is_empty() {
+            fail(
+                self,
+                format!(
+                    "{} {} no default, and nobody gives a scheduled run one: write {}=VALUE, or make the job \"@manual\"",
+                    required.join(", "),
+                    if required.len() == 1 { "has" } else { "have" },
+                    required[0]
+                ),
+            );
+        }
+        valid.then_some(params)
     }
 }

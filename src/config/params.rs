@@ -1,0 +1,253 @@
+//! A job's parameters (`params`): the names a run may be given values for
+//! (`replicron trigger JOB --param NAME=VALUE`, the API, the dashboard),
+//! which it gets as environment variables. A name declared alone must be
+//! given; `NAME=VALUE` declares one with a default. Values come only from
+//! whoever starts the run, never from the daemon's environment.
+
+use std::fmt;
+
+use crate::run::Params;
+
+/// The longest value a parameter may have, in bytes.
+pub(crate) const MAX_VALUE_LEN: usize = 4096;
+
+/// One declared parameter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Param {
+    /// Its name, the environment variable the run gets.
+    pub(crate) name: String,
+    /// Its value when a run is given none; `None`: it must be given.
+    pub(crate) default: Option<String>,
+}
+
+impl fmt::Display for Param {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.default {
+            Some(default) => write!(f, "{}={default}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+impl Param {
+    /// Parses one entry of `params`: `NAME` or `NAME=DEFAULT`.
+    pub(crate) fn parse(spec: &str) -> Result<Param, String> {
+        let (name, default) = match spec.split_once('=') {
+            Some((name, default)) => (name, Some(default.to_string())),
+            None => (spec, None),
+        };
+        check_name(name)?;
+        if let Some(default) = &default {
+            check_value(name, default).map_err(|e| e.to_string())?;
+        }
+        Ok(Param {
+            name: name.to_string(),
+            default,
+        })
+    }
+}
+
+/// A parameter's name: an environment variable's, as a shell writes one
+/// (`[A-Za-z_][A-Za-z0-9_]*`), and not one of replicron's own.
+fn check_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let well_formed = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !well_formed {
+        return Err(format!(
+            "invalid parameter name {name:?}: expected an environment variable's name, \
+             letters, digits and _ not starting with a digit (\"DAYS\", or \"DAYS=30\" with a default)"
+        ));
+    }
+    if name.to_ascii_uppercase().starts_with("REPLICRON_") {
+        return Err(format!(
+            "invalid parameter name {name:?}: REPLICRON_* variables are replicron's own"
+        ));
+    }
+    Ok(())
+}
+
+/// Why the values given for a run were refused: nothing runs and nothing is
+/// recorded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ParamError {
+    /// `--param` without `=`.
+    #[error("parameter {0:?}: expected NAME=VALUE")]
+    Malformed(String),
+    /// A name the job does not declare.
+    #[error("parameter {name} is not declared by job {job} (it declares {})", declared_list(.declared))]
+    Undeclared {
+        name: String,
+        job: String,
+        declared: Vec<String>,
+    },
+    /// A name given twice.
+    #[error("parameter {0} is given twice")]
+    Repeated(String),
+    /// A declared name without a default, not given.
+    #[error(
+        "parameter {name} of job {job} has no default and was not given (--param {name}=VALUE)"
+    )]
+    Missing { name: String, job: String },
+    /// A value with a NUL byte, which no environment variable can hold.
+    #[error("parameter {0}: its value holds a NUL byte")]
+    Nul(String),
+    /// A value longer than [`MAX_VALUE_LEN`].
+    #[error("parameter {name}: its value is {len} bytes long, more than {MAX_VALUE_LEN}")]
+    TooLong { name: String, len: usize },
+}
+
+fn declared_list(declared: &[String]) -> String {
+    if declared.is_empty() {
+        "none".to_string()
+    } else {
+        declared.join(", ")
+    }
+}
+
+fn check_value(name: &str, value: &str) -> Result<(), ParamError> {
+    if value.contains('\0') {
+        return Err(ParamError::Nul(name.to_string()));
+    }
+    if value.len() > MAX_VALUE_LEN {
+        return Err(ParamError::TooLong {
+            name: name.to_string(),
+            len: value.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Splits `NAME=VALUE` (a `--param`).
+pub(crate) fn split(arg: &str) -> Result<(String, String), ParamError> {
+    arg.split_once('=')
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .ok_or_else(|| ParamError::Malformed(arg.to_string()))
+}
+
+/// The parameters of a run of `job`, which declares `declared`, given
+/// `given`: each declared name with its given value or its default.
+pub(crate) fn resolve(
+    job: &str,
+    declared: &[Param],
+    given: &[(String, String)],
+) -> Result<Params, ParamError> {
+    let mut params = Params::new();
+    for (name, value) in given {
+        if !declared.iter().any(|p| p.name == *name) {
+            return Err(ParamError::Undeclared {
+                name: name.clone(),
+                job: job.to_string(),
+                declared: declared.iter().map(|p| p.name.clone()).collect(),
+            });
+        }
+        check_value(name, value)?;
+        if params.insert(name.clone(), value.clone()).is_some() {
+            return Err(ParamError::Repeated(name.clone()));
+        }
+    }
+    for param in declared {
+        if params.contains_key(&param.name) {
+            continue;
+        }
+        match &param.default {
+            Some(default) => {
+                params.insert(param.name.clone(), default.clone());
+            }
+            None => {
+                return Err(ParamError::Missing {
+                    name: param.name.clone(),
+                    job: job.to_string(),
+                });
+            }
+        }
+    }
+    Ok(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared() -> Vec<Param> {
+        vec![
+            Param::parse("DAYS").unwrap(),
+            Param::parse("TENANT=all").unwrap(),
+        ]
+    }
+
+    fn given(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_declaration_is_a_name_with_or_without_a_default() {
+        assert_eq!(declared()[0].default, None);
+        assert_eq!(declared()[1].default.as_deref(), Some("all"));
+        assert_eq!(Param::parse("EMPTY=").unwrap().default.as_deref(), Some(""));
+        for bad in [
+            "",
+            "1DAYS",
+            "DAYS-AGO",
+            "A B",
+            "REPLICRON_JOB",
+            "replicron_x",
+        ] {
+            assert!(Param::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(Param::parse("X=a\0b").is_err());
+    }
+
+    #[test]
+    fn given_values_and_defaults_make_the_runs_parameters() {
+        let params = resolve("billing", &declared(), &given(&[("DAYS", "30")])).unwrap();
+        assert_eq!(params["DAYS"], "30");
+        assert_eq!(params["TENANT"], "all");
+        let params = resolve(
+            "billing",
+            &declared(),
+            &given(&[("TENANT", "acme"), ("DAYS", "")]),
+        )
+        .unwrap();
+        assert_eq!(
+            (params["DAYS"].as_str(), params["TENANT"].as_str()),
+            ("", "acme")
+        );
+    }
+
+    #[test]
+    fn each_bad_value_is_refused_by_name() {
+        let refuse =
+            |pairs: &[(&str, &str)]| resolve("billing", &declared(), &given(pairs)).unwrap_err();
+        assert!(matches!(refuse(&[]), ParamError::Missing { name, .. } if name == "DAYS"));
+        let undeclared = refuse(&[("DAYS", "1"), ("HOST", "x")]);
+        assert_eq!(
+            undeclared.to_string(),
+            "parameter HOST is not declared by job billing (it declares DAYS, TENANT)"
+        );
+        assert_eq!(
+            refuse(&[("DAYS", "1"), ("DAYS", "2")]),
+            ParamError::Repeated("DAYS".into())
+        );
+        assert_eq!(refuse(&[("DAYS", "a\0b")]), ParamError::Nul("DAYS".into()));
+        let long = "x".repeat(MAX_VALUE_LEN + 1);
+        assert!(
+            matches!(refuse(&[("DAYS", &long)]), ParamError::TooLong { len, .. } if len == MAX_VALUE_LEN + 1)
+        );
+        assert!(
+            resolve(
+                "billing",
+                &declared(),
+                &given(&[("DAYS", &"x".repeat(MAX_VALUE_LEN))])
+            )
+            .is_ok()
+        );
+        assert_eq!(split("DAYS"), Err(ParamError::Malformed("DAYS".into())));
+        assert_eq!(split("Q=a=b"), Ok(("Q".into(), "a=b".into())));
+    }
+}

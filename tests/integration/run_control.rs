@@ -1,0 +1,130 @@
+//! Run control across a fleet of real processes, on every backend: manual
+//! jobs and their parameters, and what started each run.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{Replica, TestDb, backend_test, history_json, run, wait_until};
+use crate::web::{TOKEN, free_ports, get_json, post_json};
+
+/// The succeeded runs of `job` in the history.
+fn succeeded(config: &std::path::Path, job: &str) -> Vec<Value> {
+    history_json(config, job)
+        .into_iter()
+        .filter(|r| r["status"] == "succeeded")
+        .collect()
+}
+
+backend_test! {
+    /// Three replicas run a per-second job and a `@manual` one with
+    /// parameters: the manual job never runs by itself; each bad parameter
+    /// is refused (exit 2 from `trigger`, 400 from the API) with no row;
+    /// a trigger from the command line and one through a replica's API
+    /// each run it once, with its parameters in its environment and in
+    /// its history row, recorded `manual`.
+    fn a_manual_job_runs_only_when_asked_with_its_parameters(db: &TestDb) {
+        db.migrate();
+        let out = db.dir().join("billing.out");
+        let jobs = format!(
+            "[web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\n\n\
+             [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n\n\
+             [[job]]\nname = \"billing\"\nschedule = \"@manual\"\nparams = [\"DAYS\", \"TENANT=all\"]\n\
+             command = 'echo \"$DAYS|$TENANT|$REPLICRON_JOB\" >> {}'\n",
+            out.display()
+        );
+        let ports = free_ports::<3>();
+        let replicas: Vec<Replica> = ports
+            .iter()
+            .enumerate()
+            .map(|(n, port)| {
+                let config = db.config_named(
+                    &format!("r{n}.toml"),
+                    &db.url,
+                    &format!("[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n{jobs}"),
+                );
+                Replica::start(&config, &format!("r{n}"), None, &[("REPLICRON_TEST_WEB_TOKEN", TOKEN)])
+            })
+            .collect();
+        let config = db.config_named("cli.toml", &db.url, &jobs);
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(30));
+        }
+        // The fleet is scheduling: five instants of `tick`, and nothing of
+        // `billing`.
+        wait_until("5 runs of tick", Duration::from_secs(30), || {
+            succeeded(&config, "tick").len() >= 5
+        });
+        assert_eq!(history_json(&config, "billing"), Vec::<Value>::new());
+        assert!(
+            history_json(&config, "tick").iter().all(|r| r["triggered_by"] == "schedule"),
+            "{:?}",
+            history_json(&config, "tick")
+        );
+
+        let long = format!("DAYS={}", "x".repeat(4097));
+        for (args, needle) in [
+            (&["trigger", "billing"][..], "parameter DAYS of job billing has no default"),
+            (&["trigger", "billing", "--param", "DAYS"], "expected NAME=VALUE"),
+            (
+                &["trigger", "billing", "--param", "DAYS=1", "--param", "HOST=x"],
+                "parameter HOST is not declared by job billing (it declares DAYS, TENANT)",
+            ),
+            (&["trigger", "billing", "--param", "DAYS=1", "--param", "DAYS=2"], "given twice"),
+            (&["trigger", "billing", "--param", &long], "more than 4096"),
+        ] {
+            let (code, stdout, err) = run(&config, args);
+            assert_eq!(code, 2, "{args:?}: {stdout}{err}");
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        let auth = [("Authorization", &*format!("Bearer {TOKEN}"))];
+        for body in [
+            r#"{"params": {"DAYS": "a\u0000b"}}"#,
+            r#"{"params": {"DAYS": "1", "HOST": "x"}}"#,
+            r#"{"params": {"TENANT": "acme"}}"#,
+            r#"{"params": {"DAYS": 1}}"#,
+        ] {
+            let (code, answer) = post_json(ports[1], "/api/v1/jobs/billing/trigger", &auth, body);
+            assert_eq!(code, 400, "{body}: {answer}");
+        }
+        assert_eq!(history_json(&config, "billing"), Vec::<Value>::new());
+        assert!(!out.exists(), "a refused trigger ran the job");
+
+        let (code, stdout, err) = run(&config, &["trigger", "billing", "--param", "DAYS=30"]);
+        assert_eq!(code, 0, "{stdout}{err}");
+        let (code, answer) = post_json(
+            ports[1],
+            "/api/v1/jobs/billing/trigger",
+            &auth,
+            r#"{"params": {"DAYS": "7", "TENANT": "acme & co"}}"#,
+        );
+        assert_eq!(code, 202, "{answer}");
+        wait_until("two runs of billing", Duration::from_secs(30), || {
+            succeeded(&config, "billing").len() == 2
+        });
+        let lines = std::fs::read_to_string(&out).expect("the job's output");
+        assert_eq!(lines, "30|all|billing\n7|acme & co|billing\n");
+        let mut rows = history_json(&config, "billing");
+        rows.reverse();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[0]["params"], serde_json::json!({"DAYS": "30", "TENANT": "all"}));
+        assert_eq!(rows[1]["params"], serde_json::json!({"DAYS": "7", "TENANT": "acme & co"}));
+        assert!(rows.iter().all(|r| r["triggered_by"] == "manual"), "{rows:?}");
+        assert_eq!(rows[1]["instance"], "r1");
+        // The API's run and the table of `history` say the same.
+        let (_, run_json) = get_json(ports[0], &format!("/api/v1/runs/{}", rows[1]["id"]));
+        assert_eq!(run_json["triggered_by"], "manual");
+        assert_eq!(run_json["params"]["TENANT"], "acme & co");
+        let (code, table, err) = run(&config, &["history", "--job", "billing"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(table.contains("TRIGGER") && table.contains("manual"), "{table}");
+        assert!(table.contains("DAYS=30 TENANT=all"), "{table}");
+        assert!(table.contains("TENANT=\"acme & co\""), "{table}");
+        // `status` says the job runs when triggered.
+        let (_, status, _) = run(&config, &["status"]);
+        let line = status.lines().find(|l| l.starts_with("billing")).expect("billing row");
+        assert!(line.contains("manual"), "{status}");
+        // Still nothing of its own after all this time.
+        assert_eq!(succeeded(&config, "billing").len(), 2);
+    }
+}
