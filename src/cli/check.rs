@@ -61,6 +61,17 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
                 humantime::format_duration(jitter.to_std().unwrap_or_default())
             );
         }
+        if !job.locks.is_empty() {
+            println!("  locks     {}", job.locks.join(" "));
+        }
+        if !job.limits.is_empty() {
+            let limits: Vec<String> = job
+                .limits
+                .iter()
+                .map(|l| format!("{} ({} at once)", l.name, l.max_running))
+                .collect();
+            println!("  limits    {}", limits.join(" "));
+        }
         if !job.params.is_empty() {
             let params: Vec<String> = job.params.iter().map(ToString::to_string).collect();
             println!("  params    {}", params.join(" "));

@@ -158,8 +158,8 @@ fn configuration() -> String {
     for key in all.iter().filter(|k| k.about != keys::AS_IN_DEFAULTS) {
         if key.table != table {
             table = key.table;
-            let header = if table == "job" {
-                "[[job]]".to_string()
+            let header = if table == "job" || table == "limit" {
+                format!("[[{table}]]")
             } else {
                 format!("[{table}]")
             };

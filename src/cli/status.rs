@@ -56,6 +56,35 @@ struct LockStatus {
     held_until: Option<String>,
 }
 
+/// A limit across jobs, in `status`.
+#[derive(Debug, serde::Serialize)]
+struct LimitStatus {
+    limit: String,
+    max_running: u32,
+    /// The jobs that take it.
+    jobs: Vec<String>,
+    /// How many of its slots are held now.
+    running: usize,
+    /// Who holds them.
+    held_by: Vec<String>,
+}
+
+impl LimitStatus {
+    fn of(limit: &fleet::LimitState) -> LimitStatus {
+        LimitStatus {
+            limit: limit.limit.clone(),
+            max_running: limit.max_running,
+            jobs: limit.jobs.clone(),
+            running: limit.held.len(),
+            held_by: limit
+                .held
+                .iter()
+                .map(|(by, _)| by.clone().unwrap_or_else(|| "?".to_string()))
+                .collect(),
+        }
+    }
+}
+
 /// One row of `status`.
 #[derive(Debug, serde::Serialize)]
 struct JobStatus {
@@ -79,6 +108,7 @@ struct Report {
     clock: ClockStatus,
     jobs: Vec<JobStatus>,
     locks: Vec<LockStatus>,
+    limits: Vec<LimitStatus>,
     replicas: Vec<fleet::ReplicaView>,
 }
 
@@ -99,6 +129,7 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         },
         jobs: job_rows(&config, &fleet, lasts),
         locks: fleet.locks.iter().map(LockStatus::of).collect(),
+        limits: fleet.limits.iter().map(LimitStatus::of).collect(),
         replicas: fleet
             .instances
             .iter()
@@ -225,6 +256,20 @@ fn print_tables(report: &Report) {
                         (Some(by), Some(until)) => format!("{by} until {until}"),
                         _ => "free".to_string(),
                     },
+                ]
+            }),
+        );
+    }
+    if !report.limits.is_empty() {
+        println!();
+        print_table(
+            &["LIMIT", "JOBS", "RUNNING", "HELD BY"],
+            report.limits.iter().map(|l| {
+                vec![
+                    l.limit.clone(),
+                    l.jobs.join(", "),
+                    format!("{} of {}", l.running, l.max_running),
+                    l.held_by.join(", "),
                 ]
             }),
         );

@@ -6,7 +6,7 @@
 /// One key of the job file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Key {
-    /// `database`, `daemon`, `defaults`, `notify` or `job`.
+    /// `database`, `daemon`, `defaults`, `notify`, `limit` or `job`.
     pub(crate) table: &'static str,
     /// The key.
     pub(crate) name: &'static str,
@@ -221,6 +221,18 @@ pub(crate) fn all() -> Vec<Key> {
     );
     keys.extend([
         key(
+            "limit",
+            "name",
+            None,
+            "A limit across jobs, taken by jobs' limits: 1 to 43 of A-Z a-z 0-9 _ . : -. Its slots are the lease rows replicron.limit.NAME.1 to .N. Required.",
+        ),
+        key(
+            "limit",
+            "max_running",
+            None,
+            "How many runs of the jobs that take it may run at once across the fleet, 1 to 1000. A run waits for a free slot up to 60s, then its instant is recorded skipped, naming the limit and the slots' holders. Required.",
+        ),
+        key(
             "job",
             "name",
             None,
@@ -267,6 +279,12 @@ pub(crate) fn all() -> Vec<Key> {
             "locks",
             None,
             "Shared locks a run holds beside its job's lease, as [\"db-maintenance\"]: jobs that share a lock never run at the same time anywhere in the fleet. Taken in sorted order (so two jobs cannot each hold one and wait for the other), on database time, kept alive with the job's lease; a lock held elsewhere is waited for up to 60s, then the instant is recorded skipped, naming the lock and its holder. Not for run_on = \"every\" jobs.",
+        ),
+        key(
+            "job",
+            "limits",
+            None,
+            "Limits across jobs a run takes a slot of, as [\"vendor-api\"], each declared by a [[limit]]: at most its max_running runs of the jobs that take it run at once, fleet-wide. Taken with the shared locks in one order, waited for and skipped as a lock is. Not for run_on = \"every\" jobs.",
         ),
         key(
             "job",
@@ -343,6 +361,7 @@ mod tests {
             ("web", "[web]"),
             ("defaults", "[defaults]"),
             ("notify", "[notify]"),
+            ("limit", "[[limit]]"),
             ("job", "[[job]]"),
         ] {
             let mut documented: Vec<String> = all()

@@ -51,6 +51,8 @@ pub(crate) struct Config {
     pub(crate) defaults: Defaults,
     /// Every `[[job]]`, in file order, enabled or not.
     pub(crate) jobs: Vec<Job>,
+    /// Every `[[limit]]`, in file order.
+    pub(crate) limits: Vec<Limit>,
 }
 
 /// The lease and stop settings of `[defaults]`, for runs that are not
@@ -295,6 +297,8 @@ pub(crate) struct Job {
     pub(crate) locks: Vec<String>,
     /// The parameters a run may be given, in the file's order.
     pub(crate) params: Vec<params::Param>,
+    /// The limits across jobs its runs take a slot of, sorted by name.
+    pub(crate) limits: Vec<Limit>,
 }
 
 impl Job {
@@ -307,7 +311,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -332,6 +336,10 @@ impl Job {
             self.params
                 .iter()
                 .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            self.limits
+                .iter()
+                .map(|l| format!("{}={}", l.name, l.max_running))
                 .collect::<Vec<_>>(),
         )
     }
@@ -534,6 +542,32 @@ impl Config {
 
 /// The lease row of shared lock NAME is `replicron.lock.NAME`.
 pub(crate) const LOCK_ROW_PREFIX: &str = "replicron.lock.";
+
+/// The lease rows of limit NAME's slots are `replicron.limit.NAME.1` to
+/// `replicron.limit.NAME.N`.
+pub(crate) const LIMIT_ROW_PREFIX: &str = "replicron.limit.";
+
+/// The most runs a limit may let run at once.
+pub(crate) const MAX_LIMIT_RUNNING: u32 = 1000;
+
+/// A limit across jobs (`[[limit]]`): at most `max_running` runs of the
+/// jobs that take it run at once, fleet-wide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Limit {
+    /// Its name, as jobs' `limits` write it.
+    pub(crate) name: String,
+    /// How many runs of its jobs may run at once.
+    pub(crate) max_running: u32,
+}
+
+impl Limit {
+    /// The lease rows of its slots.
+    pub(crate) fn rows(&self) -> Vec<String> {
+        (1..=self.max_running)
+            .map(|slot| format!("{LIMIT_ROW_PREFIX}{}.{slot}", self.name))
+            .collect()
+    }
+}
 
 /// Lease names with this prefix are replicron's own (history retention).
 pub(crate) const RESERVED_PREFIX: &str = "replicron.";

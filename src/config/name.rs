@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use super::{LOCK_ROW_PREFIX, MAX_JOB_NAME_LEN, RESERVED_PREFIX};
+use super::{LIMIT_ROW_PREFIX, LOCK_ROW_PREFIX, MAX_JOB_NAME_LEN, RESERVED_PREFIX};
 
 /// The longest lock name: its row's name must fit the 64 characters of a
 /// lease row's.
@@ -93,6 +93,16 @@ impl fmt::Display for JobName {
 /// replicron's own rows whatever it starts with.)
 pub(crate) fn check_lock(name: &str) -> Result<(), NameError> {
     check_form(name, MAX_LOCK_NAME_LEN)
+}
+
+/// The longest limit name: its slots' rows, `replicron.limit.NAME.1000`,
+/// fit a job name's column.
+const MAX_LIMIT_NAME_LEN: usize = MAX_JOB_NAME_LEN - LIMIT_ROW_PREFIX.len() - ".1000".len();
+
+/// A limit's name: a job name's characters, short enough for its slots'
+/// lease rows.
+pub(crate) fn check_limit(name: &str) -> Result<(), NameError> {
+    check_form(name, MAX_LIMIT_NAME_LEN)
 }
 
 /// Whether `name` has a job name's form, reserved or not: what a message

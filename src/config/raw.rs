@@ -55,6 +55,14 @@ pub(super) struct RawSettings {
     pub jitter: Option<S<String>>,
 }
 
+/// One `[[limit]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimit {
+    pub name: Option<S<String>>,
+    pub max_running: Option<S<i64>>,
+}
+
 /// `[notify]`, and a job's own `notify` table.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,6 +113,7 @@ pub(super) struct RawJob {
     pub run_on: Option<S<String>>,
     pub locks: Option<S<Vec<String>>>,
     pub params: Option<S<Vec<String>>>,
+    pub limits: Option<S<Vec<String>>>,
     pub notify: Option<S<RawNotify>>,
 }
 

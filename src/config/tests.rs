@@ -771,3 +771,83 @@ fn a_manual_job_declares_its_parameters_and_a_scheduled_one_defaults_them() {
     );
     assert!(crate::Job::new("asked", "@manual").is_err());
 }
+
+#[test]
+fn a_limit_is_declared_once_and_taken_by_name() {
+    let text = format!(
+        "{DB}\n[[limit]]\nname = \"vendor-api\"\nmax_running = 2\n\n\
+         [[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\nlimits = [\"vendor-api\"]\n"
+    );
+    let config = parse(&text).expect("valid");
+    assert_eq!(config.limits.len(), 1);
+    assert_eq!(config.jobs[0].limits, config.limits);
+    assert_eq!(
+        config.limits[0].rows(),
+        [
+            "replicron.limit.vendor-api.1",
+            "replicron.limit.vendor-api.2"
+        ]
+    );
+    let limit = |body: &str| format!("{DB}\n[[limit]]\n{body}\n");
+    one_error(
+        &limit("name = \"v\"\nmax_running = 0"),
+        6,
+        None,
+        "limit.max_running",
+        "limit \"v\": max_running 0 is out of range 1–1000",
+    );
+    one_error(
+        &limit("name = \"v\"\nmax_running = 1001"),
+        6,
+        None,
+        "limit.max_running",
+        "out of range",
+    );
+    one_error(
+        &limit("name = \"v\""),
+        4,
+        None,
+        "limit.max_running",
+        "a limit needs max_running",
+    );
+    one_error(
+        &limit("max_running = 2"),
+        4,
+        None,
+        "limit.name",
+        "a limit needs a name",
+    );
+    one_error(
+        &limit(&format!("name = \"{}\"\nmax_running = 2", "x".repeat(44))),
+        5,
+        None,
+        "limit.name",
+        "invalid limit name",
+    );
+    one_error(
+        &format!(
+            "{DB}\n[[limit]]\nname = \"v\"\nmax_running = 1\n\n[[limit]]\nname = \"v\"\nmax_running = 2\n"
+        ),
+        9,
+        None,
+        "limit.name",
+        "limit \"v\" is declared twice",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nlimits = [\"nope\"]"),
+        8,
+        Some("\"j\""),
+        "limits",
+        "no [[limit]] named \"nope\" (the file declares none)",
+    );
+    one_error(
+        &format!(
+            "{DB}\n[[limit]]\nname = \"v\"\nmax_running = 2\n\n\
+             [[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\nrun_on = \"every\"\nlimits = [\"v\"]\n"
+        ),
+        13,
+        Some("\"j\""),
+        "limits",
+        "limits are for jobs run once across the fleet",
+    );
+}

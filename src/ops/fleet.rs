@@ -26,6 +26,8 @@ pub(crate) struct Fleet {
     pub(crate) jobs: Vec<JobState>,
     /// The shared locks the job file's jobs take, by name.
     pub(crate) locks: Vec<LockState>,
+    /// The job file's limits across jobs, in its order.
+    pub(crate) limits: Vec<LimitState>,
     /// Every registered replica.
     pub(crate) instances: Vec<Instance>,
     /// The jobs live replicas define differently.
@@ -96,6 +98,20 @@ pub(crate) struct LockState {
     pub(crate) jobs: Vec<String>,
     /// Who holds it now, and until when unless extended or released.
     pub(crate) held: Option<(Option<String>, NaiveDateTime)>,
+}
+
+/// A limit across jobs, and who holds its slots.
+#[derive(Clone, Debug)]
+pub(crate) struct LimitState {
+    /// Its name in the job file.
+    pub(crate) limit: String,
+    /// How many runs it lets run at once.
+    pub(crate) max_running: u32,
+    /// The jobs that take it.
+    pub(crate) jobs: Vec<String>,
+    /// Its slots held now: by whom, and until when unless extended or
+    /// released.
+    pub(crate) held: Vec<(Option<String>, NaiveDateTime)>,
 }
 
 impl JobState {
@@ -175,6 +191,7 @@ pub(crate) async fn read(
         now,
         jobs,
         locks: shared_locks(config, &rows, now),
+        limits: limits(config, &rows, now),
         instances,
         drift,
     })
@@ -245,6 +262,33 @@ fn shared_locks(config: &Config, rows: &[LockRow], now: DateTime<Utc>) -> Vec<Lo
                 lock: lock.to_string(),
                 jobs,
                 held,
+            }
+        })
+        .collect()
+}
+
+/// The limits of `config`, each with its jobs and its slots' holders in
+/// `rows` at `now`.
+fn limits(config: &Config, rows: &[LockRow], now: DateTime<Utc>) -> Vec<LimitState> {
+    config
+        .limits
+        .iter()
+        .map(|limit| {
+            let slots = limit.rows();
+            LimitState {
+                limit: limit.name.clone(),
+                max_running: limit.max_running,
+                jobs: config
+                    .jobs
+                    .iter()
+                    .filter(|j| j.limits.iter().any(|l| l.name == limit.name))
+                    .map(|j| j.name.to_string())
+                    .collect(),
+                held: rows
+                    .iter()
+                    .filter(|l| slots.contains(&l.name) && l.lock_until.and_utc() > now)
+                    .map(|l| (l.locked_by.clone(), l.lock_until))
+                    .collect(),
             }
         })
         .collect()

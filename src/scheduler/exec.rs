@@ -47,7 +47,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             retry_backoff: Duration::from_secs(1),
             missed_after: None,
             notify: None,
-            locks: Vec::new(),
+            gates: Vec::new(),
         },
         action: Arc::new(Process {
             command: Command::Exec {

@@ -132,7 +132,7 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     // A run waiting for its shared locks is going, as another replica
     // reading its lease and history tells (its lease was held since its
     // claim).
-    if let Some(going) = going.as_ref().filter(|_| !settings.locks.is_empty()) {
+    if let Some(going) = going.as_ref().filter(|_| !settings.gates.is_empty()) {
         going.begin(engine.clock.now());
     }
     match held.take_locks(&engine, &job).await {

@@ -78,11 +78,44 @@ pub(crate) struct JobSettings {
     pub(crate) retry_backoff: Duration,
     /// See [`Job::missed_after`]; `None`: the default.
     pub(crate) missed_after: Option<Duration>,
-    /// The lease rows of the shared locks a run takes after the job's own
-    /// lease, in this (sorted) order.
-    pub(crate) locks: Vec<String>,
+    /// The shared locks and limits a run takes a slot of after the job's
+    /// own lease, in this order (by their rows' names, the same for every
+    /// job, so that no two runs each hold one and wait for the other's).
+    pub(crate) gates: Vec<Gate>,
     /// Where the job's notifications go (a job of the job file).
     pub(crate) notify: Option<Arc<crate::notify::Notify>>,
+}
+
+/// A shared lock or a limit across jobs: lease rows, one per slot, of which
+/// a run takes one beside its job's lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Gate {
+    /// `lock NAME` or `limit NAME`, as messages name it.
+    pub(crate) label: String,
+    /// Its slots' lease rows: one for a lock, `max_running` for a limit.
+    pub(crate) rows: Vec<String>,
+}
+
+impl Gate {
+    /// A shared lock: one slot.
+    pub(crate) fn lock(name: &str) -> Gate {
+        Gate {
+            label: format!("lock {name}"),
+            rows: vec![format!("{}{name}", config::LOCK_ROW_PREFIX)],
+        }
+    }
+
+    /// The gates of a job of the job file, in the order every run takes
+    /// them.
+    fn of(job: &config::Job) -> Vec<Gate> {
+        let mut gates: Vec<Gate> = job.locks.iter().map(|lock| Gate::lock(lock)).collect();
+        gates.extend(job.limits.iter().map(|limit| Gate {
+            label: format!("limit {}", limit.name),
+            rows: limit.rows(),
+        }));
+        gates.sort_by(|a, b| a.rows.cmp(&b.rows));
+        gates
+    }
 }
 
 impl JobSettings {
@@ -111,7 +144,7 @@ impl Default for JobSettings {
             retry_backoff: config::DEFAULT_RETRY_BACKOFF,
             missed_after: None,
             notify: None,
-            locks: Vec::new(),
+            gates: Vec::new(),
         }
     }
 }
@@ -274,11 +307,7 @@ impl Job {
                 retry_backoff: job.retry_backoff,
                 missed_after: job.missed_after,
                 notify: job.notify.clone(),
-                locks: job
-                    .locks
-                    .iter()
-                    .map(|lock| format!("{}{lock}", config::LOCK_ROW_PREFIX))
-                    .collect(),
+                gates: Gate::of(job),
             },
             action: Some(Arc::new(process)),
             run_on: job.run_on,

@@ -16,7 +16,6 @@ use super::Phase;
 use super::engine::Engine;
 use super::work::Work;
 use crate::backoff::Backoff;
-use crate::config::LOCK_ROW_PREFIX;
 use crate::lease::keeper::{Keeper, LeaseState, LeaseTimes};
 use crate::lease::{Claim, Lease};
 use crate::schedule::LATE_LIMIT;
@@ -98,15 +97,15 @@ impl RunLease {
         &mut self.keeper
     }
 
-    /// Takes `work`'s shared locks, kept alive with the lease from then on;
-    /// `Ok(true)` if it took any. `Err` says which lock could not be had,
-    /// and why (none is kept).
+    /// Takes a slot of each of `work`'s shared locks and limits, kept alive
+    /// with the lease from then on; `Ok(true)` if it took any. `Err` says
+    /// which could not be had, and why (none is kept).
     pub(crate) async fn take_locks(
         &mut self,
         engine: &Engine,
         work: &Work,
     ) -> Result<bool, LockNotTaken> {
-        self.locks = take_locks(engine, work, &self.keeper).await?;
+        self.locks = take_locks(engine, work, &self.keeper, self.hold.fence()).await?;
         Ok(!self.locks.is_empty())
     }
 
@@ -124,82 +123,99 @@ impl RunLease {
     }
 }
 
-/// Why a run did not get its shared locks, and so did not run.
+/// Why a run did not get a slot of each of its shared locks and limits,
+/// and so did not run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum LockNotTaken {
-    /// The run's own lease was lost while it waited for `lock`.
-    #[error("not run: its lease was lost while it waited for lock {lock}")]
-    LeaseLost { lock: String },
-    /// The scheduler began to stop while the run waited for `lock`.
-    #[error("not run: replicron was stopping while it waited for lock {lock}")]
-    Stopping { lock: String },
-    /// `lock` stayed held (by `by`, if its row names it) past
-    /// [`LATE_LIMIT`].
+    /// The run's own lease was lost while it waited for `gate`.
+    #[error("not run: its lease was lost while it waited for {gate}")]
+    LeaseLost { gate: String },
+    /// The scheduler began to stop while the run waited for `gate`.
+    #[error("not run: replicron was stopping while it waited for {gate}")]
+    Stopping { gate: String },
+    /// Every slot of `gate` stayed held (by `by`, as far as their rows
+    /// name them) past [`LATE_LIMIT`].
     #[error(
-        "not run: lock {lock} stayed held by {} for {}s",
-        by.as_deref().unwrap_or("another run"),
+        "not run: {gate} stayed held by {} for {}s",
+        holders(by),
         LATE_LIMIT.num_seconds()
     )]
-    Held { lock: String, by: Option<String> },
+    Held { gate: String, by: Vec<String> },
+}
+
+/// Who held a gate's slots, as a message says it.
+fn holders(by: &[String]) -> String {
+    if by.is_empty() {
+        "another run".to_string()
+    } else {
+        by.join(", ")
+    }
 }
 
 /// The longest pause between two tries of a shared lock held elsewhere.
 const LOCK_POLL_MAX: Duration = Duration::from_millis(100);
 
-/// Takes the job's shared locks, in their (sorted) order, each as a lease
-/// claimed at the database's now and then kept alive with the job's own:
-/// two jobs that share locks never hold one each while waiting for the
-/// other's. A lock held elsewhere is waited for, as an instant waits for a
-/// lease held by a late run: up to [`LATE_LIMIT`]. `Err` says which lock
-/// and who holds it (the locks taken are given back).
+/// Takes a slot of each of the job's gates (its shared locks and limits),
+/// in their order, each as a lease claimed at the database's now and then
+/// kept alive with the job's own: two jobs that share gates never hold one
+/// each while waiting for the other's. A limit's slots are tried from one
+/// that `fence` picks, so that runs spread over them. A gate whose slots
+/// are all held elsewhere is waited for, as an instant waits for a lease
+/// held by a late run: up to [`LATE_LIMIT`]. `Err` says which gate and who
+/// holds it (the slots taken are given back).
 async fn take_locks(
     engine: &Engine,
     job: &Work,
     keeper: &Keeper,
+    fence: i64,
 ) -> Result<Vec<Lease>, LockNotTaken> {
     let give_up = Instant::now() + LATE_LIMIT.to_std().unwrap_or_default();
     let mut taken: Vec<Lease> = Vec::new();
     let mut failed = None;
-    'locks: for lock in &job.settings.locks {
-        let name = || {
-            lock.strip_prefix(LOCK_ROW_PREFIX)
-                .unwrap_or(lock)
-                .to_string()
-        };
-        // Polled often enough that a waiter sees the lock free before a
-        // run claimed at the next instant asks for it (a waiter has no
-        // place in a queue).
+    'gates: for gate in &job.settings.gates {
+        // Polled often enough that a waiter sees a slot free before a run
+        // claimed at the next instant asks for it (a waiter has no place
+        // in a queue).
         let mut backoff = Backoff::new(Duration::from_millis(10), LOCK_POLL_MAX);
-        let mut holder = None;
+        let first = usize::try_from(fence).unwrap_or_default() % gate.rows.len().max(1);
         loop {
             if keeper.state() == LeaseState::Lost {
-                failed = Some(LockNotTaken::LeaseLost { lock: name() });
-                break 'locks;
+                failed = Some(LockNotTaken::LeaseLost {
+                    gate: gate.label.clone(),
+                });
+                break 'gates;
             }
             if *engine.phase.borrow() != Phase::Running {
-                failed = Some(LockNotTaken::Stopping { lock: name() });
-                break 'locks;
+                failed = Some(LockNotTaken::Stopping {
+                    gate: gate.label.clone(),
+                });
+                break 'gates;
             }
-            match engine
-                .store
-                .claim_now(lock, &engine.instance, job.settings.lock_at_most_for)
-                .await
-            {
-                Ok(Claim::Won(lease)) => {
-                    keeper.add(lease.clone());
-                    taken.push(lease);
-                    continue 'locks;
+            let mut holders = Vec::new();
+            for row in gate.rows.iter().cycle().skip(first).take(gate.rows.len()) {
+                match engine
+                    .store
+                    .claim_now(row, &engine.instance, job.settings.lock_at_most_for)
+                    .await
+                {
+                    Ok(Claim::Won(lease)) => {
+                        keeper.add(lease.clone());
+                        taken.push(lease);
+                        continue 'gates;
+                    }
+                    Ok(Claim::Held(held)) => holders.extend(held.by),
+                    Ok(_) | Err(_) => {}
                 }
-                Ok(Claim::Held(held)) => holder = held.by,
-                Ok(_) | Err(_) => {}
             }
             let pause = backoff.next_pause();
             if Instant::now() + pause > give_up {
+                holders.sort();
+                holders.dedup();
                 failed = Some(LockNotTaken::Held {
-                    lock: name(),
-                    by: holder,
+                    gate: gate.label.clone(),
+                    by: holders,
                 });
-                break 'locks;
+                break 'gates;
             }
             tokio::time::sleep(pause).await;
         }

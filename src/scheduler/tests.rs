@@ -476,7 +476,7 @@ async fn a_job_whose_lock_stays_held_is_skipped_naming_the_lock_and_holder() {
                 Ok::<(), String>(())
             }
         });
-        job.settings.locks = vec![format!("{}db", crate::config::LOCK_ROW_PREFIX)];
+        job.settings.gates = vec![super::job::Gate::lock("db")];
         job.settings.timeout = Duration::from_secs(600);
         job
     };
@@ -522,6 +522,92 @@ async fn a_job_whose_lock_stays_held_is_skipped_naming_the_lock_and_holder() {
     assert!(
         quick.iter().any(|r| r.status == RunStatus::Succeeded),
         "{quick:?}"
+    );
+}
+
+/// Three jobs that take one limit of 2, each running 70 s at every minute,
+/// on two replicas and a paused clock: never more than two bodies at once;
+/// the limit's slots pass from run to run, so every job runs, and an
+/// instant whose slot stayed taken for 60 s is recorded `skipped`, naming
+/// the limit and its slots' holders.
+#[tokio::test(start_paused = true)]
+async fn a_limit_of_two_lets_two_of_three_jobs_run_at_once() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let limit = crate::config::Limit {
+        name: "vendor".to_string(),
+        max_running: 2,
+    };
+    let job = |name: &'static str| {
+        let (spans, clock) = (spans.clone(), clock.clone());
+        let mut job = Job::new(name, "0 * * * * *").expect("job").run(move |_| {
+            let (spans, clock) = (spans.clone(), clock.clone());
+            async move {
+                let start = clock.now();
+                tokio::time::sleep(Duration::from_secs(70)).await;
+                spans
+                    .lock()
+                    .expect("spans")
+                    .push((name.to_string(), start, clock.now()));
+                Ok::<(), String>(())
+            }
+        });
+        job.settings.gates = vec![super::job::Gate {
+            label: "limit vendor".to_string(),
+            rows: limit.rows(),
+        }];
+        job.settings.timeout = Duration::from_secs(600);
+        job
+    };
+    let replica = |id: &str| {
+        Scheduler::builder(db.url.as_str())
+            .clock(clock.clone())
+            .instance_id(id)
+            .job(job("a"))
+            .job(job("b"))
+            .job(job("c"))
+            .build()
+    };
+    let (one, two) = (
+        replica("one").await.expect("build"),
+        replica("two").await.expect("build"),
+    );
+    let minutes = || tokio::time::sleep(Duration::from_secs(6 * 60));
+    let (ran_one, ran_two) = tokio::join!(one.run_until(minutes()), two.run_until(minutes()));
+    ran_one.expect("runs");
+    ran_two.expect("runs");
+    let spans = spans.lock().expect("spans").clone();
+    let mut edges: Vec<(DateTime<Utc>, i32)> = spans
+        .iter()
+        .flat_map(|(_, start, end)| [(*start, 1), (*end, -1)])
+        .collect();
+    // An end and a start at one moment: the end first.
+    edges.sort();
+    let mut running = 0;
+    let mut most = 0;
+    for (_, step) in edges {
+        running += step;
+        most = most.max(running);
+    }
+    assert_eq!(most, 2, "{spans:?}");
+    for name in ["a", "b", "c"] {
+        assert!(
+            spans.iter().any(|(job, _, _)| job == name),
+            "{name} never ran: {spans:?}"
+        );
+    }
+    let skipped: Vec<RunRow> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|job| runs_of(&db, job))
+        .filter(|r| r.status == RunStatus::Skipped)
+        .collect();
+    assert!(
+        skipped.iter().any(|r| r
+            .output
+            .starts_with("replicron: not run: limit vendor stayed held by ")
+            && r.output.ends_with(" for 60s\n")),
+        "{skipped:?}"
     );
 }
 

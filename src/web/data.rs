@@ -59,6 +59,8 @@ pub(crate) struct Definition {
     pub(crate) run_on: &'static str,
     /// The shared locks it takes.
     pub(crate) locks: Vec<String>,
+    /// The limits across jobs it takes a slot of, as `NAME (N at once)`.
+    pub(crate) limits: Vec<String>,
     /// The names of the extra environment variables it sets.
     pub(crate) env: Vec<String>,
     /// The user it runs as, if not replicron's.
@@ -171,6 +173,11 @@ fn definition(job: &crate::config::Job) -> Definition {
             RunOn::Every => "every",
         },
         locks: job.locks.clone(),
+        limits: job
+            .limits
+            .iter()
+            .map(|l| format!("{} ({} at once)", l.name, l.max_running))
+            .collect(),
         env: job.env.keys().cloned().collect(),
         user: job.run_as.as_ref().map(|r| r.user.clone()),
         timeout_seconds: job.timeout.as_secs_f64(),

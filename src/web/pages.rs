@@ -526,6 +526,7 @@ pub(super) async fn job(
                     dt { "Command" } dd { code { (d.command) } }
                     dt { "Runs on" } dd { @if d.run_on == "every" { "every replica" } @else { "one replica per instant" } @if let Some(u) = &d.user { ", as " (u) } }
                     @if !d.locks.is_empty() { dt { "Locks" } dd { (d.locks.join(", ")) } }
+                    @if !d.limits.is_empty() { dt { "Limits" } dd { (d.limits.join(", ")) } }
                     dt { "Timeout" } dd { (duration(Some(d.timeout_seconds))) ", lease " (duration(Some(d.lock_at_most_for_seconds))) ", retries " (d.retries) }
                 } @else {
                     dt { "Definition" } dd { "not in the job file (a lease row is left)" }

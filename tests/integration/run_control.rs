@@ -128,3 +128,67 @@ backend_test! {
         assert_eq!(succeeded(&config, "billing").len(), 2);
     }
 }
+
+/// The most bodies at once in `records`, lines `start|end NANOS RUN` the
+/// jobs wrote themselves, and how many runs started.
+fn most_at_once(records: &str) -> (usize, usize) {
+    let mut edges: Vec<(u128, i32)> = records
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let step = match words.next()? {
+                "start" => 1,
+                "end" => -1,
+                _ => return None,
+            };
+            Some((words.next()?.parse().ok()?, step))
+        })
+        .collect();
+    edges.sort();
+    let (mut running, mut most) = (0, 0);
+    for (_, step) in &edges {
+        running += step;
+        most = most.max(running);
+    }
+    let starts = edges.iter().filter(|(_, step)| *step == 1).count();
+    (most as usize, starts)
+}
+
+backend_test! {
+    /// Three jobs that take one `[[limit]]` of 2, each due every 3 s and
+    /// running 2 s, on three replicas: by the bodies' own records, never
+    /// more than two run at once across the fleet, two often do, and each
+    /// job runs; `status` lists the limit.
+    fn a_limit_of_two_holds_across_the_fleet(db: &TestDb) {
+        db.migrate();
+        let records = db.dir().join("bodies.out");
+        let body = format!(
+            "echo \"start $(date +%s%N) $REPLICRON_RUN_ID\" >> {0}; sleep 2; echo \"end $(date +%s%N) $REPLICRON_RUN_ID\" >> {0}",
+            records.display()
+        );
+        let mut jobs = String::from("[[limit]]\nname = \"vendor-api\"\nmax_running = 2\n\n");
+        for name in ["pull-a", "pull-b", "pull-c"] {
+            jobs.push_str(&format!(
+                "[[job]]\nname = \"{name}\"\nschedule = \"*/3 * * * * *\"\nlimits = [\"vendor-api\"]\ncommand = '{body}'\n\n"
+            ));
+        }
+        let config = db.config(&jobs);
+        let replicas: Vec<Replica> = (0..3)
+            .map(|n| Replica::start(&config, &format!("r{n}"), None, &[]))
+            .collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(30));
+        }
+        wait_until("each job ran twice", Duration::from_secs(60), || {
+            ["pull-a", "pull-b", "pull-c"].iter().all(|job| succeeded(&config, job).len() >= 2)
+        });
+        let (_, status, _) = run(&config, &["status"]);
+        let limit = status.lines().find(|l| l.starts_with("vendor-api")).unwrap_or_else(|| panic!("{status}"));
+        assert!(limit.contains("pull-a, pull-b, pull-c") && limit.contains(" of 2"), "{status}");
+        drop(replicas);
+        let written = std::fs::read_to_string(&records).expect("the bodies' records");
+        let (most, starts) = most_at_once(&written);
+        assert_eq!(most, 2, "{written}");
+        assert!(starts >= 6, "{written}");
+    }
+}

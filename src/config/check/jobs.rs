@@ -44,6 +44,14 @@ impl Default for Settings {
     }
 }
 
+/// What the file gives every job: `[defaults]`, `[notify]` and the
+/// `[[limit]]`s.
+pub(super) struct FileWide<'a> {
+    pub(super) defaults: &'a Settings,
+    pub(super) notify: &'a crate::config::notify::Notify,
+    pub(super) limits: &'a [crate::config::Limit],
+}
+
 impl Checker<'_> {
     /// Applies `raw` over `base`; invalid values are reported and the base
     /// value kept, so that one mistake is reported once.
@@ -296,10 +304,10 @@ impl Checker<'_> {
         index: usize,
         span: Range<usize>,
         mut raw: RawJob,
-        defaults: &Settings,
-        notify: &crate::config::notify::Notify,
+        file: &FileWide<'_>,
         names: &mut HashSet<String>,
     ) -> Option<Job> {
+        let (defaults, notify) = (file.defaults, file.notify);
         let position = format!("#{}", index + 1);
         let name = match &raw.name {
             None => {
@@ -472,17 +480,30 @@ impl Checker<'_> {
         let run_as = self.run_as(raw.user, raw.group, scope);
         let locks_at = raw.locks.as_ref().map(Spanned::span);
         let mut locks = self.locks(raw.locks, scope);
-        if run_on == RunOn::Every && !locks.is_empty() {
-            self.report(
-                locks_at,
-                Some(scope),
-                Some("locks"),
-                "locks are for jobs run once across the fleet: a run_on = \"every\" job's runs hold \
-                 no fleet lease to keep a shared lock alive with",
-            );
-            locks.clear();
-        }
         let params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
+        let limits_at = raw.limits.as_ref().map(Spanned::span);
+        let mut limits = self.job_limits(raw.limits, file.limits, scope);
+        if run_on == RunOn::Every {
+            // A per-host run holds no fleet lease to keep a slot alive with.
+            for (taken, at, key) in [
+                (!locks.is_empty(), locks_at, "locks"),
+                (!limits.is_empty(), limits_at, "limits"),
+            ] {
+                if taken {
+                    self.report(
+                        at,
+                        Some(scope),
+                        Some(key),
+                        format!(
+                            "{key} are for jobs run once across the fleet: a run_on = \"every\" job's \
+                             runs hold no fleet lease to keep a slot alive with"
+                        ),
+                    );
+                }
+            }
+            locks.clear();
+            limits.clear();
+        }
         Some(Job {
             name: name?,
             schedule: schedule?,
@@ -505,6 +526,7 @@ impl Checker<'_> {
             run_on,
             locks,
             params: params?,
+            limits,
         })
     }
 

@@ -6,6 +6,7 @@
 //! (`[defaults]` and each `[[job]]`).
 
 mod jobs;
+mod limits;
 mod notify;
 mod sections;
 
@@ -19,7 +20,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
-use super::raw::{RawDaemon, RawDatabase, RawJob, RawNotify, RawSettings, RawWeb};
+use super::raw::{RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSettings, RawWeb};
 use super::*;
 
 /// Checks `text` (read from `path`): the config, if it could be built, and
@@ -91,6 +92,7 @@ impl Scope<'_> {
             Scope::Table("database") => "database",
             Scope::Table("daemon") => "daemon",
             Scope::Table("notify") => "notify",
+            Scope::Table("limit") => "limit",
             Scope::Table(_) => "defaults",
             Scope::Job(_) => "job",
         }
@@ -164,6 +166,7 @@ impl<'t> Checker<'t> {
         let mut defaults = RawSettings::default();
         let mut notify = RawNotify::default();
         let mut jobs: Vec<(Range<usize>, RawJob)> = Vec::new();
+        let mut raw_limits: Vec<(Range<usize>, RawLimit)> = Vec::new();
         for (key, value) in root {
             let key_span = key.span();
             match key.get_ref().as_ref() {
@@ -208,11 +211,30 @@ impl<'t> Checker<'t> {
                         ),
                     }
                 }
+                "limit" => {
+                    let span = value.span();
+                    match value.into_inner() {
+                        DeValue::Array(array) => {
+                            for entry in array {
+                                let entry_span = entry.span();
+                                if let Some(limit) = self.table(entry, Scope::Table("limit")) {
+                                    raw_limits.push((entry_span, limit));
+                                }
+                            }
+                        }
+                        _ => self.report(
+                            Some(span),
+                            None,
+                            Some("limit"),
+                            "limits are written as [[limit]] tables",
+                        ),
+                    }
+                }
                 other => self.report(
                     Some(key_span),
                     None,
                     Some(other),
-                    "unknown top-level key: expected [database], [daemon], [web], [defaults], [notify] or [[job]]",
+                    "unknown top-level key: expected [database], [daemon], [web], [defaults], [notify], [[limit]] or [[job]]",
                 ),
             }
         }
@@ -228,13 +250,22 @@ impl<'t> Checker<'t> {
             "",
             &defaults.shell,
         );
+        let mut limits: Vec<Limit> = Vec::new();
+        for (span, raw) in raw_limits {
+            if let Some(limit) = self.limit(span, raw, &limits) {
+                limits.push(limit);
+            }
+        }
         let mut names = HashSet::new();
+        let file = jobs::FileWide {
+            defaults: &defaults,
+            notify: &notify,
+            limits: &limits,
+        };
         let mut jobs: Vec<Job> = jobs
             .into_iter()
             .enumerate()
-            .filter_map(|(index, (span, raw))| {
-                self.job(index, span, raw, &defaults, &notify, &mut names)
-            })
+            .filter_map(|(index, (span, raw))| self.job(index, span, raw, &file, &mut names))
             .collect();
         // The variables notifications read secrets from are no job's.
         let mut hidden: Vec<String> = notify.secret_vars();
@@ -264,6 +295,7 @@ impl<'t> Checker<'t> {
                 output_limit: defaults.output_limit,
             },
             jobs,
+            limits,
         })
     }
 
