@@ -87,11 +87,13 @@ pub(crate) enum RunStatus {
     /// past the wait an overrun gets, or its claim committed unheard and
     /// could not run in time; the output says which.
     Skipped,
+    /// Stopped for a later instant of its job (`overlap = "replace"`).
+    Replaced,
 }
 
 impl RunStatus {
     /// Every status.
-    pub(crate) const ALL: [RunStatus; 10] = [
+    pub(crate) const ALL: [RunStatus; 11] = [
         RunStatus::Running,
         RunStatus::Succeeded,
         RunStatus::Failed,
@@ -102,6 +104,7 @@ impl RunStatus {
         RunStatus::Error,
         RunStatus::Missed,
         RunStatus::Skipped,
+        RunStatus::Replaced,
     ];
 
     /// The name stored in the `status` column.
@@ -117,6 +120,7 @@ impl RunStatus {
             RunStatus::Error => "error",
             RunStatus::Missed => "missed",
             RunStatus::Skipped => "skipped",
+            RunStatus::Replaced => "replaced",
         }
     }
 }
@@ -235,7 +239,9 @@ impl Event {
             RunStatus::Abandoned => Some(Event::Abandoned),
             RunStatus::Missed => Some(Event::Missed),
             RunStatus::Skipped => Some(Event::Skipped),
-            RunStatus::Running | RunStatus::Succeeded | RunStatus::Killed => None,
+            RunStatus::Running | RunStatus::Succeeded | RunStatus::Killed | RunStatus::Replaced => {
+                None
+            }
         }
     }
 

@@ -93,6 +93,11 @@ struct JobStatus {
     next: Option<String>,
     /// Whether it runs only when asked (`@manual`): no next instant.
     manual: bool,
+    /// What an instant that comes while its run is going does.
+    overlap: Option<String>,
+    /// The instant waiting for its running run (`overlap = "queue"` or
+    /// `"replace"`), if one does.
+    waiting: Option<String>,
     lease_held: bool,
     locked_by: Option<String>,
     lock_until: Option<String>,
@@ -177,6 +182,8 @@ fn job_rows(
                     .next(job, now)
                     .map(|(t, _)| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
                 manual: job.is_some_and(|j| j.schedule.is_manual()),
+                overlap: job.map(|j| j.overlap.to_string()),
+                waiting: lock.and_then(|l| l.waiting()).map(rfc3339),
                 lease_held: state.held,
                 locked_by: lock.and_then(|l| l.locked_by.clone()),
                 lock_until: lock.map(|l| rfc3339(l.lock_until)),
@@ -219,6 +226,10 @@ fn print_tables(report: &Report) {
                 )
             } else {
                 "free".to_string()
+            };
+            let lease = match &r.waiting {
+                Some(waiting) => format!("{lease}; {waiting} waits for it"),
+                None => lease,
             };
             let last = r.last_run.as_ref().map_or("never".to_string(), |run| {
                 format!("{} at {} on {}", run.status, run.started_at, run.instance)

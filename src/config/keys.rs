@@ -34,7 +34,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 12] = [
+const SETTINGS: [(&str, Option<&str>, &str); 13] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -94,6 +94,11 @@ const SETTINGS: [(&str, Option<&str>, &str); 12] = [
         "missed_after",
         None,
         "An instant that no replica claimed this long after its time is recorded missed in the history (and notified), by one replica of the fleet. Unset: the larger of 1m and a tenth of the job's interval; 0s turns the check off.",
+    ),
+    (
+        "overlap",
+        Some("\"skip\""),
+        "What an instant that comes while the job's run is going does, wherever that run is. \"skip\": it is an overrun, not run. \"queue\": it waits, on any replica, and starts when that run ends, however long that takes; at most one instant waits, later ones are overruns. \"replace\": the running run is asked to stop through the database (its holder learns at its next keep-alive, every third of lock_at_most_for), gets SIGTERM, then SIGKILL after kill_grace, and is recorded replaced; the new instant starts once the old run's lease is released or has ended. Not for run_on = \"every\" jobs.",
     ),
 ];
 

@@ -299,6 +299,8 @@ pub(crate) struct Job {
     pub(crate) params: Vec<params::Param>,
     /// The limits across jobs its runs take a slot of, sorted by name.
     pub(crate) limits: Vec<Limit>,
+    /// What an instant that comes while its run is going does.
+    pub(crate) overlap: Overlap,
 }
 
 impl Job {
@@ -311,7 +313,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -341,7 +343,31 @@ impl Job {
                 .iter()
                 .map(|l| format!("{}={}", l.name, l.max_running))
                 .collect::<Vec<_>>(),
+            self.overlap,
         )
+    }
+}
+
+/// What an instant that comes while the job's run is going does
+/// (`overlap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Overlap {
+    /// An overrun: not run.
+    #[default]
+    Skip,
+    /// It waits for the run to end (at most one instant waits).
+    Queue,
+    /// The running run is stopped, and the instant runs once it is.
+    Replace,
+}
+
+impl fmt::Display for Overlap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Overlap::Skip => f.write_str("skip"),
+            Overlap::Queue => f.write_str("queue"),
+            Overlap::Replace => f.write_str("replace"),
+        }
     }
 }
 

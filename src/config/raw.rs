@@ -53,6 +53,7 @@ pub(super) struct RawSettings {
     pub retry_backoff: Option<S<String>>,
     pub missed_after: Option<S<String>>,
     pub jitter: Option<S<String>>,
+    pub overlap: Option<S<String>>,
 }
 
 /// One `[[limit]]`.
@@ -108,6 +109,7 @@ pub(super) struct RawJob {
     pub retry_backoff: Option<S<String>>,
     pub missed_after: Option<S<String>>,
     pub jitter: Option<S<String>>,
+    pub overlap: Option<S<String>>,
     pub user: Option<S<String>>,
     pub group: Option<S<String>>,
     pub run_on: Option<S<String>>,
@@ -133,6 +135,7 @@ impl RawJob {
             retry_backoff: self.retry_backoff.take(),
             missed_after: self.missed_after.take(),
             jitter: self.jitter.take(),
+            overlap: self.overlap.take(),
         }
     }
 }

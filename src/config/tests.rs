@@ -851,3 +851,39 @@ fn a_limit_is_declared_once_and_taken_by_name() {
         "limits are for jobs run once across the fleet",
     );
 }
+
+#[test]
+fn overlap_is_a_policy_by_name() {
+    use crate::config::Overlap;
+    let overlap = |body: &str| {
+        parse(&job(&format!(
+            "schedule = \"@daily\"\ncommand = \"true\"\n{body}"
+        )))
+        .expect("valid")
+        .jobs[0]
+            .overlap
+    };
+    assert_eq!(overlap(""), Overlap::Skip);
+    assert_eq!(overlap("overlap = \"skip\""), Overlap::Skip);
+    assert_eq!(overlap("overlap = \"queue\""), Overlap::Queue);
+    assert_eq!(overlap("overlap = \"replace\""), Overlap::Replace);
+    let from_defaults = parse(&format!(
+        "{DB}[defaults]\noverlap = \"queue\"\n\n[[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    ))
+    .expect("valid");
+    assert_eq!(from_defaults.jobs[0].overlap, Overlap::Queue);
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\noverlap = \"parallel\""),
+        8,
+        Some("\"j\""),
+        "overlap",
+        "overlap \"parallel\": expected \"skip\", \"queue\" or \"replace\"",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nrun_on = \"every\"\noverlap = \"queue\""),
+        9,
+        Some("\"j\""),
+        "overlap",
+        "overlap is for jobs run once across the fleet",
+    );
+}

@@ -61,6 +61,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-25-000000_claim_nonce_and_pauses",
     "2026-11-26-000000_web_sessions",
     "2026-11-27-000000_run_trigger_and_params",
+    "2026-11-27-000001_overlap",
 );
 
 #[cfg(feature = "sqlite")]
@@ -75,6 +76,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-25-000000_claim_nonce_and_pauses",
     "2026-11-26-000000_web_sessions",
     "2026-11-27-000000_run_trigger_and_params",
+    "2026-11-27-000001_overlap",
 );
 
 /// The row of the migration lock.

@@ -37,6 +37,12 @@ diesel::table! {
         /// The number the last claim statement wrote: a claim is won when
         /// the row holds its own.
         claim_nonce -> Nullable<BigInt>,
+        /// `overlap = "queue"`: the instant waiting for the running run;
+        /// it waits while it is later than `last_scheduled_at`.
+        queued_for -> Nullable<Timestamp>,
+        /// `overlap = "replace"`: the fence of the run asked to stop; a
+        /// lease of this fence can no longer be extended.
+        stop_fence -> Nullable<BigInt>,
     }
 }
 

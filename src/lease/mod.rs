@@ -153,6 +153,20 @@ pub(crate) struct LockRow {
     pub(crate) paused_reason: Option<String>,
     /// The nonce of the last claim.
     pub(crate) claim_nonce: Option<i64>,
+    /// `overlap = "queue"`: the instant that waits for the running run
+    /// (while it is later than `last_scheduled_at`).
+    pub(crate) queued_for: Option<NaiveDateTime>,
+    /// `overlap = "replace"`: the fence of the run asked to stop.
+    pub(crate) stop_fence: Option<i64>,
+}
+
+impl LockRow {
+    /// The instant waiting for the running run (`overlap = "queue"`), if
+    /// one still does.
+    pub(crate) fn waiting(&self) -> Option<NaiveDateTime> {
+        self.queued_for
+            .filter(|queued| self.last_scheduled_at.is_none_or(|last| *queued > last))
+    }
 }
 
 /// Whether a pause from `paused_at` until `paused_until` (the lease row's
@@ -827,8 +841,68 @@ pub(crate) fn take_up_unanswered(
     })
 }
 
+/// Makes `instant` the one that waits for `job`'s running run
+/// (`overlap = "queue"`), unless another instant waits already: `true` if
+/// `instant` waits now. An instant waits until it is claimed (or a later
+/// one is), so at most one waits at a time, on any replica.
+pub(crate) fn enqueue(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+) -> QueryResult<bool> {
+    let instant = to_db_time(instant);
+    let free = locks::queued_for
+        .is_null()
+        .or(locks::queued_for.eq(instant.nullable()))
+        .or(locks::queued_for
+            .le(locks::last_scheduled_at)
+            .assume_not_null());
+    diesel::update(
+        locks::replicron_locks
+            .filter(locks::name.eq(job))
+            .filter(free),
+    )
+    .set(locks::queued_for.eq(instant.nullable()))
+    .execute(conn)?;
+    // Read back: MariaDB counts a row set to the value it held as unchanged.
+    let queued: Option<Option<NaiveDateTime>> = locks::replicron_locks
+        .select(locks::queued_for)
+        .filter(locks::name.eq(job))
+        .first(conn)
+        .optional()?;
+    Ok(queued.flatten() == Some(instant.0))
+}
+
+/// Asks the run that holds `job`'s lease under `fence` to stop
+/// (`overlap = "replace"`): its lease can no longer be extended, so its
+/// holder learns at its next keep-alive, stops the run, and releases the
+/// lease. `false` if that lease is no longer held.
+pub(crate) fn request_stop(conn: &mut DbConnection, job: &str, fence: i64) -> QueryResult<bool> {
+    let changed = diesel::update(
+        locks::replicron_locks
+            .filter(locks::name.eq(job))
+            .filter(locks::fence.eq(fence))
+            .filter(locks::lock_until.gt(DbNow)),
+    )
+    .set(locks::stop_fence.eq(fence))
+    .execute(conn)?;
+    Ok(changed == 1)
+}
+
+/// Whether the run of `job` under `fence` was asked to stop for another
+/// (`overlap = "replace"`).
+pub(crate) fn stop_requested(conn: &mut DbConnection, job: &str, fence: i64) -> QueryResult<bool> {
+    let stop: Option<Option<i64>> = locks::replicron_locks
+        .select(locks::stop_fence)
+        .filter(locks::name.eq(job))
+        .first(conn)
+        .optional()?;
+    Ok(stop.flatten() == Some(fence))
+}
+
 /// Keeps a held lease alive for another `lock_at_most_for`. `false` means
-/// the lease was lost (expired, or claimed by someone else).
+/// the lease was lost (expired, claimed by someone else, or its run asked
+/// to stop for another).
 pub(crate) fn extend(
     conn: &mut DbConnection,
     lease: &Lease,
@@ -841,7 +915,12 @@ pub(crate) fn extend(
             .eq(&lease.job)
             .and(locks::locked_by.eq(&lease.instance))
             .and(locks::fence.eq(lease.fence))
-            .and(locks::lock_until.gt(DbNow)),
+            .and(locks::lock_until.gt(DbNow))
+            .and(
+                locks::stop_fence
+                    .is_null()
+                    .or(locks::stop_fence.ne(lease.fence).assume_not_null()),
+            ),
     )
     .execute(conn)?;
     Ok(changed == 1)

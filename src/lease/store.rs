@@ -109,6 +109,33 @@ impl Store {
         .await
     }
 
+    /// [`super::enqueue`].
+    pub(crate) async fn enqueue(&self, job: &str, instant: DateTime<Utc>) -> Result<bool, DbError> {
+        let job = job.to_string();
+        self.call("queueing the instant", move |conn| {
+            super::enqueue(conn, &job, instant)
+        })
+        .await
+    }
+
+    /// [`super::request_stop`].
+    pub(crate) async fn request_stop(&self, job: &str, fence: i64) -> Result<bool, DbError> {
+        let job = job.to_string();
+        self.call("asking the running run to stop", move |conn| {
+            super::request_stop(conn, &job, fence)
+        })
+        .await
+    }
+
+    /// [`super::stop_requested`].
+    pub(crate) async fn stop_requested(&self, job: &str, fence: i64) -> Result<bool, DbError> {
+        let job = job.to_string();
+        self.call("reading whether the run was replaced", move |conn| {
+            super::stop_requested(conn, &job, fence)
+        })
+        .await
+    }
+
     /// [`super::is_held`].
     pub(crate) async fn is_held(&self, job: &str) -> Result<bool, DbError> {
         let job = job.to_string();

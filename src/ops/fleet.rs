@@ -585,6 +585,8 @@ mod tests {
             paused_by: None,
             paused_reason: None,
             claim_nonce: None,
+            queued_for: None,
+            stop_fence: None,
         }
     }
 

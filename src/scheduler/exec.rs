@@ -48,6 +48,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             missed_after: None,
             notify: None,
             gates: Vec::new(),
+            overlap: crate::config::Overlap::Skip,
         },
         action: Arc::new(Process {
             command: Command::Exec {

@@ -302,7 +302,11 @@ async fn run_attempt(
     // the next holder's start.
     let ended = Instant::now();
     let duration = ran_for(engine, keeper, began, ended);
-    let status = status_of(engine, keeper, stopped_for, &ending).await;
+    let mut status = status_of(engine, keeper, stopped_for, &ending).await;
+    if status == RunStatus::LostLock && replaced(engine, job, fence).await {
+        warn!("the run was stopped for a later instant (overlap = \"replace\")");
+        status = RunStatus::Replaced;
+    }
     if status == RunStatus::Error {
         error!("cannot start the run: {}", ending.output.trim());
     }
@@ -392,6 +396,22 @@ async fn status_of(
         status = RunStatus::LostLock;
     }
     status
+}
+
+/// Whether a run of `job` under `fence` whose lease was lost was asked to
+/// stop for a later instant (`overlap = "replace"`): its lease could no
+/// longer be extended.
+async fn replaced(engine: &Engine, job: &Work, fence: i64) -> bool {
+    if job.settings.overlap != crate::config::Overlap::Replace {
+        return false;
+    }
+    match engine.store.stop_requested(&job.name, fence).await {
+        Ok(asked) => asked,
+        Err(e) => {
+            warn!("cannot tell whether the run was replaced: {e}");
+            false
+        }
+    }
 }
 
 /// Tells about the instant's final outcome: a failure of any kind, or (if

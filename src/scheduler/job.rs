@@ -84,6 +84,8 @@ pub(crate) struct JobSettings {
     pub(crate) gates: Vec<Gate>,
     /// Where the job's notifications go (a job of the job file).
     pub(crate) notify: Option<Arc<crate::notify::Notify>>,
+    /// What an instant that comes while its run is going does.
+    pub(crate) overlap: config::Overlap,
 }
 
 /// A shared lock or a limit across jobs: lease rows, one per slot, of which
@@ -145,6 +147,7 @@ impl Default for JobSettings {
             missed_after: None,
             notify: None,
             gates: Vec::new(),
+            overlap: config::Overlap::Skip,
         }
     }
 }
@@ -308,6 +311,7 @@ impl Job {
                 missed_after: job.missed_after,
                 notify: job.notify.clone(),
                 gates: Gate::of(job),
+                overlap: job.overlap,
             },
             action: Some(Arc::new(process)),
             run_on: job.run_on,

@@ -23,7 +23,7 @@ use super::unanswered::{Settled, settle};
 use super::work::{Recording, Work};
 use super::{Phase, fmt_instant};
 use crate::backoff::Backoff;
-use crate::config::RunOn;
+use crate::config::{Overlap, RunOn};
 use crate::db::DbError;
 use crate::db::health::DbState;
 use crate::history::{RunStatus, Trigger};
@@ -45,6 +45,8 @@ struct Current {
     task: JoinHandle<()>,
     claimed_at: DateTime<Utc>,
     going: Arc<execute::Going>,
+    /// The fence of the lease it holds.
+    fence: i64,
 }
 
 impl Current {
@@ -157,6 +159,31 @@ pub(crate) async fn job_loop(
             continue;
         }
         if let Some(run) = current.as_mut().filter(|run| run.is_running()) {
+            if run.was_going_at(job.schedule.start_of(instant))
+                && waits_for_the_run(&job)
+                && let Some(waited) = overlapping(
+                    &engine,
+                    &job,
+                    instant,
+                    run.fence,
+                    Some(&mut run.task),
+                    &mut retired,
+                )
+                .await
+            {
+                current = None;
+                ticker = Ticker::new(job.schedule.clone(), engine.clock.clone())
+                    .not_before(Some(instant));
+                match waited {
+                    Some(Attempt::Won(run)) => {
+                        current = Some(run);
+                        overrun_reported = false;
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+                continue;
+            }
             if run.was_going_at(job.schedule.start_of(instant)) {
                 telemetry::overrun(&job.name);
                 if !overrun_reported {
@@ -188,10 +215,24 @@ pub(crate) async fn job_loop(
             // Its task is over (and awaited): nothing left to wait for.
             current = None;
         }
-        let attempt = match job.run_on {
-            RunOn::One => attempt(&engine, &job, instant, Trigger::Schedule).await,
+        let mut attempt = match job.run_on {
+            RunOn::One => {
+                attempt(&engine, &job, instant, Trigger::Schedule, Patience::OnTime).await
+            }
             RunOn::Every => run_here(&engine, &job, instant).await,
         };
+        if let Attempt::Overrun { fence, .. } = attempt
+            && waits_for_the_run(&job)
+            && let Some(waited) =
+                overlapping(&engine, &job, instant, fence, None, &mut retired).await
+        {
+            ticker =
+                Ticker::new(job.schedule.clone(), engine.clock.clone()).not_before(Some(instant));
+            match waited {
+                Some(waited) => attempt = waited,
+                None => break,
+            }
+        }
         let paused = matches!(attempt, Attempt::Paused { .. });
         if paused_reported && !paused {
             info!(job = %job.name, instant = %fmt_instant(instant), "claimed again: the job is no longer paused");
@@ -210,7 +251,7 @@ pub(crate) async fn job_loop(
                     "paused: its instants are not run (nor missed) until it is resumed"
                 );
             }
-            Attempt::Overrun { since } if !overrun_reported => {
+            Attempt::Overrun { since, .. } if !overrun_reported => {
                 warn!(
                     job = %job.name,
                     instant = %fmt_instant(instant),
@@ -286,7 +327,7 @@ async fn catch_up(
             return None;
         }
     }
-    let run = match attempt(engine, job, instant, Trigger::CatchUp).await {
+    let run = match attempt(engine, job, instant, Trigger::CatchUp, Patience::OnTime).await {
         Attempt::Won(run) => {
             info!(job = %job.name, instant = %fmt_instant(instant), "catching up a missed instant");
             Some(run)
@@ -325,6 +366,8 @@ enum Attempt {
     Overrun {
         /// When that run was claimed.
         since: DateTime<Utc>,
+        /// The fence of its lease.
+        fence: i64,
     },
     /// The job is paused (`replicron pause`): not run, not missed.
     Paused {
@@ -351,6 +394,7 @@ async fn attempt(
     job: &Arc<Job>,
     instant: DateTime<Utc>,
     trigger: Trigger,
+    patience: Patience,
 ) -> Attempt {
     // Said once per change by the drift check.
     if engine.drift.is_minority(&job.name) {
@@ -358,8 +402,18 @@ async fn attempt(
         debug!(job = %job.name, instant = %fmt_instant(instant), "not claimed: this replica's definition of the job is in the minority");
         return Attempt::Skipped;
     }
-    let deadline = deadline_for(engine, job, instant);
-    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(250));
+    let (deadline, mut backoff) = match patience {
+        Patience::OnTime => (
+            deadline_for(engine, job, instant),
+            Backoff::new(Duration::from_millis(10), Duration::from_millis(250)),
+        ),
+        // Until the lease is given back, or has ended: at most a lease of
+        // the run it waits for, or of the next, from now on.
+        Patience::Waiting => (
+            Instant::now() + WAITING_LIMIT,
+            Backoff::new(Duration::from_millis(10), WAITING_POLL),
+        ),
+    };
     let mut wait = |reason: &str| {
         if *engine.phase.borrow() != Phase::Running {
             return None;
@@ -439,11 +493,20 @@ async fn attempt(
                     None => return Attempt::Skipped,
                 }
             }
+            Ok(Claimed::NotWon(Claim::Held(_))) if patience == Patience::Waiting => {
+                match wait("the job's running run did not end") {
+                    Some(pause) => pause,
+                    None => return Attempt::Skipped,
+                }
+            }
             Ok(Claimed::NotWon(Claim::Held(holder))) => {
                 match on_held(engine, job, &holder, instant).await {
                     OnHeld::Overrun { since } => {
                         telemetry::overrun(&job.name);
-                        return Attempt::Overrun { since };
+                        return Attempt::Overrun {
+                            since,
+                            fence: holder.fence,
+                        };
                     }
                     OnHeld::Wait(why) => match wait(why) {
                         Some(pause) => pause,
@@ -455,6 +518,92 @@ async fn attempt(
             Err(e) => return skip_on_error(job, instant, &e),
         };
         tokio::time::sleep(pause).await;
+    }
+}
+
+/// How long a claim may wait for the job's lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Patience {
+    /// Until its instant is [`LATE_LIMIT`] old; a lease held by a run that
+    /// was going at the instant makes it an overrun.
+    OnTime,
+    /// Until the lease is free (an instant that waits for the job's run,
+    /// `overlap = "queue"` or `"replace"`).
+    Waiting,
+}
+
+/// How often an instant that waits for the job's run asks for the lease:
+/// it starts this soon after the run ends.
+const WAITING_POLL: Duration = Duration::from_millis(40);
+
+/// The longest an instant waits for the job's run: a bound for a lease
+/// that never ends (each is at most `lock_at_most_for`, and kept only
+/// while its run goes).
+const WAITING_LIMIT: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// Whether an instant that comes while the job's run is going waits for
+/// it (`queue`), or for it to be stopped (`replace`).
+fn waits_for_the_run(job: &Job) -> bool {
+    matches!(job.settings.overlap, Overlap::Queue | Overlap::Replace)
+}
+
+/// An instant that came while the job's run under `fence` was going (on
+/// this replica, `local` is that run's task), for a job whose instants
+/// wait for it: `None` if another instant waits already (this one is an
+/// overrun); else, once the run has ended (`replace`: once it was asked to
+/// stop, and did), the instant's claim: `Some(None)` if the job's loop
+/// stopped meanwhile.
+async fn overlapping(
+    engine: &Arc<Engine>,
+    job: &Arc<Job>,
+    instant: DateTime<Utc>,
+    fence: i64,
+    local: Option<&mut JoinHandle<()>>,
+    retired: &mut watch::Receiver<bool>,
+) -> Option<Option<Attempt>> {
+    match engine.store.enqueue(&job.name, instant).await {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => {
+            warn!(job = %job.name, instant = %fmt_instant(instant), "the instant could not wait for the running run; an overrun: {e}");
+            return None;
+        }
+    }
+    let replace = job.settings.overlap == Overlap::Replace;
+    if replace {
+        match engine.store.request_stop(&job.name, fence).await {
+            Ok(_) => {
+                info!(job = %job.name, instant = %fmt_instant(instant), fence, "replacing the running run: it is asked to stop");
+            }
+            Err(e) => {
+                warn!(job = %job.name, instant = %fmt_instant(instant), "the running run could not be asked to stop; the instant waits for it to end: {e}");
+            }
+        }
+    } else {
+        info!(job = %job.name, instant = %fmt_instant(instant), fence, "queued: the instant waits for the running run to end");
+    }
+    let stopped = {
+        let (phase, retired) = (engine.phase.clone(), retired.clone());
+        async move {
+            let mut retired = retired;
+            tokio::select! {
+                () = draining(phase) => {}
+                _ = retired.wait_for(|retired| *retired) => {}
+            }
+        }
+    };
+    tokio::pin!(stopped);
+    if let Some(task) = local {
+        tokio::select! {
+            biased;
+            () = &mut stopped => return Some(None),
+            _ = task => {}
+        }
+    }
+    tokio::select! {
+        biased;
+        () = &mut stopped => Some(None),
+        attempt = attempt(engine, job, instant, Trigger::Schedule, Patience::Waiting) => Some(Some(attempt)),
     }
 }
 
@@ -521,6 +670,7 @@ fn start(
     };
     let claimed_at = engine.clock.now();
     let going = Arc::new(execute::Going::default());
+    let fence = hold.fence();
     let run = execute::execute(
         engine.clone(),
         Plan {
@@ -543,6 +693,7 @@ fn start(
         }),
         claimed_at,
         going,
+        fence,
     })
 }
 

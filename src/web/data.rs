@@ -34,6 +34,9 @@ pub(crate) struct JobView {
     pub(crate) paused: Option<PauseView>,
     /// Its lease.
     pub(crate) lease: LeaseView,
+    /// The instant waiting for its running run (`overlap = "queue"` or
+    /// `"replace"`), if one does (UTC, RFC 3339).
+    pub(crate) waiting_instant: Option<String>,
     /// Its newest run, without output.
     pub(crate) last_run: Option<RunRecord>,
     /// Live replicas that define it differently ("r1 has 1a2b…; r2 has …").
@@ -75,6 +78,9 @@ pub(crate) struct Definition {
     pub(crate) retries: u32,
     /// The parameters a triggered run may be given.
     pub(crate) params: Vec<ParamView>,
+    /// What an instant that comes while its run is going does: `skip`,
+    /// `queue`, `replace` or `allow N`.
+    pub(crate) overlap: String,
 }
 
 /// A declared parameter.
@@ -184,6 +190,7 @@ fn definition(job: &crate::config::Job) -> Definition {
         lock_at_most_for_seconds: job.lock_at_most_for.as_secs_f64(),
         jitter_seconds: job.schedule.jitter().num_milliseconds() as f64 / 1000.0,
         retries: job.retries,
+        overlap: job.overlap.to_string(),
         params: job
             .params
             .iter()
@@ -289,6 +296,9 @@ fn job_view(
             until: pause.until.map(crate::schedule::fmt_instant),
             reason: pause.reason.clone(),
         }),
+        waiting_instant: lock
+            .and_then(|l| l.waiting())
+            .map(|w| crate::schedule::fmt_instant(w.and_utc())),
         lease: lock.map_or_else(LeaseView::default, |l| LeaseView {
             held: state.held,
             holder: l.locked_by.clone(),

@@ -527,6 +527,7 @@ pub(super) async fn job(
                     dt { "Runs on" } dd { @if d.run_on == "every" { "every replica" } @else { "one replica per instant" } @if let Some(u) = &d.user { ", as " (u) } }
                     @if !d.locks.is_empty() { dt { "Locks" } dd { (d.locks.join(", ")) } }
                     @if !d.limits.is_empty() { dt { "Limits" } dd { (d.limits.join(", ")) } }
+                    dt { "Overlap" } dd { (d.overlap) }
                     dt { "Timeout" } dd { (duration(Some(d.timeout_seconds))) ", lease " (duration(Some(d.lock_at_most_for_seconds))) ", retries " (d.retries) }
                 } @else {
                     dt { "Definition" } dd { "not in the job file (a lease row is left)" }
@@ -546,6 +547,7 @@ pub(super) async fn job(
                     @else { "free" }
                     " · fence " (job.lease.fence)
                 }
+                @if let Some(waiting) = &job.waiting_instant { dt { "Waiting" } dd id="waiting" { (waiting) " waits for the running run" } }
                 @if let Some(drift) = &job.drift { dt { "Drift" } dd class="problem" { (drift) } }
                 dt { "Durations" } dd { (chart(&job.recent, true)) }
             }

@@ -192,3 +192,175 @@ backend_test! {
         assert!(starts >= 6, "{written}");
     }
 }
+
+/// One body's own record: its instant, start and end (nanoseconds since
+/// the epoch, by the host's clock), from `start|end NANOS INSTANT` lines.
+#[derive(Debug)]
+struct Body {
+    instant: String,
+    start: u128,
+    end: Option<u128>,
+}
+
+fn bodies(records: &str) -> Vec<Body> {
+    let mut bodies: Vec<Body> = Vec::new();
+    for line in records.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [what, nanos, instant] = words[..] else {
+            continue;
+        };
+        let Ok(nanos) = nanos.parse::<u128>() else {
+            continue;
+        };
+        match what {
+            "start" => bodies.push(Body {
+                instant: instant.to_string(),
+                start: nanos,
+                end: None,
+            }),
+            "end" => {
+                if let Some(body) = bodies.iter_mut().rev().find(|b| b.instant == instant) {
+                    body.end = Some(nanos);
+                }
+            }
+            _ => {}
+        }
+    }
+    bodies.sort_by_key(|b| b.start);
+    bodies
+}
+
+/// The shell body of a job that records its start and end in `records`,
+/// runs `busy`, and records its end when told to stop, too.
+fn recorded_body(records: &std::path::Path, busy: &str) -> String {
+    format!(
+        "echo \"start $(date +%s%N) $REPLICRON_SCHEDULED_AT\" >> {0}; \
+         trap \"echo \\\"end \\$(date +%s%N) $REPLICRON_SCHEDULED_AT\\\" >> {0}; exit 143\" TERM; \
+         sleep {busy} & wait; echo \"end $(date +%s%N) $REPLICRON_SCHEDULED_AT\" >> {0}",
+        records.display()
+    )
+}
+
+/// No two bodies ran at once, and no instant ran twice.
+fn one_at_a_time_and_once(bodies: &[&Body], written: &str) {
+    for pair in bodies.windows(2) {
+        let end = pair[0]
+            .end
+            .unwrap_or_else(|| panic!("{:?} has no end: {written}", pair[0]));
+        assert!(
+            end <= pair[1].start,
+            "{:?} and {:?} overlapped: {written}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let mut instants: Vec<&str> = bodies.iter().map(|b| b.instant.as_str()).collect();
+    instants.sort();
+    let count = instants.len();
+    instants.dedup();
+    assert_eq!(instants.len(), count, "an instant ran twice: {written}");
+}
+
+backend_test! {
+    /// `overlap = "queue"`: a job due every 2 s whose body runs 5 s (2.5
+    /// intervals). Its first run is a `trigger` from outside the fleet;
+    /// the instant that comes while it runs waits, on the replicas, and
+    /// starts right after it ends; later ones are overruns. By the bodies'
+    /// own records: one at a time, every instant at most once, each
+    /// waiting instant started within 100 ms of the previous end (the
+    /// median; the slowest within 400 ms, two cores shared by three
+    /// replicas and the database).
+    fn a_queued_instant_starts_when_the_run_before_it_ends(db: &TestDb) {
+        db.migrate();
+        let records = db.dir().join("bodies.out");
+        let jobs = format!(
+            "[[job]]\nname = \"queued\"\nschedule = \"*/2 * * * * *\"\noverlap = \"queue\"\ncommand = '{}'\n",
+            recorded_body(&records, "5")
+        );
+        let config = db.config(&jobs);
+        let first = std::process::Command::new(crate::support::binary())
+            .args(["trigger", "--config", config.to_str().expect("utf-8"), "queued"])
+            .env_remove("REPLICRON_DATABASE_URL")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("trigger");
+        wait_until("the triggered run", Duration::from_secs(10), || records.exists());
+        let replicas: Vec<Replica> = (0..3)
+            .map(|n| Replica::start(&config, &format!("r{n}"), None, &[]))
+            .collect();
+        let triggered = first.wait_with_output().expect("trigger ends");
+        assert!(triggered.status.success(), "{triggered:?}");
+        wait_until("three runs after the triggered one", Duration::from_secs(60), || {
+            succeeded(&config, "queued").len() >= 4
+        });
+        drop(replicas);
+        let written = std::fs::read_to_string(&records).expect("records");
+        let bodies = bodies(&written);
+        let ended: Vec<&Body> = bodies.iter().filter(|b| b.end.is_some()).collect();
+        assert!(ended.len() >= 4, "{written}");
+        one_at_a_time_and_once(&ended, &written);
+        let mut gaps: Vec<u128> = ended
+            .windows(2)
+            .map(|pair| (pair[1].start - pair[0].end.expect("ended")) / 1_000_000)
+            .collect();
+        gaps.sort();
+        eprintln!("queued starts after the previous end, ms: {gaps:?}");
+        assert!(gaps[gaps.len() / 2] < 100, "{gaps:?}\n{written}");
+        assert!(gaps[gaps.len() - 1] < 400, "{gaps:?}\n{written}");
+        let rows = history_json(&config, "queued");
+        assert!(rows.iter().all(|r| r["status"] == "succeeded" || r["status"] == "running"), "{rows:?}");
+        // The first run was the trigger's; the rest were claimed by the
+        // replicas, so the waiting instant ran on another process.
+        assert!(rows.iter().any(|r| r["triggered_by"] == "manual"), "{rows:?}");
+    }
+}
+
+backend_test! {
+    /// `overlap = "replace"`: a job due every 3 s whose body would run
+    /// 100 s, with a lease of 3 s (kept alive every second). Its first run
+    /// is a `trigger` from outside the fleet; each instant stops the run
+    /// before it, through the database, wherever that runs: the old body
+    /// records its end (SIGTERM) before the new one starts, and the old
+    /// run is recorded `replaced`.
+    fn a_replacing_instant_stops_the_run_before_it_wherever_it_runs(db: &TestDb) {
+        db.migrate();
+        let records = db.dir().join("bodies.out");
+        let jobs = format!(
+            "[[job]]\nname = \"latest\"\nschedule = \"*/3 * * * * *\"\noverlap = \"replace\"\n\
+             lock_at_most_for = \"3s\"\nkill_grace = \"1s\"\ncommand = '{}'\n",
+            recorded_body(&records, "100")
+        );
+        let config = db.config(&jobs);
+        let first = std::process::Command::new(crate::support::binary())
+            .args(["trigger", "--config", config.to_str().expect("utf-8"), "latest"])
+            .env_remove("REPLICRON_DATABASE_URL")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("trigger");
+        wait_until("the triggered run", Duration::from_secs(10), || records.exists());
+        let replicas: Vec<Replica> = (0..3)
+            .map(|n| Replica::start(&config, &format!("r{n}"), None, &[]))
+            .collect();
+        let triggered = first.wait_with_output().expect("trigger ends");
+        let said = String::from_utf8_lossy(&triggered.stdout);
+        assert!(said.contains("latest: replaced"), "{said}{}", String::from_utf8_lossy(&triggered.stderr));
+        wait_until("three replaced runs", Duration::from_secs(60), || {
+            history_json(&config, "latest").iter().filter(|r| r["status"] == "replaced").count() >= 3
+        });
+        drop(replicas);
+        let written = std::fs::read_to_string(&records).expect("records");
+        let bodies = bodies(&written);
+        let ended: Vec<&Body> = bodies.iter().filter(|b| b.end.is_some()).collect();
+        one_at_a_time_and_once(&ended, &written);
+        let rows = history_json(&config, "latest");
+        let manual: Vec<&Value> = rows.iter().filter(|r| r["triggered_by"] == "manual").collect();
+        assert_eq!(manual.len(), 1, "{rows:?}");
+        assert_eq!(manual[0]["status"], "replaced", "{rows:?}");
+        assert!(
+            rows.iter().all(|r| matches!(r["status"].as_str(), Some("replaced" | "running" | "killed"))),
+            "{rows:?}"
+        );
+    }
+}

@@ -22,6 +22,7 @@ pub(super) struct Settings {
     pub(super) jitter: Duration,
     /// Where `jitter` was set (in `[defaults]` or the job), for errors.
     pub(super) jitter_at: Option<Range<usize>>,
+    pub(super) overlap: Overlap,
 }
 
 impl Default for Settings {
@@ -40,7 +41,31 @@ impl Default for Settings {
             missed_after: None,
             jitter: Duration::ZERO,
             jitter_at: None,
+            overlap: Overlap::Skip,
         }
+    }
+}
+
+impl Checker<'_> {
+    /// `overlap`: a policy by name.
+    fn overlap(&mut self, raw: &RawSettings, settings: &mut Settings, scope: Scope<'_>) {
+        let Some(overlap) = &raw.overlap else {
+            return;
+        };
+        settings.overlap = match overlap.get_ref().as_str() {
+            "skip" => Overlap::Skip,
+            "queue" => Overlap::Queue,
+            "replace" => Overlap::Replace,
+            other => {
+                self.report(
+                    Some(overlap.span()),
+                    Some(scope),
+                    Some("overlap"),
+                    format!("overlap {other:?}: expected \"skip\", \"queue\" or \"replace\""),
+                );
+                return;
+            }
+        };
     }
 }
 
@@ -131,6 +156,7 @@ impl Checker<'_> {
             settings.jitter = jitter;
             settings.jitter_at = raw.jitter.as_ref().map(Spanned::span);
         }
+        self.overlap(&raw, &mut settings, scope);
         if let Some(limit) = &raw.output_limit {
             match parse_size(limit.get_ref()) {
                 Ok(bytes) => settings.output_limit = bytes,
@@ -348,6 +374,7 @@ impl Checker<'_> {
         };
         let scope = Scope::Job(&label);
 
+        let raw_overlap_at = raw.overlap.as_ref().map(Spanned::span);
         let settings = self.settings(raw.take_settings(), defaults, scope);
         let run_on = match raw
             .run_on
@@ -504,6 +531,15 @@ impl Checker<'_> {
             locks.clear();
             limits.clear();
         }
+        if run_on == RunOn::Every && settings.overlap != Overlap::Skip {
+            self.report(
+                raw_overlap_at,
+                Some(scope),
+                Some("overlap"),
+                "overlap is for jobs run once across the fleet: a run_on = \"every\" job never runs \
+                 beside itself on a host, and skips an instant that comes while it runs",
+            );
+        }
         Some(Job {
             name: name?,
             schedule: schedule?,
@@ -527,6 +563,7 @@ impl Checker<'_> {
             locks,
             params: params?,
             limits,
+            overlap: settings.overlap,
         })
     }
 

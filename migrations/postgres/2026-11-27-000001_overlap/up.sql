@@ -1,0 +1,6 @@
+-- overlap = "queue": the instant that waits for the job's running run
+-- (the latest claimed instant is at least this one once it ran or lost).
+-- overlap = "replace": the fence of the run asked to stop; its lease can
+-- no longer be extended.
+ALTER TABLE replicron_locks ADD COLUMN IF NOT EXISTS queued_for TIMESTAMP(3) NULL;
+ALTER TABLE replicron_locks ADD COLUMN IF NOT EXISTS stop_fence BIGINT NULL;
