@@ -36,6 +36,21 @@ pub(crate) async fn draining(mut phase: watch::Receiver<Phase>) {
     let _ = phase.wait_for(|p| *p != Phase::Running).await;
 }
 
+/// Ends when the job's loop is to stop: the scheduler drains, or the job
+/// was retired by a reload.
+fn stopping(
+    engine: &Engine,
+    retired: &watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let (phase, mut retired) = (engine.phase.clone(), retired.clone());
+    async move {
+        tokio::select! {
+            () = draining(phase) => {}
+            _ = retired.wait_for(|retired| *retired) => {}
+        }
+    }
+}
+
 /// A run this replica started: when it claimed it, and when its action was
 /// going (by the database's clock). An instant that comes before the action
 /// starts (its lease or start record waits on the database) or while its
@@ -73,16 +88,7 @@ pub(crate) async fn job_loop(
     let mut skipped_down: Option<(DateTime<Utc>, DateTime<Utc>, usize)> = None;
     let mut health = engine.health.subscribe();
     let mut ticker = Ticker::new(job.schedule.clone(), engine.clock.clone());
-    let stop = |retired: &mut watch::Receiver<bool>| {
-        let (phase, retired) = (engine.phase.clone(), retired.clone());
-        async move {
-            let mut retired = retired;
-            tokio::select! {
-                () = draining(phase) => {}
-                _ = retired.wait_for(|retired| *retired) => {}
-            }
-        }
-    };
+    let stop = |retired: &mut watch::Receiver<bool>| stopping(&engine, retired);
     if job.schedule.is_manual() {
         // @manual: no instant of its own; its runs are triggered.
         return;
@@ -582,16 +588,7 @@ async fn overlapping(
     } else {
         info!(job = %job.name, instant = %fmt_instant(instant), fence, "queued: the instant waits for the running run to end");
     }
-    let stopped = {
-        let (phase, retired) = (engine.phase.clone(), retired.clone());
-        async move {
-            let mut retired = retired;
-            tokio::select! {
-                () = draining(phase) => {}
-                _ = retired.wait_for(|retired| *retired) => {}
-            }
-        }
-    };
+    let stopped = stopping(engine, retired);
     tokio::pin!(stopped);
     if let Some(task) = local {
         tokio::select! {

@@ -241,6 +241,29 @@ fn recorded_body(records: &std::path::Path, busy: &str) -> String {
     )
 }
 
+/// Starts `replicron trigger JOB` (a run from outside the fleet), and once
+/// its body has written to `records`, three replicas.
+fn triggered_then_fleet(
+    config: &std::path::Path,
+    job: &str,
+    records: &std::path::Path,
+) -> (std::process::Child, Vec<Replica>) {
+    let first = std::process::Command::new(crate::support::binary())
+        .args(["trigger", "--config", config.to_str().expect("utf-8"), job])
+        .env_remove("REPLICRON_DATABASE_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("trigger");
+    wait_until("the triggered run", Duration::from_secs(10), || {
+        records.exists()
+    });
+    let replicas = (0..3)
+        .map(|n| Replica::start(config, &format!("r{n}"), None, &[]))
+        .collect();
+    (first, replicas)
+}
+
 /// No two bodies ran at once, and no instant ran twice.
 fn one_at_a_time_and_once(bodies: &[&Body], written: &str) {
     for pair in bodies.windows(2) {
@@ -278,17 +301,7 @@ backend_test! {
             recorded_body(&records, "5")
         );
         let config = db.config(&jobs);
-        let first = std::process::Command::new(crate::support::binary())
-            .args(["trigger", "--config", config.to_str().expect("utf-8"), "queued"])
-            .env_remove("REPLICRON_DATABASE_URL")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("trigger");
-        wait_until("the triggered run", Duration::from_secs(10), || records.exists());
-        let replicas: Vec<Replica> = (0..3)
-            .map(|n| Replica::start(&config, &format!("r{n}"), None, &[]))
-            .collect();
+        let (first, replicas) = triggered_then_fleet(&config, "queued", &records);
         let triggered = first.wait_with_output().expect("trigger ends");
         assert!(triggered.status.success(), "{triggered:?}");
         wait_until("three runs after the triggered one", Duration::from_secs(60), || {
@@ -332,17 +345,7 @@ backend_test! {
             recorded_body(&records, "100")
         );
         let config = db.config(&jobs);
-        let first = std::process::Command::new(crate::support::binary())
-            .args(["trigger", "--config", config.to_str().expect("utf-8"), "latest"])
-            .env_remove("REPLICRON_DATABASE_URL")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("trigger");
-        wait_until("the triggered run", Duration::from_secs(10), || records.exists());
-        let replicas: Vec<Replica> = (0..3)
-            .map(|n| Replica::start(&config, &format!("r{n}"), None, &[]))
-            .collect();
+        let (first, replicas) = triggered_then_fleet(&config, "latest", &records);
         let triggered = first.wait_with_output().expect("trigger ends");
         let said = String::from_utf8_lossy(&triggered.stdout);
         assert!(said.contains("latest: replaced"), "{said}{}", String::from_utf8_lossy(&triggered.stderr));
