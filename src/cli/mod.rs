@@ -3,6 +3,7 @@
 //! they are printed with their whole chain and mapped to the exit status
 //! (0 success, 1 runtime failure, 2 invalid usage or config).
 
+mod backfill;
 mod check;
 mod exec;
 mod history;
@@ -67,6 +68,8 @@ pub(crate) enum Command {
     History(history::HistoryArgs),
     /// Run JOB once now, through its lease, on this host.
     Trigger(trigger::JobArgs),
+    /// Run every instant of JOB in a past range once, in order.
+    Backfill(backfill::BackfillArgs),
     /// End JOB's lease (the operator's tool for a stuck lease).
     Unlock(unlock::UnlockArgs),
     /// Pause JOB on every replica, until resumed or --until.
@@ -282,6 +285,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::History(args) => history::history(&args),
         Command::Status(args) => status::status(&args),
         Command::Trigger(args) => trigger::trigger(&args),
+        Command::Backfill(args) => backfill::backfill(&args),
         Command::Unlock(args) => unlock::unlock(&args),
         Command::Pause(args) => pause::pause(&args),
         Command::Resume(args) => pause::resume(&args),

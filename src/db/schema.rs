@@ -92,7 +92,7 @@ diesel::table! {
         output -> Text,
         /// The holder's last confirmation of the run's lease.
         confirmed_at -> Nullable<Timestamp>,
-        /// The KEY of an `exec --once` run.
+        /// The KEY of an `exec --once` run; a backfill's `backfill FROM..TO`.
         once_key -> Nullable<Text>,
         /// Whose row this is for the instant: empty for a job run once
         /// across the fleet, the instance id for a `run_on = "every"` job.

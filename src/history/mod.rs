@@ -324,6 +324,45 @@ pub(crate) fn record_unrun(
     Ok((changed == 1).then_some(id))
 }
 
+/// What the history says of `job`'s `instant` for a backfill with `key`:
+/// whether that backfill recorded it already, whether any run of it
+/// succeeded, and its latest attempt (0: none).
+pub(crate) fn backfill_state(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+    key: &str,
+) -> QueryResult<BackfillState> {
+    let rows: Vec<(i32, RunStatus, Option<String>)> = runs::replicron_runs
+        .select((runs::attempt, runs::status, runs::once_key))
+        .filter(runs::job.eq(job))
+        .filter(runs::scheduled_at.eq(to_db_time(instant)))
+        .filter(runs::scope.eq(""))
+        .load(conn)?;
+    Ok(BackfillState {
+        done: rows.iter().any(|(_, _, k)| k.as_deref() == Some(key)),
+        succeeded: rows
+            .iter()
+            .any(|(_, status, _)| *status == RunStatus::Succeeded),
+        attempts: rows
+            .iter()
+            .map(|(attempt, _, _)| *attempt)
+            .max()
+            .unwrap_or(0),
+    })
+}
+
+/// See [`backfill_state`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BackfillState {
+    /// The backfill recorded a run of the instant (of any ending).
+    pub(crate) done: bool,
+    /// Some run of the instant succeeded.
+    pub(crate) succeeded: bool,
+    /// Its latest attempt (0: none).
+    pub(crate) attempts: i32,
+}
+
 /// Records what started run `id`, whose row the claim batch wrote as the
 /// schedule's (a catch-up run's).
 pub(crate) fn set_trigger(

@@ -36,6 +36,20 @@ impl Store {
         .await
     }
 
+    /// [`super::backfill_state`].
+    pub(crate) async fn backfill_state(
+        &self,
+        job: &str,
+        instant: DateTime<Utc>,
+        key: &str,
+    ) -> Result<super::BackfillState, DbError> {
+        let (job, key) = (job.to_string(), key.to_string());
+        self.call("reading the instant's runs", move |conn| {
+            super::backfill_state(conn, &job, instant, &key)
+        })
+        .await
+    }
+
     /// [`super::set_trigger`].
     pub(crate) async fn set_trigger(
         &self,

@@ -12,6 +12,7 @@
 //! returns. `docs/design.md#the-life-of-a-run` and
 //! `docs/design.md#failure-handling` describe what these loops guarantee.
 
+pub(crate) mod backfill;
 mod claimer;
 pub(crate) mod clock_sync;
 pub(crate) mod drift;

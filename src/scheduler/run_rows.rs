@@ -32,6 +32,9 @@ pub(crate) struct RunRows<'e> {
     row: NewRun,
     /// Attempt 1's id, when the claim batch recorded it.
     first: Option<i64>,
+    /// Attempts the instant had before this run: attempt N's row is
+    /// numbered `attempts_before + N`.
+    attempts_before: i32,
     /// The job's `missed_after`, or its least (60 s) where the schedule
     /// sets it.
     missed_after: Duration,
@@ -74,6 +77,7 @@ impl<'e> RunRows<'e> {
                 params: crate::history::params_column(&recording.params),
             },
             first,
+            attempts_before: recording.attempts_before,
             missed_after: work.settings.missed_after(None),
         }
     }
@@ -138,7 +142,7 @@ impl<'e> RunRows<'e> {
                 self.engine
                     .store
                     .record_run_started(NewRun {
-                        attempt: attempt as i32,
+                        attempt: self.attempts_before + attempt as i32,
                         trigger: if attempt > 1 {
                             Trigger::Retry
                         } else {
@@ -230,7 +234,7 @@ impl<'e> RunRows<'e> {
             },
             Attempted {
                 run_id,
-                attempt: attempt as i32,
+                attempt: self.attempts_before + attempt as i32,
                 duration: Duration::ZERO,
                 instant: self.row.scheduled_at,
             },

@@ -41,6 +41,9 @@ pub(crate) struct Recording {
     pub(crate) trigger: Trigger,
     /// Its parameters, given to it as environment variables.
     pub(crate) params: Arc<Params>,
+    /// Attempts its instant had already (a backfill of an instant that ran
+    /// before): its rows number on from there.
+    pub(crate) attempts_before: i32,
 }
 
 /// What runs: a name (its history rows carry it: a job's, or `exec`'s

@@ -367,3 +367,118 @@ backend_test! {
         );
     }
 }
+
+/// `replicron backfill JOB --from FROM --to TO` on `config`, started.
+fn start_backfill(
+    config: &std::path::Path,
+    job: &str,
+    from: &str,
+    to: &str,
+) -> std::process::Child {
+    std::process::Command::new(crate::support::binary())
+        .args([
+            "backfill",
+            "--config",
+            config.to_str().expect("utf-8"),
+            job,
+            "--from",
+            from,
+            "--to",
+            to,
+        ])
+        .env_remove("REPLICRON_DATABASE_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("backfill")
+}
+
+/// The instants the bodies wrote, in the order they wrote them.
+fn instants_written(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+backend_test! {
+    /// A backfill of 100 per-minute instants started twice at once (two
+    /// operators, two hosts): each instant runs once, in order, with its
+    /// own REPLICRON_SCHEDULED_AT, recorded `backfill`. Another range,
+    /// killed (SIGKILL) halfway and started again, finishes the rest once.
+    /// (The killed backfill's lease ends by itself: 3 s.) Bad requests
+    /// are refused with exit 2.
+    fn a_backfill_runs_each_instant_once_in_order_and_goes_on_after_a_kill(db: &TestDb) {
+        db.migrate();
+        let out = db.dir().join("instants.out");
+        let config = db.config(&format!(
+            "[[job]]\nname = \"billing\"\nschedule = \"* * * * *\"\nlock_at_most_for = \"3s\"\n\
+             command = 'echo \"$REPLICRON_SCHEDULED_AT\" >> {}; sleep 0.05'\n\n\
+             [[job]]\nname = \"asked\"\nschedule = \"@manual\"\ncommand = 'true'\n",
+            out.display()
+        ));
+        let minute = |m: i64| {
+            let base = (chrono::Utc::now() - chrono::TimeDelta::hours(6))
+                .duration_trunc(chrono::TimeDelta::hours(1))
+                .expect("hour");
+            (base + chrono::TimeDelta::minutes(m)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        };
+        use chrono::DurationRound as _;
+        let future = (chrono::Utc::now() + chrono::TimeDelta::hours(1)).to_rfc3339();
+        for (args, needle) in [
+            (vec!["backfill", "nope", "--from", &minute(0), "--to", &minute(10)], "no job named"),
+            (vec!["backfill", "billing", "--from", &minute(0), "--to", &future], "is in the future"),
+            (vec!["backfill", "billing", "--from", &minute(10), "--to", &minute(0)], "is not before"),
+            (vec!["backfill", "asked", "--from", &minute(0), "--to", &minute(10)], "no instants to backfill"),
+            (vec!["backfill", "billing", "--from", "2000-01-01T00:00:00Z", "--to", &minute(0)], "add --yes"),
+        ] {
+            let (code, stdout, err) = run(&config, &args);
+            assert_eq!(code, 2, "{args:?}: {stdout}{err}");
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        let (code, listed, err) = run(&config, &["backfill", "billing", "--from", &minute(0), "--to", &minute(3), "--dry-run"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(listed.matches("would run").count(), 3, "{listed}");
+        assert!(!out.exists(), "a dry run ran the job");
+
+        let (from, to) = (minute(0), minute(100));
+        let twice = [start_backfill(&config, "billing", &from, &to), start_backfill(&config, "billing", &from, &to)];
+        for backfill in twice {
+            let done = backfill.wait_with_output().expect("backfill ends");
+            assert!(done.status.success(), "{done:?}");
+        }
+        let expected: Vec<String> = (0..100).map(minute).collect();
+        assert_eq!(instants_written(&out), expected, "each instant once, in order");
+        let rows = history_json(&config, "billing");
+        assert_eq!(rows.len(), 100, "{rows:?}");
+        assert!(rows.iter().all(|r| r["triggered_by"] == "backfill" && r["status"] == "succeeded"), "{rows:?}");
+        // Again: all done already, nothing runs.
+        let (code, said, err) = run(&config, &["backfill", "billing", "--from", &from, "--to", &to]);
+        assert_eq!(code, 0, "{said}{err}");
+        assert_eq!(said.matches("done already").count(), 100, "{said}");
+        assert_eq!(instants_written(&out).len(), 100);
+
+        // Killed halfway, then started again.
+        std::fs::remove_file(&out).expect("reset");
+        let (from, to) = (minute(100), minute(200));
+        let mut first = start_backfill(&config, "billing", &from, &to);
+        wait_until("half of the second range", Duration::from_secs(60), || instants_written(&out).len() >= 50);
+        first.kill().expect("kill");
+        let _ = first.wait();
+        let again = start_backfill(&config, "billing", &from, &to).wait_with_output().expect("ends");
+        assert!(again.status.success(), "{again:?}");
+        let written = instants_written(&out);
+        let expected: Vec<String> = (100..200).map(minute).collect();
+        let mut sorted = written.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted, written, "in order, none twice: {written:?}");
+        // Every instant but at most the one the kill cut short ran.
+        let missing: Vec<&String> = expected.iter().filter(|i| !written.contains(i)).collect();
+        assert!(missing.len() <= 1, "{missing:?}");
+        let rows = history_json(&config, "billing");
+        let range: Vec<&Value> = rows.iter().filter(|r| expected.contains(&r["scheduled_at"].as_str().unwrap_or("").to_string())).collect();
+        assert_eq!(range.len(), 100, "one row per instant: {range:?}");
+    }
+}

@@ -1,0 +1,236 @@
+//! `replicron backfill JOB --from T1 --to T2`: runs every instant of JOB in
+//! `[T1, T2)` once, in order, each with its own instant, from this host
+//! (`scheduler::backfill`). Shows its progress (a bar on a terminal, a
+//! line per instant otherwise); interrupted (Ctrl-C finishes the instant
+//! that is running first) and started again, it goes on where it stopped.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    ConfigArg, ExitCode, UsageError, command_runtime, describe, find_job, load, open_for_command,
+    parse_rfc3339,
+};
+use crate::config::RunOn;
+use crate::history::RunStatus;
+use crate::schedule::fmt_instant;
+use crate::scheduler::Job;
+use crate::scheduler::backfill::{self, CONFIRM_ABOVE, Step};
+
+/// Arguments of `backfill`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BackfillArgs {
+    /// The job file.
+    #[command(flatten)]
+    pub(crate) config: ConfigArg,
+    /// The job.
+    pub(crate) job: String,
+    /// The first instant of the range (RFC 3339, e.g. 2027-03-01T00:00:00Z).
+    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
+    pub(crate) from: DateTime<Utc>,
+    /// The end of the range, not included (RFC 3339); at most the
+    /// database's now.
+    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
+    pub(crate) to: DateTime<Utc>,
+    /// Skip the instants that have a succeeded run.
+    #[arg(long)]
+    pub(crate) only_missing: bool,
+    /// List what would run, and run nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Run more than 10,000 instants.
+    #[arg(long)]
+    pub(crate) yes: bool,
+    /// Run it even though the job is paused.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.config)?;
+    let job = find_job(&config, &args.job)?.clone();
+    let usage = |text: String| -> anyhow::Result<ExitCode> { Err(UsageError(text).into()) };
+    if job.schedule.is_manual() || job.schedule.is_at_start() {
+        return usage(format!(
+            "{}: {} has no instants to backfill",
+            job.name,
+            job.schedule.expression()
+        ));
+    }
+    if job.run_on == RunOn::Every {
+        return usage(format!(
+            "{}: a run_on = \"every\" job's instants are each replica's own: run its command on the host",
+            job.name
+        ));
+    }
+    if args.from >= args.to {
+        return usage(format!(
+            "--from {} is not before --to {}",
+            fmt_instant(args.from),
+            fmt_instant(args.to)
+        ));
+    }
+    crate::runner::users::check_host(&config)?;
+    let pool = open_for_command(&config)?;
+    let now = crate::db::clock::database_now(&mut *pool.get()?)
+        .map_err(|e| crate::db::DbError::query("reading the database's time", e))?;
+    if args.to > now {
+        return usage(format!(
+            "--to {} is in the future (the database's now is {}): instants not yet due are the schedule's",
+            fmt_instant(args.to),
+            fmt_instant(now)
+        ));
+    }
+    let instants = backfill::instants(&job.schedule, args.from, args.to, CONFIRM_ABOVE * 100 + 1);
+    if instants.is_empty() {
+        eprintln!(
+            "replicron: {} has no instant in [{}, {})",
+            job.name,
+            fmt_instant(args.from),
+            fmt_instant(args.to)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if instants.len() > CONFIRM_ABOVE && !args.yes {
+        return usage(format!(
+            "{}: [{}, {}) holds {}{} instants, more than {CONFIRM_ABOVE}: add --yes to run them all",
+            job.name,
+            fmt_instant(args.from),
+            fmt_instant(args.to),
+            if instants.len() > CONFIRM_ABOVE * 100 {
+                "over "
+            } else {
+                ""
+            },
+            instants.len().min(CONFIRM_ABOVE * 100)
+        ));
+    }
+    let key = backfill::key(args.from, args.to);
+    let runtime = command_runtime()?;
+    let grace = config.daemon.shutdown_grace;
+    let scheduled = Job::from_config(&job);
+    let failed = runtime.block_on(async {
+        let engine = super::run::one_off_engine(pool, grace)?;
+        if !args.force
+            && let Some(row) = engine.store.find_lock(&job.name).await?
+            && let Some(pause) = row.pause_at(engine.store.database_now().await?)
+        {
+            return Err(UsageError(format!(
+                "{} is {pause}; add --force to backfill it anyway",
+                job.name
+            ))
+            .into());
+        }
+        if args.dry_run {
+            for instant in &instants {
+                let state = engine.store.backfill_state(&job.name, *instant, &key).await?;
+                let what = if state.done {
+                    "done (this backfill ran it)"
+                } else if args.only_missing && state.succeeded {
+                    "skipped (it succeeded)"
+                } else {
+                    "would run"
+                };
+                println!("{}  {what}", fmt_instant(*instant));
+            }
+            return Ok::<_, anyhow::Error>(0);
+        }
+        let mut progress = Progress::new(instants.len());
+        let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = interrupted.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nreplicron: interrupted: stopping after the instant that is running (run the same backfill again to go on)");
+                watch.store(true, std::sync::atomic::Ordering::SeqCst);
+                // A second Ctrl-C ends it at once.
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            }
+        });
+        let mut failed = 0;
+        for instant in &instants {
+            if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            let step = backfill::run_instant(&engine, &scheduled, *instant, &key, args.only_missing).await?;
+            let what = match &step {
+                Step::Ran(outcome) => {
+                    if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
+                        failed += 1;
+                    }
+                    describe(outcome.as_ref())
+                }
+                Step::Done => "done already (by this backfill)".to_string(),
+                Step::Succeeded => "skipped: it succeeded before".to_string(),
+                Step::Stopped => break,
+            };
+            progress.step(*instant, &what);
+        }
+        progress.finish();
+        let unwritten = engine.journal.flush(Duration::from_secs(10)).await;
+        for write in &unwritten {
+            tracing::error!("history write not recorded before exit: {write}");
+        }
+        Ok(failed)
+    })?;
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "replicron: {failed} instant(s) of the backfill did not succeed; `replicron history --job {}` has them",
+            job.name
+        );
+        ExitCode::from(1)
+    })
+}
+
+/// A bar on a terminal, a line per instant otherwise.
+struct Progress {
+    total: usize,
+    done: usize,
+    bar: bool,
+}
+
+impl Progress {
+    fn new(total: usize) -> Self {
+        Progress {
+            total,
+            done: 0,
+            bar: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn step(&mut self, instant: DateTime<Utc>, what: &str) {
+        self.done += 1;
+        if self.bar {
+            let width = 30;
+            let filled = self.done * width / self.total.max(1);
+            eprint!(
+                "\r[{}{}] {}/{} {} {}\x1b[K",
+                "#".repeat(filled),
+                ".".repeat(width - filled),
+                self.done,
+                self.total,
+                fmt_instant(instant),
+                what
+            );
+            let _ = std::io::stderr().flush();
+        } else {
+            println!(
+                "{}/{} {}  {what}",
+                self.done,
+                self.total,
+                fmt_instant(instant)
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if self.bar {
+            eprintln!();
+        }
+    }
+}
