@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -99,8 +100,24 @@ pub(crate) struct Request {
     pub(crate) force: bool,
     /// Its parameters, checked against the job's declaration.
     pub(crate) params: Params,
+    /// Instead of one run now: a backfill of these instants (checked by
+    /// the caller: past, and not too many).
+    pub(crate) backfill: Option<Backfill>,
     /// How it began, or why it could not.
     pub(crate) reply: tokio::sync::oneshot::Sender<Answer>,
+}
+
+/// A backfill asked of a running scheduler (the API's, the dashboard's).
+#[derive(Debug)]
+pub(crate) struct Backfill {
+    /// The range's start.
+    pub(crate) from: DateTime<Utc>,
+    /// Its end, not included.
+    pub(crate) to: DateTime<Utc>,
+    /// Its instants, in order.
+    pub(crate) instants: Vec<DateTime<Utc>>,
+    /// Skip the instants that have a succeeded run.
+    pub(crate) only_missing: bool,
 }
 
 /// How a requested trigger began.
@@ -108,6 +125,8 @@ pub(crate) struct Request {
 pub(crate) enum Answer {
     /// The run is going, under this lease's fence.
     Running(i64),
+    /// The backfill of this many instants has begun.
+    Backfilling(usize),
     /// No run was started, for this reason.
     Refused(Refusal),
     /// The scheduler could not try: it is shutting down, or the database
@@ -121,10 +140,16 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
         job,
         force,
         params,
+        backfill,
         reply,
     } = request;
     if *engine.phase.borrow() != super::Phase::Running {
         let _ = reply.send(Answer::Failed("replicron is shutting down".to_string()));
+        return;
+    }
+    if let Some(backfill) = backfill {
+        let _ = reply.send(Answer::Backfilling(backfill.instants.len()));
+        run_backfill(&engine, &job, backfill).await;
         return;
     }
     match start(engine, &job, force, params).await {
@@ -139,4 +164,26 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
             let _ = reply.send(Answer::Failed(e.to_string()));
         }
     }
+}
+
+/// Runs a backfill's instants in order, as `replicron backfill` does, until
+/// the scheduler stops (it goes on where it stopped when asked again).
+async fn run_backfill(engine: &Arc<Engine>, job: &Job, backfill: Backfill) {
+    let key = super::backfill::key(backfill.from, backfill.to);
+    tracing::info!(job = %job.name, key, instants = backfill.instants.len(), "backfill started");
+    for instant in backfill.instants {
+        match super::backfill::run_instant(engine, job, instant, &key, backfill.only_missing).await
+        {
+            Ok(super::backfill::Step::Stopped) => {
+                tracing::warn!(job = %job.name, key, "backfill stopped with the scheduler; ask for it again to go on");
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(job = %job.name, key, instant = %super::fmt_instant(instant), "backfill stopped: {e}");
+                return;
+            }
+        }
+    }
+    tracing::info!(job = %job.name, key, "backfill done");
 }

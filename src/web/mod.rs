@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 pub(crate) use self::auth::Auth;
-use crate::config::Config;
+use crate::config::{Config, RunOn};
 use crate::db::Store;
 use crate::ops::actions::{self, Refused, Unlocked};
 use crate::scheduler::trigger::{self, Answer, Refusal};
@@ -359,6 +359,15 @@ pub(crate) struct ActionParams {
     /// A form's CSRF token.
     #[serde(default)]
     pub(crate) csrf: Option<String>,
+    /// `backfill`: the range's start (RFC 3339).
+    #[serde(default)]
+    pub(crate) from: Option<String>,
+    /// `backfill`: its end, not included (RFC 3339).
+    #[serde(default)]
+    pub(crate) to: Option<String>,
+    /// `backfill`: skip the instants that have a succeeded run.
+    #[serde(default, deserialize_with = "checkbox")]
+    pub(crate) only_missing: bool,
     /// `trigger`: the run's parameters, as `NAME=VALUE` pairs: a form's
     /// and a query string's `param.NAME` fields, a JSON body's `params`
     /// object.
@@ -423,6 +432,8 @@ pub(crate) enum Action {
     Resume,
     /// End its lease.
     Unlock,
+    /// Run each past instant of a range once.
+    Backfill,
 }
 
 /// The path of an action, as axum read it: an action it does not know is
@@ -434,9 +445,59 @@ pub(crate) fn action_path(
         Ok(axum::extract::Path(path)) => Ok(path),
         Err(_) => Err((
             StatusCode::NOT_FOUND,
-            "unknown action: trigger, pause, resume or unlock".to_string(),
+            "unknown action: trigger, pause, resume, unlock or backfill".to_string(),
         )),
     }
+}
+
+/// The backfill `params` ask of `job`: a past range of its instants, at
+/// most [`backfill::CONFIRM_ABOVE`] of them (more is the command line's,
+/// with `--yes`).
+async fn backfill_of(
+    web: &Web,
+    job: &crate::config::Job,
+    params: &ActionParams,
+) -> Result<trigger::Backfill, (StatusCode, String)> {
+    use crate::scheduler::backfill;
+    let bad = |text: String| Err((StatusCode::BAD_REQUEST, format!("{}: {text}", job.name)));
+    let time = |value: &Option<String>, key: &str| match value.as_deref().map(str::trim) {
+        Some(text) if !text.is_empty() => chrono::DateTime::parse_from_rfc3339(text)
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(|e| {
+                format!("{key} {text:?}: {e}: expected RFC 3339, such as 2027-03-28T00:00:00Z")
+            }),
+        _ => Err(format!("a backfill needs {key}, an RFC 3339 time")),
+    };
+    let (from, to) = match (time(&params.from, "from"), time(&params.to, "to")) {
+        (Ok(from), Ok(to)) => (from, to),
+        (Err(e), _) | (_, Err(e)) => return bad(e),
+    };
+    if job.schedule.is_manual() || job.schedule.is_at_start() || job.run_on == RunOn::Every {
+        return bad("it has no instants of the fleet's to backfill".to_string());
+    }
+    if from >= to {
+        return bad("from is not before to".to_string());
+    }
+    let now = web.store.database_now().await.map_err(failed)?;
+    if to > now {
+        return bad(format!(
+            "to is in the future (the database's now is {}): instants not yet due are the schedule's",
+            crate::schedule::fmt_instant(now)
+        ));
+    }
+    let instants = backfill::instants(&job.schedule, from, to, backfill::CONFIRM_ABOVE + 1);
+    if instants.len() > backfill::CONFIRM_ABOVE {
+        return bad(format!(
+            "more than {} instants: run it with replicron backfill --yes",
+            backfill::CONFIRM_ABOVE
+        ));
+    }
+    Ok(trigger::Backfill {
+        from,
+        to,
+        instants,
+        only_missing: params.only_missing,
+    })
 }
 
 /// Carries out `action` on `name` for `by`.
@@ -477,6 +538,7 @@ pub(crate) async fn act(
                 job: crate::scheduler::Job::from_config(job),
                 force: params.force,
                 params: run_params,
+                backfill: None,
                 reply,
             };
             if web.triggers.send(request).await.is_err() {
@@ -500,6 +562,7 @@ pub(crate) async fn act(
                     conflict(format!("{name} has nothing to run on this replica"))
                 }
                 Ok(Ok(Answer::Failed(e))) => Err(failed(e)),
+                Ok(Ok(Answer::Backfilling(_))) => Err(failed("the scheduler answered a backfill")),
                 Ok(Err(_)) => Err(failed("the scheduler did not answer")),
                 // Still queued: it may yet run. Saying it failed would invite
                 // a second trigger.
@@ -509,6 +572,35 @@ pub(crate) async fn act(
                         "{name}: the trigger is queued but has not started within 30 s; look at its runs before triggering again"
                     ),
                 )),
+            }
+        }
+        Action::Backfill => {
+            let Some(job) = job else {
+                return conflict(format!("{name}: no such job"));
+            };
+            let backfill = backfill_of(web, job, params).await?;
+            let (reply, answer) = oneshot::channel();
+            let request = trigger::Request {
+                job: crate::scheduler::Job::from_config(job),
+                force: true,
+                params: crate::history::Params::new(),
+                backfill: Some(backfill),
+                reply,
+            };
+            if web.triggers.send(request).await.is_err() {
+                return Err(failed("replicron is shutting down"));
+            }
+            match tokio::time::timeout(Duration::from_secs(30), answer).await {
+                Ok(Ok(Answer::Backfilling(count))) => Ok((
+                    StatusCode::ACCEPTED,
+                    format!(
+                        "{name}: backfill of {count} instants started on {}; its runs are recorded as backfill",
+                        web.instance
+                    ),
+                )),
+                Ok(Ok(Answer::Failed(e))) => Err(failed(e)),
+                Ok(Ok(other)) => Err(failed(format!("unexpected answer: {other:?}"))),
+                Ok(Err(_)) | Err(_) => Err(failed("the scheduler did not answer")),
             }
         }
         Action::Pause => {

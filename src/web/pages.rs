@@ -416,6 +416,15 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                             button type="submit" name="go" id="trigger" { "Trigger now" }
                             label { input type="checkbox" name="force" value="on"; " even if paused" }
                         }
+                        @if !is_manual(job) && job.definition.as_ref().is_some_and(|d| d.run_on == "one" && d.schedule != "@reboot") {
+                            form method="post" action=(action("backfill")) {
+                                input type="hidden" name="csrf" value=(csrf);
+                                input type="text" name="from" placeholder="from (RFC 3339)" size="20" required;
+                                input type="text" name="to" placeholder="to, not included" size="20" required;
+                                label { input type="checkbox" name="only_missing" value="on"; " only missing" }
+                                button type="submit" id="backfill" { "Backfill" }
+                            }
+                        }
                         @if job.paused.is_some() {
                             form method="post" action=(action("resume")) {
                                 input type="hidden" name="csrf" value=(csrf);

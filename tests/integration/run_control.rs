@@ -126,6 +126,26 @@ backend_test! {
         assert!(line.contains("manual"), "{status}");
         // Still nothing of its own after all this time.
         assert_eq!(succeeded(&config, "billing").len(), 2);
+
+        // A backfill through the API: five past instants of `tick`, once.
+        let from = chrono::Utc::now() - chrono::TimeDelta::minutes(10);
+        let from = from.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let to = (chrono::DateTime::parse_from_rfc3339(&from).expect("from") + chrono::TimeDelta::seconds(5))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let body = format!(r#"{{"from": "{from}", "to": "{to}"}}"#);
+        let backfilled = || history_json(&config, "tick").into_iter().filter(|r| r["triggered_by"] == "backfill").count();
+        let (code, answer) = post_json(ports[2], "/api/v1/jobs/tick/backfill", &auth, &body);
+        assert_eq!(code, 202, "{answer}");
+        wait_until("five backfilled instants", Duration::from_secs(30), || backfilled() == 5);
+        let (code, answer) = post_json(ports[0], "/api/v1/jobs/tick/backfill", &auth, &body);
+        assert_eq!(code, 202, "{answer}");
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(backfilled(), 5, "the same backfill again runs nothing");
+        let future = (chrono::Utc::now() + chrono::TimeDelta::hours(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let (code, answer) = post_json(ports[0], "/api/v1/jobs/tick/backfill", &auth, &format!(r#"{{"from": "{from}", "to": "{future}"}}"#));
+        assert_eq!(code, 400, "{answer}");
+        let (code, answer) = post_json(ports[0], "/api/v1/jobs/billing/backfill", &auth, &body);
+        assert_eq!(code, 400, "{answer}");
     }
 }
 
