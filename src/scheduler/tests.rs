@@ -1124,3 +1124,143 @@ async fn a_manual_job_never_fires_by_itself_and_is_never_missed() {
     assert_eq!(hourly.load(Ordering::SeqCst), 1);
     assert_eq!(runs_of(&db, "asked"), Vec::<RunRow>::new());
 }
+
+/// The runs of jobs that record their instant, start and end on `clock`,
+/// each running `busy` unless told to stop.
+fn recording_job(
+    name: &'static str,
+    schedule: &str,
+    busy: Duration,
+    clock: &Arc<TokioClock>,
+    spans: &Starts,
+) -> Job {
+    let (spans, clock) = (spans.clone(), clock.clone());
+    Job::new(name, schedule).expect("job").run(move |ctx| {
+        let (spans, clock) = (spans.clone(), clock.clone());
+        async move {
+            let start = clock.now();
+            tokio::select! {
+                () = tokio::time::sleep(busy) => {}
+                () = ctx.cancelled() => {}
+            }
+            spans.lock().expect("spans").push((
+                crate::schedule::fmt_instant(ctx.instant()),
+                start,
+                clock.now(),
+            ));
+            Ok::<(), String>(())
+        }
+    })
+}
+
+/// `overlap = "queue"` on two replicas and a paused clock: a job due each
+/// minute that runs 150 s. The instant that comes while a run goes waits
+/// and starts when it ends (the one after is an overrun), so the runs
+/// follow each other with no gap and no overlap, each instant once.
+#[tokio::test(start_paused = true)]
+async fn a_queued_instant_starts_as_the_run_before_it_ends() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let replica = |id: &str| {
+        let mut job = recording_job(
+            "queued",
+            "0 * * * * *",
+            Duration::from_secs(150),
+            &clock,
+            &spans,
+        );
+        job.settings.overlap = crate::config::Overlap::Queue;
+        job.settings.timeout = Duration::from_secs(600);
+        Scheduler::builder(db.url.as_str())
+            .clock(clock.clone())
+            .instance_id(id)
+            .job(job)
+            .build()
+    };
+    let (one, two) = (
+        replica("one").await.expect("build"),
+        replica("two").await.expect("build"),
+    );
+    let minutes = || tokio::time::sleep(Duration::from_secs(11 * 60));
+    let (a, b) = tokio::join!(one.run_until(minutes()), two.run_until(minutes()));
+    a.expect("runs");
+    b.expect("runs");
+    let spans = spans.lock().expect("spans").clone();
+    let instants: Vec<&str> = spans.iter().map(|(i, _, _)| &i[14..16]).collect();
+    // 01 runs to 03:30, while 02 waits (03 is an overrun: one waits);
+    // 02 runs to 06:00, while 04 waits (05: an overrun); 04 to 08:30,
+    // while 07 waits (06 came while 04 still waited); 07 to 11:00, while
+    // 09 waits; 09 runs until the scheduler stops.
+    assert_eq!(instants, ["01", "02", "04", "07", "09"], "{spans:?}");
+    for pair in spans.windows(2) {
+        let gap = pair[1].1 - pair[0].2;
+        assert!(
+            gap >= TimeDelta::zero() && gap < TimeDelta::milliseconds(100),
+            "{pair:?}"
+        );
+    }
+    let rows = runs_of(&db, "queued");
+    let (last, before) = rows.split_last().expect("runs");
+    assert!(
+        before.iter().all(|r| r.status == RunStatus::Succeeded),
+        "{rows:?}"
+    );
+    assert_eq!(
+        last.status,
+        RunStatus::Killed,
+        "stopped with the scheduler: {rows:?}"
+    );
+}
+
+/// `overlap = "replace"` on two replicas and a paused clock: a job due
+/// each minute whose runs would take 10 minutes, with a 30 s lease. Each
+/// instant stops the run before it at that run's next keep-alive; the old
+/// body has ended before the new one starts, and the old run is recorded
+/// `replaced`.
+#[tokio::test(start_paused = true)]
+async fn a_replacing_instant_stops_the_run_before_it() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let replica = |id: &str| {
+        let mut job = recording_job(
+            "latest",
+            "0 * * * * *",
+            Duration::from_secs(600),
+            &clock,
+            &spans,
+        );
+        job.settings.overlap = crate::config::Overlap::Replace;
+        job.settings.lock_at_most_for = Duration::from_secs(30);
+        job.settings.kill_grace = Duration::from_secs(2);
+        job.settings.timeout = Duration::from_secs(1200);
+        Scheduler::builder(db.url.as_str())
+            .clock(clock.clone())
+            .instance_id(id)
+            .job(job)
+            .build()
+    };
+    let (one, two) = (
+        replica("one").await.expect("build"),
+        replica("two").await.expect("build"),
+    );
+    let minutes = || tokio::time::sleep(Duration::from_secs(5 * 60 + 30));
+    let (a, b) = tokio::join!(one.run_until(minutes()), two.run_until(minutes()));
+    a.expect("runs");
+    b.expect("runs");
+    let spans = spans.lock().expect("spans").clone();
+    assert!(spans.len() >= 4, "{spans:?}");
+    for pair in spans.windows(2) {
+        assert!(pair[0].2 <= pair[1].1, "overlapped: {pair:?}");
+    }
+    let rows = runs_of(&db, "latest");
+    let replaced = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Replaced)
+        .count();
+    assert!(replaced >= 4, "{rows:?}");
+    let mut instants: Vec<_> = rows.iter().map(|r| r.scheduled_at).collect();
+    instants.dedup();
+    assert_eq!(instants.len(), rows.len(), "an instant ran twice: {rows:?}");
+}
