@@ -132,6 +132,10 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             lock_at_least_for: job.lock_at_least_for,
             missed_after: settings_of(job).missed_after(job.schedule.interval_after(evidence.now)),
             check_every,
+            concurrent: match job.overlap {
+                crate::config::Overlap::Allow(max) => max,
+                _ => 1,
+            },
         };
         let (tally, found) = judge(&promise, &evidence, args.from, args.to);
         tallies.push(tally);

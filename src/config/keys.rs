@@ -34,7 +34,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 13] = [
+const SETTINGS: [(&str, Option<&str>, &str); 14] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -98,7 +98,12 @@ const SETTINGS: [(&str, Option<&str>, &str); 13] = [
     (
         "overlap",
         Some("\"skip\""),
-        "What an instant that comes while the job's run is going does, wherever that run is. \"skip\": it is an overrun, not run. \"queue\": it waits, on any replica, and starts when that run ends, however long that takes; at most one instant waits, later ones are overruns. \"replace\": the running run is asked to stop through the database (its holder learns at its next keep-alive, every third of lock_at_most_for), gets SIGTERM, then SIGKILL after kill_grace, and is recorded replaced; the new instant starts once the old run's lease is released or has ended. Not for run_on = \"every\" jobs.",
+        "What an instant that comes while the job's run is going does, wherever that run is. \"skip\": it is an overrun, not run. \"queue\": it waits, on any replica, and starts when that run ends, however long that takes; at most one instant waits, later ones are overruns. \"replace\": the running run is asked to stop through the database (its holder learns at its next keep-alive, every third of lock_at_most_for), gets SIGTERM, then SIGKILL after kill_grace, and is recorded replaced; the new instant starts once the old run's lease is released or has ended. \"allow\": up to max_concurrent runs of the job at once across the fleet, each instant still once. Not for run_on = \"every\" jobs.",
+    ),
+    (
+        "max_concurrent",
+        None,
+        "With overlap = \"allow\", and required there: how many runs of the job may run at once across the fleet, 1 to 1000. An instant that finds them all going waits for one to end up to 60s, then is recorded skipped.",
     ),
 ];
 

@@ -359,6 +359,8 @@ pub(crate) enum Overlap {
     Queue,
     /// The running run is stopped, and the instant runs once it is.
     Replace,
+    /// Up to this many runs of the job at once.
+    Allow(u32),
 }
 
 impl fmt::Display for Overlap {
@@ -367,6 +369,7 @@ impl fmt::Display for Overlap {
             Overlap::Skip => f.write_str("skip"),
             Overlap::Queue => f.write_str("queue"),
             Overlap::Replace => f.write_str("replace"),
+            Overlap::Allow(n) => write!(f, "allow {n}"),
         }
     }
 }
@@ -572,6 +575,9 @@ pub(crate) const LOCK_ROW_PREFIX: &str = "replicron.lock.";
 /// The lease rows of limit NAME's slots are `replicron.limit.NAME.1` to
 /// `replicron.limit.NAME.N`.
 pub(crate) const LIMIT_ROW_PREFIX: &str = "replicron.limit.";
+
+/// The most runs of one job `overlap = "allow"` may let run at once.
+pub(crate) const MAX_CONCURRENT: u32 = 1000;
 
 /// The most runs a limit may let run at once.
 pub(crate) const MAX_LIMIT_RUNNING: u32 = 1000;

@@ -54,6 +54,7 @@ pub(super) struct RawSettings {
     pub missed_after: Option<S<String>>,
     pub jitter: Option<S<String>>,
     pub overlap: Option<S<String>>,
+    pub max_concurrent: Option<S<i64>>,
 }
 
 /// One `[[limit]]`.
@@ -110,6 +111,7 @@ pub(super) struct RawJob {
     pub missed_after: Option<S<String>>,
     pub jitter: Option<S<String>>,
     pub overlap: Option<S<String>>,
+    pub max_concurrent: Option<S<i64>>,
     pub user: Option<S<String>>,
     pub group: Option<S<String>>,
     pub run_on: Option<S<String>>,
@@ -136,6 +138,7 @@ impl RawJob {
             missed_after: self.missed_after.take(),
             jitter: self.jitter.take(),
             overlap: self.overlap.take(),
+            max_concurrent: self.max_concurrent.take(),
         }
     }
 }

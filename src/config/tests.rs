@@ -872,12 +872,59 @@ fn overlap_is_a_policy_by_name() {
     ))
     .expect("valid");
     assert_eq!(from_defaults.jobs[0].overlap, Overlap::Queue);
+    assert_eq!(
+        overlap("overlap = \"allow\"\nmax_concurrent = 3"),
+        Overlap::Allow(3)
+    );
+    let with_defaults = |defaults: &str, body: &str| {
+        parse(&format!(
+            "{DB}[defaults]\n{defaults}\n\n[[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\n{body}\n"
+        ))
+        .map(|c| c.jobs[0].overlap)
+    };
+    assert_eq!(
+        with_defaults(
+            "overlap = \"allow\"\nmax_concurrent = 2",
+            "max_concurrent = 5"
+        )
+        .expect("valid"),
+        Overlap::Allow(5)
+    );
+    assert_eq!(
+        with_defaults(
+            "overlap = \"allow\"\nmax_concurrent = 2",
+            "overlap = \"skip\""
+        )
+        .expect("valid"),
+        Overlap::Skip
+    );
     one_error(
         &job("schedule = \"@daily\"\ncommand = \"true\"\noverlap = \"parallel\""),
         8,
         Some("\"j\""),
         "overlap",
-        "overlap \"parallel\": expected \"skip\", \"queue\" or \"replace\"",
+        "overlap \"parallel\": expected \"skip\", \"queue\", \"replace\" or \"allow\"",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\noverlap = \"allow\""),
+        8,
+        Some("\"j\""),
+        "overlap",
+        "overlap = \"allow\" needs max_concurrent",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\noverlap = \"queue\"\nmax_concurrent = 2"),
+        9,
+        Some("\"j\""),
+        "max_concurrent",
+        "max_concurrent is for overlap = \"allow\"",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\noverlap = \"allow\"\nmax_concurrent = 0"),
+        9,
+        Some("\"j\""),
+        "max_concurrent",
+        "max_concurrent 0 is out of range 1–1000",
     );
     one_error(
         &job("schedule = \"@daily\"\ncommand = \"true\"\nrun_on = \"every\"\noverlap = \"queue\""),

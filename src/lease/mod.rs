@@ -234,6 +234,44 @@ impl std::fmt::Display for Pause {
     }
 }
 
+/// The lease row of `instant` of an `overlap = "allow"` job: its runs
+/// overlap, so each instant is claimed on a row of its own, whose
+/// `last_scheduled_at` remembers that it was claimed.
+pub(crate) fn instant_row(job: &str, instant: DateTime<Utc>) -> String {
+    format!(
+        "{INSTANT_ROW_PREFIX}{}.{:x}",
+        crate::schedule::digest(job),
+        instant.timestamp_millis()
+    )
+}
+
+/// The prefix of [`instant_row`]s.
+pub(crate) const INSTANT_ROW_PREFIX: &str = "replicron.at.";
+
+/// The lease rows of the `max_concurrent` slots of an `overlap = "allow"`
+/// job's runs: each run holds one.
+pub(crate) fn concurrent_rows(job: &str, max: u32) -> Vec<String> {
+    let digest = crate::schedule::digest(job);
+    (1..=max)
+        .map(|slot| format!("replicron.run.{digest}.{slot}"))
+        .collect()
+}
+
+/// Deletes the [`instant_row`]s whose lease ended before `older_than` ago:
+/// their instants are far past any claim (a claim comes within
+/// `LATE_LIMIT`, or `catch_up`, of its instant).
+pub(crate) fn prune_instant_rows(
+    conn: &mut DbConnection,
+    older_than: Duration,
+) -> QueryResult<usize> {
+    diesel::delete(
+        locks::replicron_locks
+            .filter(locks::name.like(format!("{INSTANT_ROW_PREFIX}%")))
+            .filter(locks::lock_until.lt(DbNowPlus::minus(older_than))),
+    )
+    .execute(conn)
+}
+
 /// The lease row of `exec --lock LOCK --once KEY`: the lock's name, then
 /// the key's instant (`key_instant`) in hex milliseconds.
 pub(crate) fn once_row(lock: &str, key_instant: DateTime<Utc>) -> String {

@@ -345,6 +345,10 @@ impl Seen<'_> {
             now,
             instances,
         } = *self;
+        // An `allow` job's runs hold their instants' leases, not the job's.
+        if job.is_some_and(|j| matches!(j.overlap, crate::config::Overlap::Allow(_))) {
+            return None;
+        }
         let holder = last.and_then(|run| instances.iter().find(|i| i.row.id == run.instance));
         let lock = lock?;
         let current = last.filter(|run| run.fence == lock.fence);

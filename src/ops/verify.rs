@@ -40,6 +40,10 @@ pub(crate) struct Promise {
     /// How often the check for missed instants comes round: an instant is
     /// judged once it may have been recorded.
     pub(crate) check_every: Duration,
+    /// How many of its runs may go at once: 1, or `overlap = "allow"`'s
+    /// `max_concurrent` (whose runs hold leases of their instants', not
+    /// the job's).
+    pub(crate) concurrent: u32,
 }
 
 /// A run's row, as verify reads it.
@@ -311,7 +315,7 @@ pub(crate) fn judge(
                     ),
                 ));
             }
-            if row.status == RunStatus::Running && !holds_now(*fence) {
+            if row.status == RunStatus::Running && promise.concurrent == 1 && !holds_now(*fence) {
                 found.push(violation(
                     Finding::LeftRunning,
                     Some(row.scheduled_at),
@@ -330,6 +334,37 @@ pub(crate) fn judge(
         .filter(|c| c.end.is_some() && c.ran())
         .collect();
     known.sort_by_key(|c| c.start);
+    if promise.concurrent > 1 {
+        // Runs that may overlap: never more than `concurrent` at once.
+        let mut going: Vec<(DateTime<Utc>, &Chain)> = Vec::new();
+        for chain in &known {
+            going.retain(|(end, _)| *end > chain.start);
+            going.push((chain.end.unwrap_or(chain.start), chain));
+            if going.len() > promise.concurrent as usize {
+                let rows: Vec<&Row> = going
+                    .iter()
+                    .flat_map(|(_, c)| c.rows.iter().copied())
+                    .collect();
+                found.push(violation(
+                    Finding::Overlap,
+                    Some(chain.rows[0].scheduled_at),
+                    &rows,
+                    format!(
+                        "the run of {} started at {} while {} others went on (max_concurrent {})",
+                        fmt_instant(chain.rows[0].scheduled_at.and_utc()),
+                        fmt_instant(chain.start),
+                        going.len() - 1,
+                        promise.concurrent
+                    ),
+                ));
+            }
+        }
+    }
+    let known = if promise.concurrent > 1 {
+        Vec::new()
+    } else {
+        known
+    };
     let mut latest: Option<&Chain> = None;
     for chain in known {
         if let Some(before) = latest
@@ -443,6 +478,7 @@ mod tests {
             lock_at_least_for: Duration::ZERO,
             missed_after: Duration::from_secs(60),
             check_every: Duration::from_secs(30),
+            concurrent: 1,
         }
     }
 
@@ -631,5 +667,38 @@ mod tests {
             "{tally:?}"
         );
         assert_eq!(found.len(), 2);
+    }
+
+    /// An `allow` job's runs may overlap up to `max_concurrent`: three runs
+    /// of a minute each, a minute apart, going at once, are fine with 3 and
+    /// an overlap with 2; a run recorded running is not judged by the job's
+    /// own lease (its instant's row holds it).
+    #[test]
+    fn runs_of_an_allow_job_overlap_up_to_max_concurrent() {
+        let long = |id: i64, minute: u32| {
+            let mut run = row(id, minute, 1, 1, RunStatus::Succeeded);
+            run.finished_at = Some(run.scheduled_at + TimeDelta::seconds(150));
+            run
+        };
+        let runs: Vec<Row> = (0..10).map(|m| long(i64::from(m) + 1, m)).collect();
+        let judge_with = |concurrent: u32, runs: Vec<Row>| {
+            let promise = Promise {
+                concurrent,
+                ..promise()
+            };
+            let (_, found) = judge(
+                &promise,
+                &evidence(runs),
+                utc("2027-01-01T00:00:00Z"),
+                utc("2027-01-01T00:09:00Z"),
+            );
+            found.into_iter().map(|v| v.kind).collect::<Vec<_>>()
+        };
+        assert_eq!(judge_with(3, runs.clone()), Vec::<Finding>::new());
+        assert!(judge_with(2, runs.clone()).contains(&Finding::Overlap));
+        let mut running = runs;
+        running[9].status = RunStatus::Running;
+        running[9].finished_at = None;
+        assert_eq!(judge_with(3, running), Vec::<Finding>::new());
     }
 }

@@ -115,6 +115,12 @@ impl Gate {
             label: format!("limit {}", limit.name),
             rows: limit.rows(),
         }));
+        if let config::Overlap::Allow(max) = job.overlap {
+            gates.push(Gate {
+                label: format!("its {max} run slots (max_concurrent)"),
+                rows: crate::lease::concurrent_rows(&job.name, max),
+            });
+        }
         gates.sort_by(|a, b| a.rows.cmp(&b.rows));
         gates
     }

@@ -61,6 +61,16 @@ async fn prune_once(store: &Store, instance: &str, older_than: Duration) -> Resu
     {
         warn!("pruning old pauses failed: {e}");
     }
+    // The rows of `overlap = "allow"` jobs' instants as old as the oldest
+    // history kept: no claim asks for such an instant.
+    if let Err(e) = store
+        .call("pruning old instant rows", move |conn| {
+            crate::lease::prune_instant_rows(conn, older_than)
+        })
+        .await
+    {
+        warn!("pruning old instant rows failed: {e}");
+    }
     let _ = store.release(held, Duration::ZERO).await;
     if deleted > 0 {
         info!(deleted, retention = %humantime::format_duration(older_than), "pruned old history");

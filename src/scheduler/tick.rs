@@ -81,6 +81,8 @@ pub(crate) async fn job_loop(
     mut retired: watch::Receiver<bool>,
 ) {
     let mut current: Option<Current> = None;
+    // Runs still going beside `current` (`overlap = "allow"`).
+    let mut others: Vec<JoinHandle<()>> = Vec::new();
     let mut overrun_reported = false;
     let mut paused_reported = false;
     // Instants skipped while the database was unreachable: first, last,
@@ -163,6 +165,11 @@ pub(crate) async fn job_loop(
                 None => (instant, instant, 1),
             });
             continue;
+        }
+        // An `allow` job's runs overlap: the local run is no reason to wait.
+        if let Some(run) = current.take_if(|run| run.is_running() && allows_overlap(&job)) {
+            others.retain(|task| !task.is_finished());
+            others.push(run.task);
         }
         if let Some(run) = current.as_mut().filter(|run| run.is_running()) {
             if run.was_going_at(job.schedule.start_of(instant))
@@ -273,6 +280,9 @@ pub(crate) async fn job_loop(
     }
     if let Some(run) = current {
         let _ = run.task.await;
+    }
+    for task in others {
+        let _ = task.await;
     }
 }
 
@@ -407,6 +417,9 @@ async fn attempt(
         telemetry::skipped(&job.name, telemetry::Skip::Minority, 1);
         debug!(job = %job.name, instant = %fmt_instant(instant), "not claimed: this replica's definition of the job is in the minority");
         return Attempt::Skipped;
+    }
+    if allows_overlap(job) {
+        return attempt_allowed(engine, job, instant, trigger).await;
     }
     let (deadline, mut backoff) = match patience {
         Patience::OnTime => (
@@ -546,6 +559,74 @@ const WAITING_POLL: Duration = Duration::from_millis(40);
 /// that never ends (each is at most `lock_at_most_for`, and kept only
 /// while its run goes).
 const WAITING_LIMIT: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// Whether the job's runs may overlap (`overlap = "allow"`).
+fn allows_overlap(job: &Job) -> bool {
+    matches!(job.settings.overlap, Overlap::Allow(_))
+}
+
+/// Claims `instant` of an `overlap = "allow"` job on the instant's own
+/// lease row (`lease::instant_row`), which the runs of other instants do
+/// not hold; the job's row still says whether it is paused. On a win,
+/// starts the run, which then waits for one of the job's run slots.
+async fn attempt_allowed(
+    engine: &Arc<Engine>,
+    job: &Arc<Job>,
+    instant: DateTime<Utc>,
+    trigger: Trigger,
+) -> Attempt {
+    match engine.store.find_lock(&job.name).await {
+        Ok(Some(row))
+            if lease::pause_covers(
+                row.paused_at,
+                row.paused_until,
+                crate::db::clock::to_db_time(instant).0,
+            ) =>
+        {
+            telemetry::skipped(&job.name, telemetry::Skip::Paused, 1);
+            return Attempt::Paused {
+                by: row.paused_by,
+                reason: row.paused_reason,
+            };
+        }
+        Ok(_) => {}
+        Err(e) => return skip_on_error(job, instant, &e),
+    }
+    let row = lease::instant_row(&job.name, instant);
+    let deadline = deadline_for(engine, job, instant);
+    loop {
+        // The lease counts from when its claim was sent.
+        let sent = Instant::now();
+        let pause = match engine
+            .store
+            .claim(
+                &row,
+                &engine.instance,
+                instant,
+                job.settings.lock_at_most_for,
+            )
+            .await
+        {
+            Ok(Claim::Won(lease)) => {
+                telemetry::claim(&job.name, true);
+                return start(engine, job, Hold::Fleet(lease), None, sent, trigger);
+            }
+            Ok(Claim::NotYet { wait }) => wait.min(MAX_NOT_YET_WAIT) + Duration::from_millis(1),
+            Ok(Claim::Contended) => Duration::from_millis(1),
+            Ok(_) => {
+                telemetry::claim(&job.name, false);
+                debug!(job = %job.name, instant = %fmt_instant(instant), "claim lost");
+                return Attempt::Lost;
+            }
+            Err(e) => return skip_on_error(job, instant, &e),
+        };
+        if Instant::now() + pause > deadline || *engine.phase.borrow() != Phase::Running {
+            skip_too_late(job, instant, "its claims kept being contended");
+            return Attempt::Skipped;
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
 
 /// Whether an instant that comes while the job's run is going waits for
 /// it (`queue`), or for it to be stopped (`replace`).

@@ -502,3 +502,54 @@ backend_test! {
         assert_eq!(range.len(), 100, "one row per instant: {range:?}");
     }
 }
+
+backend_test! {
+    /// `overlap = "allow"` with `max_concurrent = 3`: a job due every
+    /// second whose body runs 4 s (four would overlap), on three replicas.
+    /// By the bodies' own records: never more than three at once across
+    /// the fleet, three often, and no instant twice; each run recorded
+    /// once, as the schedule's.
+    fn allow_runs_at_most_max_concurrent_at_once(db: &TestDb) {
+        db.migrate();
+        let records = db.dir().join("bodies.out");
+        let jobs = format!(
+            "[[job]]\nname = \"parallel\"\nschedule = \"* * * * * *\"\noverlap = \"allow\"\nmax_concurrent = 3\ncommand = '{}'\n",
+            recorded_body(&records, "4")
+        );
+        let config = db.config(&jobs);
+        let replicas: Vec<Replica> = (0..3)
+            .map(|n| Replica::start(&config, &format!("r{n}"), None, &[]))
+            .collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(30));
+        }
+        wait_until("six runs ended", Duration::from_secs(60), || {
+            succeeded(&config, "parallel").len() >= 6
+        });
+        drop(replicas);
+        let written = std::fs::read_to_string(&records).expect("records");
+        let bodies = bodies(&written);
+        let mut edges: Vec<(u128, i32)> = bodies
+            .iter()
+            .flat_map(|b| [(b.start, 1), (b.end.unwrap_or(u128::MAX), -1)])
+            .collect();
+        edges.sort();
+        let (mut going, mut most) = (0, 0);
+        for (_, step) in edges {
+            going += step;
+            most = most.max(going);
+        }
+        assert_eq!(most, 3, "{written}");
+        let mut instants: Vec<&str> = bodies.iter().map(|b| b.instant.as_str()).collect();
+        instants.sort();
+        let count = instants.len();
+        instants.dedup();
+        assert_eq!(instants.len(), count, "an instant ran twice: {written}");
+        let rows = history_json(&config, "parallel");
+        let mut scheduled: Vec<&str> = rows.iter().filter_map(|r| r["scheduled_at"].as_str()).collect();
+        scheduled.sort();
+        let rows_count = scheduled.len();
+        scheduled.dedup();
+        assert_eq!(scheduled.len(), rows_count, "{rows:?}");
+    }
+}

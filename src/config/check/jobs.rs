@@ -47,21 +47,69 @@ impl Default for Settings {
 }
 
 impl Checker<'_> {
-    /// `overlap`: a policy by name.
+    /// `overlap` and `max_concurrent`: a policy by name, and a count with
+    /// `"allow"` only (and always). A job's `max_concurrent` alone changes
+    /// the count of an `"allow"` it has from `[defaults]`.
     fn overlap(&mut self, raw: &RawSettings, settings: &mut Settings, scope: Scope<'_>) {
-        let Some(overlap) = &raw.overlap else {
+        let max = raw.max_concurrent.as_ref();
+        if raw.overlap.is_none() && max.is_none() {
             return;
+        }
+        let count = match max {
+            None => None,
+            Some(max) => match u32::try_from(*max.get_ref()) {
+                Ok(n @ 1..=MAX_CONCURRENT) => Some(n),
+                _ => {
+                    self.report(
+                        Some(max.span()),
+                        Some(scope),
+                        Some("max_concurrent"),
+                        format!(
+                            "max_concurrent {} is out of range 1–{MAX_CONCURRENT}",
+                            max.get_ref()
+                        ),
+                    );
+                    return;
+                }
+            },
         };
-        settings.overlap = match overlap.get_ref().as_str() {
-            "skip" => Overlap::Skip,
-            "queue" => Overlap::Queue,
-            "replace" => Overlap::Replace,
-            other => {
+        let name = match &raw.overlap {
+            Some(overlap) => overlap.get_ref().as_str(),
+            None if matches!(settings.overlap, Overlap::Allow(_)) => "allow",
+            None => "",
+        };
+        let at = raw.overlap.as_ref().map(Spanned::span);
+        settings.overlap = match (name, count) {
+            ("skip", None) => Overlap::Skip,
+            ("queue", None) => Overlap::Queue,
+            ("replace", None) => Overlap::Replace,
+            ("allow", Some(n)) => Overlap::Allow(n),
+            ("allow", None) => {
                 self.report(
-                    Some(overlap.span()),
+                    at,
                     Some(scope),
                     Some("overlap"),
-                    format!("overlap {other:?}: expected \"skip\", \"queue\" or \"replace\""),
+                    "overlap = \"allow\" needs max_concurrent, how many runs of the job may run at once",
+                );
+                return;
+            }
+            ("skip" | "queue" | "replace" | "", Some(_)) => {
+                self.report(
+                    max.map(Spanned::span),
+                    Some(scope),
+                    Some("max_concurrent"),
+                    "max_concurrent is for overlap = \"allow\": the other policies run one at a time",
+                );
+                return;
+            }
+            (other, _) => {
+                self.report(
+                    at,
+                    Some(scope),
+                    Some("overlap"),
+                    format!(
+                        "overlap {other:?}: expected \"skip\", \"queue\", \"replace\" or \"allow\" (with max_concurrent)"
+                    ),
                 );
                 return;
             }
@@ -374,7 +422,11 @@ impl Checker<'_> {
         };
         let scope = Scope::Job(&label);
 
-        let raw_overlap_at = raw.overlap.as_ref().map(Spanned::span);
+        let raw_overlap_at = raw
+            .overlap
+            .as_ref()
+            .map(Spanned::span)
+            .or_else(|| raw.max_concurrent.as_ref().map(Spanned::span));
         let settings = self.settings(raw.take_settings(), defaults, scope);
         let run_on = match raw
             .run_on
