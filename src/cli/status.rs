@@ -98,6 +98,8 @@ struct JobStatus {
     /// The instant waiting for its running run (`overlap = "queue"` or
     /// `"replace"`), if one does.
     waiting: Option<String>,
+    /// For an `overlap = "allow"` job: how many of its runs are going.
+    running: Option<usize>,
     lease_held: bool,
     locked_by: Option<String>,
     lock_until: Option<String>,
@@ -184,6 +186,7 @@ fn job_rows(
                 manual: job.is_some_and(|j| j.schedule.is_manual()),
                 overlap: job.map(|j| j.overlap.to_string()),
                 waiting: lock.and_then(|l| l.waiting()).map(rfc3339),
+                running: state.running.map(|(n, _)| n),
                 lease_held: state.held,
                 locked_by: lock.and_then(|l| l.locked_by.clone()),
                 lock_until: lock.map(|l| rfc3339(l.lock_until)),
@@ -226,6 +229,10 @@ fn print_tables(report: &Report) {
                 )
             } else {
                 "free".to_string()
+            };
+            let lease = match (r.running, &r.overlap) {
+                (Some(running), Some(overlap)) => format!("{running} running ({overlap})"),
+                _ => lease,
             };
             let lease = match &r.waiting {
                 Some(waiting) => format!("{lease}; {waiting} waits for it"),

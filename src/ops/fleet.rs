@@ -87,6 +87,9 @@ pub(crate) struct JobState {
     pub(crate) recent: Vec<RunBrief>,
     /// What an operator should look at first, if anything.
     pub(crate) problem: Option<Problem>,
+    /// For an `overlap = "allow"` job: how many of its run slots are held
+    /// now (its runs going), and how many it has.
+    pub(crate) running: Option<(usize, u32)>,
 }
 
 /// A shared lock of the jobs.
@@ -177,7 +180,19 @@ pub(crate) async fn read(
                 instances: &instances,
             }
             .problem(drift.get(&name));
+            let running = config.job(&name).and_then(|job| match job.overlap {
+                crate::config::Overlap::Allow(max) => {
+                    let slots = crate::lease::concurrent_rows(&job.name, max);
+                    let held = rows
+                        .iter()
+                        .filter(|l| slots.contains(&l.name) && l.lock_until.and_utc() > now)
+                        .count();
+                    Some((held, max))
+                }
+                _ => None,
+            });
             JobState {
+                running,
                 name,
                 lock,
                 held,

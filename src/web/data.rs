@@ -37,6 +37,8 @@ pub(crate) struct JobView {
     /// The instant waiting for its running run (`overlap = "queue"` or
     /// `"replace"`), if one does (UTC, RFC 3339).
     pub(crate) waiting_instant: Option<String>,
+    /// For an `overlap = "allow"` job: how many of its runs are going.
+    pub(crate) running_runs: Option<usize>,
     /// Its newest run, without output.
     pub(crate) last_run: Option<RunRecord>,
     /// Live replicas that define it differently ("r1 has 1a2b…; r2 has …").
@@ -296,6 +298,7 @@ fn job_view(
             until: pause.until.map(crate::schedule::fmt_instant),
             reason: pause.reason.clone(),
         }),
+        running_runs: state.running.map(|(n, _)| n),
         waiting_instant: lock
             .and_then(|l| l.waiting())
             .map(|w| crate::schedule::fmt_instant(w.and_utc())),

@@ -556,6 +556,7 @@ pub(super) async fn job(
                     @else { "free" }
                     " · fence " (job.lease.fence)
                 }
+                @if let Some(running) = job.running_runs { dt { "Running" } dd id="running" { (running) " runs going" } }
                 @if let Some(waiting) = &job.waiting_instant { dt { "Waiting" } dd id="waiting" { (waiting) " waits for the running run" } }
                 @if let Some(drift) = &job.drift { dt { "Drift" } dd class="problem" { (drift) } }
                 dt { "Durations" } dd { (chart(&job.recent, true)) }

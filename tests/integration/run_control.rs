@@ -526,6 +526,11 @@ backend_test! {
         wait_until("six runs ended", Duration::from_secs(60), || {
             succeeded(&config, "parallel").len() >= 6
         });
+        let (_, status, _) = run(&config, &["status", "--format", "json"]);
+        let status: Value = serde_json::from_str(&status).expect("status JSON");
+        let job = &status["jobs"][0];
+        assert_eq!(job["overlap"], "allow 3", "{job}");
+        assert!(job["running"].as_u64().is_some_and(|n| (1..=3).contains(&n)), "{job}");
         drop(replicas);
         let written = std::fs::read_to_string(&records).expect("records");
         let bodies = bodies(&written);
