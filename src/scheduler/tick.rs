@@ -575,22 +575,8 @@ async fn attempt_allowed(
     instant: DateTime<Utc>,
     trigger: Trigger,
 ) -> Attempt {
-    match engine.store.find_lock(&job.name).await {
-        Ok(Some(row))
-            if lease::pause_covers(
-                row.paused_at,
-                row.paused_until,
-                crate::db::clock::to_db_time(instant).0,
-            ) =>
-        {
-            telemetry::skipped(&job.name, telemetry::Skip::Paused, 1);
-            return Attempt::Paused {
-                by: row.paused_by,
-                reason: row.paused_reason,
-            };
-        }
-        Ok(_) => {}
-        Err(e) => return skip_on_error(job, instant, &e),
+    if let Some(not_run) = unless_paused(engine, job, instant).await {
+        return not_run;
     }
     let row = lease::instant_row(&job.name, instant);
     let deadline = deadline_for(engine, job, instant);
@@ -775,26 +761,35 @@ fn start(
     })
 }
 
-/// Runs `instant` of a `run_on = "every"` job on this replica: no claim,
-/// only the job's pause (its lease row says) is heeded. The tick loop
-/// already keeps it from running beside itself here.
-async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
+/// What `instant` of `job` becomes when its lease row says it is paused
+/// (`Paused`), or cannot be read (`Skipped`); `None`: it may run. For the
+/// runs that claim no job row: per-host runs, and `allow` jobs' instants.
+async fn unless_paused(engine: &Engine, job: &Job, instant: DateTime<Utc>) -> Option<Attempt> {
     match engine.store.find_lock(&job.name).await {
         Ok(Some(row))
-            if crate::lease::pause_covers(
+            if lease::pause_covers(
                 row.paused_at,
                 row.paused_until,
                 crate::db::clock::to_db_time(instant).0,
             ) =>
         {
             telemetry::skipped(&job.name, telemetry::Skip::Paused, 1);
-            return Attempt::Paused {
+            Some(Attempt::Paused {
                 by: row.paused_by,
                 reason: row.paused_reason,
-            };
+            })
         }
-        Ok(_) => {}
-        Err(e) => return skip_on_error(job, instant, &e),
+        Ok(_) => None,
+        Err(e) => Some(skip_on_error(job, instant, &e)),
+    }
+}
+
+/// Runs `instant` of a `run_on = "every"` job on this replica: no claim,
+/// only the job's pause (its lease row says) is heeded. The tick loop
+/// already keeps it from running beside itself here.
+async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) -> Attempt {
+    if let Some(not_run) = unless_paused(engine, job, instant).await {
+        return not_run;
     }
     start(
         engine,

@@ -533,18 +533,9 @@ backend_test! {
         assert!(job["running"].as_u64().is_some_and(|n| (1..=3).contains(&n)), "{job}");
         drop(replicas);
         let written = std::fs::read_to_string(&records).expect("records");
-        let bodies = bodies(&written);
-        let mut edges: Vec<(u128, i32)> = bodies
-            .iter()
-            .flat_map(|b| [(b.start, 1), (b.end.unwrap_or(u128::MAX), -1)])
-            .collect();
-        edges.sort();
-        let (mut going, mut most) = (0, 0);
-        for (_, step) in edges {
-            going += step;
-            most = most.max(going);
-        }
+        let (most, _) = most_at_once(&written);
         assert_eq!(most, 3, "{written}");
+        let bodies = bodies(&written);
         let mut instants: Vec<&str> = bodies.iter().map(|b| b.instant.as_str()).collect();
         instants.sort();
         let count = instants.len();
