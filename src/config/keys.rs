@@ -252,7 +252,7 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "schedule",
             None,
-            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). @manual: never on its own, only through trigger, the API or the dashboard. See SCHEDULES. Required.",
+            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). @manual: never on its own, only through trigger, the API or the dashboard. An array of expressions, [\"0 9 * * 1-5\", \"0 12 * * 6\"], fires at the union of their instants, an instant two share once. See SCHEDULES. Required.",
         ),
         key(
             "job",

@@ -57,6 +57,30 @@ pub(super) struct RawSettings {
     pub max_concurrent: Option<S<i64>>,
 }
 
+/// A job's `schedule`: one expression, or several whose instants are the
+/// union.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a cron expression or macro, or an array of them (\"0 9 * * 1-5\" or [\"0 9 * * 1-5\", \"0 12 * * 6\"])"
+)]
+pub(super) enum RawSchedule {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl RawSchedule {
+    /// The schedule it writes, in `zone`.
+    pub(super) fn parse(&self, zone: chrono_tz::Tz) -> Result<crate::schedule::Schedule, String> {
+        match self {
+            RawSchedule::One(expression) => crate::schedule::Schedule::parse(expression, zone),
+            RawSchedule::Several(expressions) => {
+                crate::schedule::Schedule::parse_all(expressions, zone)
+            }
+        }
+    }
+}
+
 /// One `[[limit]]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,7 +116,7 @@ pub(super) enum RawCommand {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawJob {
     pub name: Option<S<String>>,
-    pub schedule: Option<S<String>>,
+    pub schedule: Option<S<RawSchedule>>,
     pub command: Option<S<String>>,
     pub args: Option<S<Vec<String>>>,
     pub env: Option<S<BTreeMap<String, String>>>,

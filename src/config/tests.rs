@@ -934,3 +934,46 @@ fn overlap_is_a_policy_by_name() {
         "overlap is for jobs run once across the fleet",
     );
 }
+
+#[test]
+fn a_schedule_may_be_several_expressions() {
+    let config = parse(&job(
+        "schedule = [\"0 9 * * 1-5\", \"0 12 * * 6\"]\ncommand = \"true\"",
+    ))
+    .expect("valid");
+    assert_eq!(
+        config.jobs[0].schedule.expression(),
+        "0 9 * * 1-5 | 0 12 * * 6"
+    );
+    one_error(
+        &job("schedule = [\"0 9 * * 1-5\", \"0 25 * * 6\"]\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "hour 25 is out of range",
+    );
+    one_error(
+        &job("schedule = [\"@manual\", \"0 9 * * *\"]\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "cannot be one of several schedules",
+    );
+    one_error(
+        &job("schedule = []\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "holds no expression",
+    );
+    // A value of another type says what a schedule is (and the job then
+    // has none).
+    let found = errors(&job("schedule = 5\ncommand = \"true\""));
+    assert!(
+        found.iter().any(|d| d.line == Some(6)
+            && d.key.as_deref() == Some("schedule")
+            && d.message
+                .contains("a cron expression or macro, or an array of them")),
+        "{found:#?}"
+    );
+}

@@ -56,6 +56,9 @@ pub(crate) struct Schedule {
     cron: Option<Arc<Cron>>,
     timeline: Timeline,
     jitter: Option<Jitter>,
+    /// A job's other expressions (`schedule = [...]`), each with its own
+    /// timeline: its instants are the union, an instant two share once.
+    more: Arc<[Schedule]>,
 }
 
 /// How the local times a schedule matches become instants, as cron(8)
@@ -131,6 +134,7 @@ impl Schedule {
                     cron: None,
                     timeline: Timeline::Real,
                     jitter: None,
+                    more: Arc::default(),
                 });
             }
         }
@@ -178,6 +182,7 @@ impl Schedule {
             cron: Some(Arc::new(cron)),
             timeline,
             jitter: None,
+            more: Arc::default(),
         };
         // A valid pattern that never matches (`0 0 30 2 *`) is a mistake,
         // not a job that silently never runs.
@@ -186,6 +191,35 @@ impl Schedule {
             return Err(format!("schedule {expression:?} never fires"));
         }
         Ok(schedule)
+    }
+
+    /// Parses several expressions (`schedule = ["0 9 * * 1-5", "0 12 * * 6"]`)
+    /// into one schedule whose instants are the union of theirs; an instant
+    /// two of them share is one instant. `@reboot` and `@manual` stand
+    /// alone.
+    pub(crate) fn parse_all(expressions: &[String], zone: Tz) -> Result<Self, String> {
+        let (first, rest) = match expressions {
+            [] => return Err("schedule = [] holds no expression".to_string()),
+            [one] => return Schedule::parse(one, zone),
+            [first, rest @ ..] => (first, rest),
+        };
+        let mut base = Schedule::parse(first, zone)?;
+        let more = rest
+            .iter()
+            .map(|expression| Schedule::parse(expression, zone))
+            .collect::<Result<Vec<_>, _>>()?;
+        if base.cron.is_none() || more.iter().any(|s| s.cron.is_none()) {
+            return Err(format!(
+                "{AT_START} and {MANUAL} stand alone: they cannot be one of several schedules"
+            ));
+        }
+        base.expression = expressions
+            .iter()
+            .map(|e| e.trim())
+            .collect::<Vec<_>>()
+            .join(" | ");
+        base.more = more.into();
+        Ok(base)
     }
 
     /// This schedule with `job`'s runs starting up to `jitter` after their
@@ -259,6 +293,16 @@ impl Schedule {
     /// matching local time the zone's clock has not yet shown by `after`:
     /// see [`Schedule::first_instant_at`] and [`Schedule::wall_reached`].
     pub(crate) fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let own = self.next_after_one(after);
+        self.more
+            .iter()
+            .filter_map(|other| other.next_after_one(after))
+            .chain(own)
+            .min()
+    }
+
+    /// [`Schedule::next_after`] of this expression alone.
+    fn next_after_one(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let cron = self.cron.as_ref()?;
         // Instants are whole seconds: the second `after` is in is itself not
         // after it, and the search from it is exclusive.
@@ -291,6 +335,16 @@ impl Schedule {
     /// The latest instant at or before `at`, if there is one: the latest
     /// that [`Schedule::next_after`] gives at or before `at`.
     pub(crate) fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let own = self.latest_one(at);
+        self.more
+            .iter()
+            .filter_map(|other| other.latest_one(at))
+            .chain(own)
+            .max()
+    }
+
+    /// [`Schedule::latest_at_or_before`] of this expression alone.
+    fn latest_one(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let cron = self.cron.as_ref()?;
         let at = at.duration_trunc(TimeDelta::seconds(1)).ok()?;
         match self.timeline {
@@ -1394,5 +1448,72 @@ mod tests {
                 assert_eq!(pair[1] - pair[0], TimeDelta::days(1), "{name}");
             }
         }
+    }
+
+    /// Several expressions: the instants are the union, in order, and an
+    /// instant two of them share comes once; the latest at or before a time
+    /// is the latest of any; `@reboot` and `@manual` stand alone.
+    #[test]
+    fn several_schedules_are_the_union_of_their_instants() {
+        let several = |list: &[&str], zone: &str| {
+            let list: Vec<String> = list.iter().map(|e| e.to_string()).collect();
+            Schedule::parse_all(&list, zone.parse().expect("zone"))
+        };
+        let schedule =
+            several(&["0 9 * * 1-5", "0 12 * * 6", "0 9 * * 1"], "Europe/Berlin").expect("valid");
+        assert_eq!(
+            schedule.expression(),
+            "0 9 * * 1-5 | 0 12 * * 6 | 0 9 * * 1"
+        );
+        // Friday 2027-03-05 to Tuesday 2027-03-09, Berlin (UTC+1).
+        let from = utc("2027-03-05T00:00:00Z");
+        let got: Vec<String> = schedule
+            .upcoming(from, 4)
+            .iter()
+            .map(|t| fmt_instant(*t))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "2027-03-05T08:00:00.000Z",
+                "2027-03-06T11:00:00.000Z",
+                // Monday's 09:00 is in two expressions: one instant.
+                "2027-03-08T08:00:00.000Z",
+                "2027-03-09T08:00:00.000Z",
+            ]
+        );
+        assert_eq!(
+            schedule.latest_at_or_before(utc("2027-03-08T07:00:00Z")),
+            Some(utc("2027-03-06T11:00:00Z"))
+        );
+        assert_eq!(
+            schedule.interval_after(from),
+            Some(std::time::Duration::from_secs(27 * 3600))
+        );
+        // Each keeps its own timeline: a fixed time and an hourly one
+        // through the fall-back overlap of 2027-10-31 in Berlin.
+        let mixed = several(&["30 2 * * *", "15 * * * *"], "Europe/Berlin").expect("valid");
+        let got = mixed.upcoming(utc("2027-10-30T23:50:00Z"), 4);
+        assert_eq!(
+            got.iter().map(|t| fmt_instant(*t)).collect::<Vec<_>>(),
+            [
+                "2027-10-31T00:15:00.000Z",
+                "2027-10-31T00:30:00.000Z",
+                "2027-10-31T01:15:00.000Z",
+                "2027-10-31T02:15:00.000Z",
+            ]
+        );
+        assert!(several(&[], "UTC").is_err());
+        assert!(several(&["@manual", "0 9 * * *"], "UTC").is_err());
+        assert!(several(&["0 9 * * *", "@reboot"], "UTC").is_err());
+        assert!(
+            several(&["0 9 * * *", "61 * * * *"], "UTC")
+                .unwrap_err()
+                .contains("61")
+        );
+        assert_eq!(
+            several(&["@daily"], "UTC").expect("one").expression(),
+            "@daily"
+        );
     }
 }

@@ -1264,3 +1264,51 @@ async fn a_replacing_instant_stops_the_run_before_it() {
     instants.dedup();
     assert_eq!(instants.len(), rows.len(), "an instant ran twice: {rows:?}");
 }
+
+/// A job of the job file with several schedules that share instants, on two
+/// replicas and a paused clock: each instant of the union runs once, a
+/// shared one too, and none is recorded missed.
+#[tokio::test(start_paused = true)]
+async fn several_schedules_run_each_instant_of_their_union_once() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[[job]]\nname = \"union\"\n\
+         schedule = [\"*/2 * * * *\", \"*/3 * * * *\"]\ncommand = \"true\"\nmissed_after = \"5s\"\n",
+        db.url
+    );
+    let config = crate::config::Config::parse(
+        std::path::Path::new("jobs.toml"),
+        &text,
+        &crate::config::Environment::default(),
+    )
+    .expect("config");
+    let ran: Arc<Mutex<Vec<DateTime<Utc>>>> = Arc::default();
+    let replica = |id: &str| {
+        let record = ran.clone();
+        let job = Job::from_config(&config.jobs[0]).run(move |ctx| {
+            record.lock().expect("ran").push(ctx.instant());
+            async { Ok::<(), String>(()) }
+        });
+        replica_of(&db, &clock, id, job).build()
+    };
+    let (one, two) = (
+        replica("one").await.expect("build"),
+        replica("two").await.expect("build"),
+    );
+    let minutes = || tokio::time::sleep(Duration::from_secs(12 * 60 + 20));
+    let (a, b) = tokio::join!(one.run_until(minutes()), two.run_until(minutes()));
+    a.expect("runs");
+    b.expect("runs");
+    let mut ran = ran.lock().expect("ran").clone();
+    ran.sort();
+    let minutes: Vec<u32> = ran.iter().map(chrono::Timelike::minute).collect();
+    // Minutes 2..=12 divisible by 2 or 3: 6 and 12 in both, once each.
+    assert_eq!(minutes, [2, 3, 4, 6, 8, 9, 10, 12]);
+    let rows = runs_of(&db, "union");
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    assert!(
+        rows.iter().all(|r| r.status == RunStatus::Succeeded),
+        "{rows:?}"
+    );
+}

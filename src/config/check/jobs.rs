@@ -279,7 +279,7 @@ impl Checker<'_> {
         schedule: Schedule,
         name: Option<&str>,
         settings: &Settings,
-        expression: &Spanned<String>,
+        expression: &Spanned<RawSchedule>,
         scope: Scope<'_>,
     ) -> Option<Schedule> {
         if settings.jitter.is_zero() {
@@ -455,7 +455,7 @@ impl Checker<'_> {
                 );
                 None
             }
-            Some(expression) => match Schedule::parse(expression.get_ref(), settings.timezone) {
+            Some(expression) => match expression.get_ref().parse(settings.timezone) {
                 Ok(schedule) if schedule.is_manual() && run_on == RunOn::Every => {
                     self.report(
                         Some(expression.span()),

@@ -20,7 +20,9 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
-use super::raw::{RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSettings, RawWeb};
+use super::raw::{
+    RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule, RawSettings, RawWeb,
+};
 use super::*;
 
 /// Checks `text` (read from `path`): the config, if it could be built, and
