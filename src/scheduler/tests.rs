@@ -30,6 +30,21 @@ fn replica_of(db: &TestDb, clock: &Arc<TokioClock>, id: &str, job: Job) -> Sched
         .job(job)
 }
 
+/// Builds two replicas and runs them side by side for `span` of the
+/// paused clock.
+async fn side_by_side(one: SchedulerBuilder, two: SchedulerBuilder, span: Duration) {
+    let (one, two) = (
+        one.build().await.expect("build"),
+        two.build().await.expect("build"),
+    );
+    let (a, b) = tokio::join!(
+        one.run_until(tokio::time::sleep(span)),
+        two.run_until(tokio::time::sleep(span))
+    );
+    a.expect("runs");
+    b.expect("runs");
+}
+
 fn runs_of(db: &TestDb, job: &str) -> Vec<RunRow> {
     let mut rows = list_runs(
         &mut db.connect(),
@@ -561,22 +576,11 @@ async fn a_limit_of_two_lets_two_of_three_jobs_run_at_once() {
         job
     };
     let replica = |id: &str| {
-        Scheduler::builder(db.url.as_str())
-            .clock(clock.clone())
-            .instance_id(id)
-            .job(job("a"))
+        replica_of(&db, &clock, id, job("a"))
             .job(job("b"))
             .job(job("c"))
-            .build()
     };
-    let (one, two) = (
-        replica("one").await.expect("build"),
-        replica("two").await.expect("build"),
-    );
-    let minutes = || tokio::time::sleep(Duration::from_secs(6 * 60));
-    let (ran_one, ran_two) = tokio::join!(one.run_until(minutes()), two.run_until(minutes()));
-    ran_one.expect("runs");
-    ran_two.expect("runs");
+    side_by_side(replica("one"), replica("two"), Duration::from_secs(6 * 60)).await;
     let spans = spans.lock().expect("spans").clone();
     let mut edges: Vec<(DateTime<Utc>, i32)> = spans
         .iter()
@@ -1172,20 +1176,9 @@ async fn a_queued_instant_starts_as_the_run_before_it_ends() {
         );
         job.settings.overlap = crate::config::Overlap::Queue;
         job.settings.timeout = Duration::from_secs(600);
-        Scheduler::builder(db.url.as_str())
-            .clock(clock.clone())
-            .instance_id(id)
-            .job(job)
-            .build()
+        replica_of(&db, &clock, id, job)
     };
-    let (one, two) = (
-        replica("one").await.expect("build"),
-        replica("two").await.expect("build"),
-    );
-    let minutes = || tokio::time::sleep(Duration::from_secs(11 * 60));
-    let (a, b) = tokio::join!(one.run_until(minutes()), two.run_until(minutes()));
-    a.expect("runs");
-    b.expect("runs");
+    side_by_side(replica("one"), replica("two"), Duration::from_secs(11 * 60)).await;
     let spans = spans.lock().expect("spans").clone();
     let instants: Vec<&str> = spans.iter().map(|(i, _, _)| &i[14..16]).collect();
     // 01 runs to 03:30, while 02 waits (03 is an overrun: one waits);
@@ -1235,20 +1228,14 @@ async fn a_replacing_instant_stops_the_run_before_it() {
         job.settings.lock_at_most_for = Duration::from_secs(30);
         job.settings.kill_grace = Duration::from_secs(2);
         job.settings.timeout = Duration::from_secs(1200);
-        Scheduler::builder(db.url.as_str())
-            .clock(clock.clone())
-            .instance_id(id)
-            .job(job)
-            .build()
+        replica_of(&db, &clock, id, job)
     };
-    let (one, two) = (
-        replica("one").await.expect("build"),
-        replica("two").await.expect("build"),
-    );
-    let minutes = || tokio::time::sleep(Duration::from_secs(5 * 60 + 30));
-    let (a, b) = tokio::join!(one.run_until(minutes()), two.run_until(minutes()));
-    a.expect("runs");
-    b.expect("runs");
+    side_by_side(
+        replica("one"),
+        replica("two"),
+        Duration::from_secs(5 * 60 + 30),
+    )
+    .await;
     let spans = spans.lock().expect("spans").clone();
     assert!(spans.len() >= 4, "{spans:?}");
     for pair in spans.windows(2) {
@@ -1290,16 +1277,14 @@ async fn several_schedules_run_each_instant_of_their_union_once() {
             record.lock().expect("ran").push(ctx.instant());
             async { Ok::<(), String>(()) }
         });
-        replica_of(&db, &clock, id, job).build()
+        replica_of(&db, &clock, id, job)
     };
-    let (one, two) = (
-        replica("one").await.expect("build"),
-        replica("two").await.expect("build"),
-    );
-    let minutes = || tokio::time::sleep(Duration::from_secs(12 * 60 + 20));
-    let (a, b) = tokio::join!(one.run_until(minutes()), two.run_until(minutes()));
-    a.expect("runs");
-    b.expect("runs");
+    side_by_side(
+        replica("one"),
+        replica("two"),
+        Duration::from_secs(12 * 60 + 20),
+    )
+    .await;
     let mut ran = ran.lock().expect("ran").clone();
     ran.sort();
     let minutes: Vec<u32> = ran.iter().map(chrono::Timelike::minute).collect();

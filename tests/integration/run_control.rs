@@ -193,12 +193,7 @@ backend_test! {
             ));
         }
         let config = db.config(&jobs);
-        let replicas: Vec<Replica> = (0..3)
-            .map(|n| Replica::start(&config, &format!("r{n}"), None, &[]))
-            .collect();
-        for replica in &replicas {
-            replica.wait_for_log("replicron started", Duration::from_secs(30));
-        }
+        let replicas = fleet_of_three(&config);
         wait_until("each job ran twice", Duration::from_secs(60), || {
             ["pull-a", "pull-b", "pull-c"].iter().all(|job| succeeded(&config, job).len() >= 2)
         });
@@ -297,11 +292,27 @@ fn one_at_a_time_and_once(bodies: &[&Body], written: &str) {
             pair[1]
         );
     }
-    let mut instants: Vec<&str> = bodies.iter().map(|b| b.instant.as_str()).collect();
+    each_once(bodies.iter().map(|b| b.instant.as_str()), written);
+}
+
+/// No instant among `instants` comes twice; `context` says where they are.
+fn each_once<'a>(instants: impl Iterator<Item = &'a str>, context: &str) {
+    let mut instants: Vec<&str> = instants.collect();
     instants.sort();
     let count = instants.len();
     instants.dedup();
-    assert_eq!(instants.len(), count, "an instant ran twice: {written}");
+    assert_eq!(instants.len(), count, "an instant ran twice: {context}");
+}
+
+/// Three replicas on `config`, started.
+fn fleet_of_three(config: &std::path::Path) -> Vec<Replica> {
+    let replicas: Vec<Replica> = (0..3)
+        .map(|n| Replica::start(config, &format!("r{n}"), None, &[]))
+        .collect();
+    for replica in &replicas {
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+    }
+    replicas
 }
 
 backend_test! {
@@ -517,12 +528,7 @@ backend_test! {
             recorded_body(&records, "4")
         );
         let config = db.config(&jobs);
-        let replicas: Vec<Replica> = (0..3)
-            .map(|n| Replica::start(&config, &format!("r{n}"), None, &[]))
-            .collect();
-        for replica in &replicas {
-            replica.wait_for_log("replicron started", Duration::from_secs(30));
-        }
+        let replicas = fleet_of_three(&config);
         wait_until("six runs ended", Duration::from_secs(60), || {
             succeeded(&config, "parallel").len() >= 6
         });
@@ -535,17 +541,8 @@ backend_test! {
         let written = std::fs::read_to_string(&records).expect("records");
         let (most, _) = most_at_once(&written);
         assert_eq!(most, 3, "{written}");
-        let bodies = bodies(&written);
-        let mut instants: Vec<&str> = bodies.iter().map(|b| b.instant.as_str()).collect();
-        instants.sort();
-        let count = instants.len();
-        instants.dedup();
-        assert_eq!(instants.len(), count, "an instant ran twice: {written}");
+        each_once(bodies(&written).iter().map(|b| b.instant.as_str()), &written);
         let rows = history_json(&config, "parallel");
-        let mut scheduled: Vec<&str> = rows.iter().filter_map(|r| r["scheduled_at"].as_str()).collect();
-        scheduled.sort();
-        let rows_count = scheduled.len();
-        scheduled.dedup();
-        assert_eq!(scheduled.len(), rows_count, "{rows:?}");
+        each_once(rows.iter().filter_map(|r| r["scheduled_at"].as_str()), &format!("{rows:?}"));
     }
 }
