@@ -13,7 +13,6 @@ use super::{
     ConfigArg, ExitCode, UsageError, command_runtime, describe, find_job, load, open_for_command,
     parse_rfc3339,
 };
-use crate::config::RunOn;
 use crate::history::RunStatus;
 use crate::schedule::fmt_instant;
 use crate::scheduler::Job;
@@ -52,36 +51,15 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let job = find_job(&config, &args.job)?.clone();
     let usage = |text: String| -> anyhow::Result<ExitCode> { Err(UsageError(text).into()) };
-    if job.schedule.is_manual() || job.schedule.is_at_start() {
-        return usage(format!(
-            "{}: {} has no instants to backfill",
-            job.name,
-            job.schedule.expression()
-        ));
-    }
-    if job.run_on == RunOn::Every {
-        return usage(format!(
-            "{}: a run_on = \"every\" job's instants are each replica's own: run its command on the host",
-            job.name
-        ));
-    }
-    if args.from >= args.to {
-        return usage(format!(
-            "--from {} is not before --to {}",
-            fmt_instant(args.from),
-            fmt_instant(args.to)
-        ));
+    if let Err(refused) = backfill::check_range(&job, args.from, args.to) {
+        return usage(refused.to_string());
     }
     crate::runner::users::check_host(&config)?;
     let pool = open_for_command(&config)?;
     let now = crate::db::clock::database_now(&mut *pool.get()?)
         .map_err(|e| crate::db::DbError::query("reading the database's time", e))?;
-    if args.to > now {
-        return usage(format!(
-            "--to {} is in the future (the database's now is {}): instants not yet due are the schedule's",
-            fmt_instant(args.to),
-            fmt_instant(now)
-        ));
+    if let Err(refused) = backfill::check_past(args.to, now) {
+        return usage(refused.to_string());
     }
     let instants = backfill::instants(&job.schedule, args.from, args.to, CONFIRM_ABOVE * 100 + 1);
     if instants.is_empty() {

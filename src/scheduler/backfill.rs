@@ -58,6 +58,66 @@ pub(crate) fn instants(
     instants
 }
 
+/// Why a backfill of a range of a job cannot be: what the command line
+/// and the API refuse alike.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refused {
+    /// `@manual` or `@reboot`.
+    #[error("{job}: {expression} has no instants to backfill")]
+    NoInstants { job: String, expression: String },
+    /// A `run_on = "every"` job.
+    #[error(
+        "{0}: a run_on = \"every\" job's instants are each replica's own: run its command on the host"
+    )]
+    PerHost(String),
+    /// `from` is not before `to`.
+    #[error("from {} is not before to {}", fmt_instant(*.from), fmt_instant(*.to))]
+    Empty {
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    },
+    /// `to` is after the database's now.
+    #[error(
+        "to {} is in the future (the database's now is {}): instants not yet due are the schedule's",
+        fmt_instant(*.to),
+        fmt_instant(*.now)
+    )]
+    Future {
+        to: DateTime<Utc>,
+        now: DateTime<Utc>,
+    },
+}
+
+/// Whether `job` has a range `[from, to)` to backfill, before the
+/// database is asked anything.
+pub(crate) fn check_range(
+    job: &crate::config::Job,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<(), Refused> {
+    if job.schedule.is_manual() || job.schedule.is_at_start() {
+        return Err(Refused::NoInstants {
+            job: job.name.to_string(),
+            expression: job.schedule.expression().to_string(),
+        });
+    }
+    if job.run_on == crate::config::RunOn::Every {
+        return Err(Refused::PerHost(job.name.to_string()));
+    }
+    if from >= to {
+        return Err(Refused::Empty { from, to });
+    }
+    Ok(())
+}
+
+/// Whether a range ending at `to` is past at the database's `now`.
+pub(crate) fn check_past(to: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), Refused> {
+    if to > now {
+        return Err(Refused::Future { to, now });
+    }
+    Ok(())
+}
+
 /// The key a backfill of `[from, to)` records its runs with (their
 /// `once_key`): the same range is the same backfill, whoever starts it.
 pub(crate) fn key(from: DateTime<Utc>, to: DateTime<Utc>) -> String {

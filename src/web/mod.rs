@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 pub(crate) use self::auth::Auth;
-use crate::config::{Config, RunOn};
+use crate::config::Config;
 use crate::db::Store;
 use crate::ops::actions::{self, Refused, Unlocked};
 use crate::scheduler::trigger::{self, Answer, Refusal};
@@ -472,19 +472,10 @@ async fn backfill_of(
         (Ok(from), Ok(to)) => (from, to),
         (Err(e), _) | (_, Err(e)) => return bad(e),
     };
-    if job.schedule.is_manual() || job.schedule.is_at_start() || job.run_on == RunOn::Every {
-        return bad("it has no instants of the fleet's to backfill".to_string());
-    }
-    if from >= to {
-        return bad("from is not before to".to_string());
-    }
+    let refused = |refused: backfill::Refused| (StatusCode::BAD_REQUEST, refused.to_string());
+    backfill::check_range(job, from, to).map_err(refused)?;
     let now = web.store.database_now().await.map_err(failed)?;
-    if to > now {
-        return bad(format!(
-            "to is in the future (the database's now is {}): instants not yet due are the schedule's",
-            crate::schedule::fmt_instant(now)
-        ));
-    }
+    backfill::check_past(to, now).map_err(refused)?;
     let instants = backfill::instants(&job.schedule, from, to, backfill::CONFIRM_ABOVE + 1);
     if instants.len() > backfill::CONFIRM_ABOVE {
         return bad(format!(
