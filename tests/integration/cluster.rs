@@ -88,6 +88,7 @@ impl Node {
             .arg("--no-defaults")
             .arg(format!("--datadir={}", dir.display()))
             .arg(format!("--socket={}", dir.with_extension("sock").display()))
+            .arg(format!("--tmpdir={}", private_tmp(dir).display()))
             .arg(format!(
                 "--pid-file={}",
                 dir.with_extension("pid").display()
@@ -233,11 +234,21 @@ impl Drop for Node {
     }
 }
 
+/// A server's own temporary folder beside its data: two servers
+/// bootstrapping at once in the shared /tmp collided on a temporary
+/// table's file there.
+fn private_tmp(dir: &Path) -> std::path::PathBuf {
+    let tmp = dir.with_extension("tmp");
+    std::fs::create_dir_all(&tmp).expect("temporary folder");
+    tmp
+}
+
 fn install(dir: &Path) {
     std::fs::create_dir_all(dir).expect("data dir");
     let output = Command::new(INSTALL_DB)
         .arg("--no-defaults")
         .arg(format!("--datadir={}", dir.display()))
+        .arg(format!("--tmpdir={}", private_tmp(dir).display()))
         .args([
             "--user=root",
             "--auth-root-authentication-method=normal",
