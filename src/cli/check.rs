@@ -5,7 +5,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::{ConfigArg, ExitCode, load, parse_rfc3339};
 use crate::config::Config;
-use crate::schedule::SystemClock;
+use crate::schedule::{Excluded, Schedule, SystemClock};
 
 /// Arguments of `check`.
 #[derive(Debug, clap::Args)]
@@ -48,6 +48,24 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     if let Some(note) = clock_note {
         println!("{note}");
     }
+    for calendar in &config.calendars {
+        let next: Vec<String> = calendar
+            .dates_from(from.date_naive())
+            .take(5)
+            .map(|d| d.to_string())
+            .collect();
+        println!(
+            "calendar {:?}: {} date{}; next {}",
+            calendar.name(),
+            calendar.len(),
+            if calendar.len() == 1 { "" } else { "s" },
+            if next.is_empty() {
+                "none".to_string()
+            } else {
+                next.join(" ")
+            }
+        );
+    }
     for job in &config.jobs {
         println!();
         let state = if job.enabled { "" } else { " (disabled)" };
@@ -80,6 +98,7 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
             println!("  runs only when triggered (replicron trigger, the API, the dashboard)");
             continue;
         }
+        print_rules(&job.schedule, from);
         if job.schedule.is_at_start() {
             println!("  runs once at each start of a replica");
             continue;
@@ -89,13 +108,31 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
             args.count,
             from.to_rfc3339_opts(SecondsFormat::Millis, true)
         );
-        for instant in job.schedule.upcoming(from, args.count) {
+        for (instant, excluded) in job.schedule.upcoming_marked(from, args.count) {
             let local = instant.with_timezone(&job.schedule.zone());
             let mut line = format!(
                 "    {}  {}",
                 instant.to_rfc3339_opts(SecondsFormat::Secs, false),
                 local.to_rfc3339_opts(SecondsFormat::Secs, false)
             );
+            if let Some(excluded) = excluded {
+                line.push_str(&match excluded {
+                    Excluded::SkipOn(_) | Excluded::NotOn(_) => {
+                        format!(
+                            "  excluded: {excluded} (every instant of {})",
+                            local.date_naive()
+                        )
+                    }
+                    Excluded::BeforeWindow => {
+                        format!("  excluded: {excluded} (and every instant before it)")
+                    }
+                    Excluded::AfterWindow => {
+                        format!("  excluded: {excluded}, as every instant after it: the job ends")
+                    }
+                });
+                println!("{line}");
+                continue;
+            }
             if !jitter.is_zero() {
                 line.push_str(&format!(
                     "  starts {}",
@@ -108,6 +145,51 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What bounds `schedule`'s instants beside its expressions: its window,
+/// calendars, and what its daylight-saving policy makes of its zone's next
+/// transition.
+fn print_rules(schedule: &Schedule, from: DateTime<Utc>) {
+    let rules = schedule.rules();
+    let at = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+    match (rules.not_before, rules.not_after) {
+        (None, None) => {}
+        (from_, to) => println!(
+            "  window    {} to {}{}",
+            from_.map_or_else(|| "any time".to_string(), at),
+            to.map_or_else(|| "no end".to_string(), at),
+            if schedule.has_ended(from) {
+                ": ended, no instant after it"
+            } else {
+                ""
+            }
+        ),
+    }
+    let names = |calendars: &[std::sync::Arc<crate::schedule::calendar::Calendar>]| {
+        calendars
+            .iter()
+            .map(|c| format!("{:?}", c.name()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if !rules.skip_on.is_empty() {
+        println!(
+            "  skip_on   {} (no instant on their dates, in the job's zone; none missed)",
+            names(&rules.skip_on)
+        );
+    }
+    if !rules.only_on.is_empty() {
+        println!(
+            "  only_on   {} (instants only on their dates, in the job's zone)",
+            names(&rules.only_on)
+        );
+    }
+    if let Some(lines) = schedule.next_transition(from) {
+        for line in lines {
+            println!("  dst       {line}");
+        }
+    }
 }
 
 /// "Now" for `check`: the database's clock, as the daemon fires on it. A

@@ -158,7 +158,7 @@ fn configuration() -> String {
     for key in all.iter().filter(|k| k.about != keys::AS_IN_DEFAULTS) {
         if key.table != table {
             table = key.table;
-            let header = if table == "job" || table == "limit" {
+            let header = if matches!(table, "job" | "limit" | "calendar") {
                 format!("[[{table}]]")
             } else {
                 format!("[{table}]")

@@ -93,6 +93,9 @@ struct JobStatus {
     next: Option<String>,
     /// Whether it runs only when asked (`@manual`): no next instant.
     manual: bool,
+    /// Whether its window has closed (`not_after` has passed): no next
+    /// instant.
+    ended: bool,
     /// What an instant that comes while its run is going does.
     overlap: Option<String>,
     /// The instant waiting for its running run (`overlap = "queue"` or
@@ -184,6 +187,7 @@ fn job_rows(
                     .next(job, now)
                     .map(|(t, _)| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
                 manual: job.is_some_and(|j| j.schedule.is_manual()),
+                ended: job.is_some_and(|j| j.schedule.has_ended(now)),
                 overlap: job.map(|j| j.overlap.to_string()),
                 waiting: lock.and_then(|l| l.waiting()).map(rfc3339),
                 running: state.running.map(|(n, _)| n),
@@ -248,6 +252,7 @@ fn print_tables(report: &Report) {
                 (None, _) => "not in config".to_string(),
                 (Some(false), _) => "disabled".to_string(),
                 (Some(true), None) if r.manual => "manual (trigger)".to_string(),
+                (Some(true), None) if r.ended => "ended (its not_after has passed)".to_string(),
                 (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),
             };
             vec![

@@ -6,7 +6,8 @@
 /// One key of the job file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Key {
-    /// `database`, `daemon`, `defaults`, `notify`, `limit` or `job`.
+    /// `database`, `daemon`, `defaults`, `notify`, `limit`, `calendar` or
+    /// `job`.
     pub(crate) table: &'static str,
     /// The key.
     pub(crate) name: &'static str,
@@ -34,7 +35,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 14] = [
+const SETTINGS: [(&str, Option<&str>, &str); 16] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -104,6 +105,16 @@ const SETTINGS: [(&str, Option<&str>, &str); 14] = [
         "max_concurrent",
         None,
         "With overlap = \"allow\", and required there: how many runs of the job may run at once across the fleet, 1 to 1000. An instant that finds them all going waits for one to end up to 60s, then is recorded skipped.",
+    ),
+    (
+        "dst_gap",
+        Some("\"shift\""),
+        "For a schedule of fixed times (no * in its seconds, minute or hour field): what a local time that a spring-forward transition skips does. \"shift\": it fires once, at the end of the gap (cron(8)). \"skip\": it does not fire that day. A schedule with a * there stays on the real timeline. check shows what it does at the zone's next transition.",
+    ),
+    (
+        "dst_repeat",
+        Some("\"first\""),
+        "For a schedule of fixed times: what a local time that a fall-back transition shows twice does. \"first\": it fires at its first occurrence (cron(8)); \"last\": at its second; \"both\": at each.",
     ),
 ];
 
@@ -243,6 +254,24 @@ pub(crate) fn all() -> Vec<Key> {
             "How many runs of the jobs that take it may run at once across the fleet, 1 to 1000. A run waits for a free slot up to 60s, then its instant is recorded skipped, naming the limit and the slots' holders. Required.",
         ),
         key(
+            "calendar",
+            "name",
+            None,
+            "A named set of dates, taken by jobs' skip_on and only_on: 1 to 43 of A-Z a-z 0-9 _ . : -. Required.",
+        ),
+        key(
+            "calendar",
+            "dates",
+            None,
+            "Its dates, as [\"2026-12-25\", \"2026-12-26\"]. Exactly one of dates and ics.",
+        ),
+        key(
+            "calendar",
+            "ics",
+            None,
+            "An iCalendar file (relative to the job file's folder) whose events' dates it holds: all-day and timed events, several days long, and recurring ones (RRULE, RDATE, EXDATE), expanded up to 2100. A file that cannot be read or parsed is an error naming the file and line; on reload, the running config is kept.",
+        ),
+        key(
             "job",
             "name",
             None,
@@ -316,6 +345,30 @@ pub(crate) fn all() -> Vec<Key> {
         ),
         key(
             "job",
+            "not_before",
+            None,
+            "An RFC 3339 instant (\"2026-12-01T00:00:00Z\"): the job has no instant before it. Nothing before it is missed or caught up.",
+        ),
+        key(
+            "job",
+            "not_after",
+            None,
+            "An RFC 3339 instant: the job has no instant after it; status then says it ended. Nothing after it is missed.",
+        ),
+        key(
+            "job",
+            "skip_on",
+            None,
+            "Calendars, as [\"de-holidays\"], each declared by a [[calendar]]: an instant on one of their dates (a date in the job's zone) is not run, not recorded missed and not notified. check lists it as excluded.",
+        ),
+        key(
+            "job",
+            "only_on",
+            None,
+            "Calendars, as [\"trading-days\"]: the job's instants are those on one of their dates (in the job's zone) alone; the others are excluded as by skip_on.",
+        ),
+        key(
+            "job",
             "enabled",
             Some("true"),
             "A disabled job is validated but never scheduled.",
@@ -372,6 +425,7 @@ mod tests {
             ("defaults", "[defaults]"),
             ("notify", "[notify]"),
             ("limit", "[[limit]]"),
+            ("calendar", "[[calendar]]"),
             ("job", "[[job]]"),
         ] {
             let mut documented: Vec<String> = all()

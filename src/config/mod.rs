@@ -53,6 +53,8 @@ pub(crate) struct Config {
     pub(crate) jobs: Vec<Job>,
     /// Every `[[limit]]`, in file order.
     pub(crate) limits: Vec<Limit>,
+    /// Every `[[calendar]]`, in file order.
+    pub(crate) calendars: Vec<std::sync::Arc<crate::schedule::calendar::Calendar>>,
 }
 
 /// The lease and stop settings of `[defaults]`, for runs that are not
@@ -313,7 +315,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -344,6 +346,12 @@ impl Job {
                 .map(|l| format!("{}={}", l.name, l.max_running))
                 .collect::<Vec<_>>(),
             self.overlap,
+            // Only where set: a job without them compares as before.
+            if *self.schedule.rules() == crate::schedule::Rules::default() {
+                String::new()
+            } else {
+                format!(" rules={:?}", self.schedule.rules())
+            },
         )
     }
 }

@@ -55,6 +55,8 @@ pub(super) struct RawSettings {
     pub jitter: Option<S<String>>,
     pub overlap: Option<S<String>>,
     pub max_concurrent: Option<S<i64>>,
+    pub dst_gap: Option<S<String>>,
+    pub dst_repeat: Option<S<String>>,
 }
 
 /// A job's `schedule`: one expression, or several whose instants are the
@@ -87,6 +89,15 @@ impl RawSchedule {
 pub(super) struct RawLimit {
     pub name: Option<S<String>>,
     pub max_running: Option<S<i64>>,
+}
+
+/// One `[[calendar]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCalendar {
+    pub name: Option<S<String>>,
+    pub dates: Option<S<Vec<String>>>,
+    pub ics: Option<S<String>>,
 }
 
 /// `[notify]`, and a job's own `notify` table.
@@ -136,6 +147,12 @@ pub(super) struct RawJob {
     pub jitter: Option<S<String>>,
     pub overlap: Option<S<String>>,
     pub max_concurrent: Option<S<i64>>,
+    pub dst_gap: Option<S<String>>,
+    pub dst_repeat: Option<S<String>>,
+    pub not_before: Option<S<String>>,
+    pub not_after: Option<S<String>>,
+    pub skip_on: Option<S<Vec<String>>>,
+    pub only_on: Option<S<Vec<String>>>,
     pub user: Option<S<String>>,
     pub group: Option<S<String>>,
     pub run_on: Option<S<String>>,
@@ -163,6 +180,8 @@ impl RawJob {
             jitter: self.jitter.take(),
             overlap: self.overlap.take(),
             max_concurrent: self.max_concurrent.take(),
+            dst_gap: self.dst_gap.take(),
+            dst_repeat: self.dst_repeat.take(),
         }
     }
 }

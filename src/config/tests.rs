@@ -977,3 +977,112 @@ fn a_schedule_may_be_several_expressions() {
         "{found:#?}"
     );
 }
+
+#[test]
+fn calendars_windows_and_the_daylight_saving_policy() {
+    let folder = tempfile::tempdir().expect("a folder");
+    let ics = folder.path().join("holidays.ics");
+    std::fs::write(
+        &ics,
+        "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20201225\nRRULE:FREQ=YEARLY\nEND:VEVENT\nEND:VCALENDAR\n",
+    )
+    .expect("written");
+    let path = folder.path().join("jobs.toml");
+    let text = format!(
+        "{DB}[defaults]\ndst_gap = \"skip\"\n[[calendar]]\nname = \"holidays\"\nics = \"holidays.ics\"\n\
+         [[calendar]]\nname = \"freeze\"\ndates = [\"2026-12-28\"]\n\
+         [[job]]\nname = \"j\"\nschedule = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"\ncommand = \"true\"\n\
+         skip_on = [\"holidays\", \"freeze\"]\ndst_repeat = \"both\"\n\
+         not_before = \"2026-12-01T00:00:00Z\"\nnot_after = \"2027-12-31T00:00:00+01:00\"\n"
+    );
+    if cfg!(feature = "sqlite") {
+        let config = Config::parse(&path, &text, &Environment::default()).expect("valid");
+        let rules = config.jobs[0].schedule.rules();
+        assert_eq!(rules.dst_gap, crate::schedule::DstGap::Skip);
+        assert_eq!(rules.dst_repeat, crate::schedule::DstRepeat::Both);
+        assert_eq!(rules.skip_on.len(), 2);
+        assert_eq!(config.calendars.len(), 2);
+        assert!(config.jobs[0].definition().contains("rules="));
+        // A job without them compares as it did.
+        let plain = parse(&job("schedule = \"@daily\"\ncommand = \"true\"")).expect("valid");
+        assert!(!plain.jobs[0].definition().contains("rules="));
+    }
+    // A file that cannot be read, or parsed: the file and its line.
+    let missing = Config::parse(
+        &path,
+        &text.replace("holidays.ics", "nowhere.ics"),
+        &Environment::default(),
+    )
+    .expect_err("no file");
+    let rendered = missing.to_string();
+    assert!(rendered.contains("jobs.toml:7:"), "{rendered}");
+    assert!(rendered.contains("nowhere.ics"), "{rendered}");
+    std::fs::write(
+        &ics,
+        "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20201225\nRRULE:FREQ=WHENEVER\nEND:VEVENT\nEND:VCALENDAR\n",
+    )
+    .expect("written");
+    let bad = Config::parse(&path, &text, &Environment::default()).expect_err("bad rule");
+    let rendered = bad.to_string();
+    assert!(rendered.contains("holidays.ics:4:"), "{rendered}");
+    assert!(rendered.contains("WHENEVER"), "{rendered}");
+
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\ndst_gap = \"later\""),
+        8,
+        Some("\"j\""),
+        "dst_gap",
+        "expected \"shift\"",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\ndst_repeat = \"twice\""),
+        8,
+        Some("\"j\""),
+        "dst_repeat",
+        "\"both\"",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nskip_on = [\"nope\"]"),
+        8,
+        Some("\"j\""),
+        "skip_on",
+        "no [[calendar]] declares",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nnot_before = \"tomorrow\""),
+        8,
+        Some("\"j\""),
+        "not_before",
+        "RFC 3339",
+    );
+    one_error(
+        &job(
+            "schedule = \"@daily\"\ncommand = \"true\"\nnot_before = \"2027-01-01T00:00:00Z\"\nnot_after = \"2026-01-01T00:00:00Z\"",
+        ),
+        9,
+        Some("\"j\""),
+        "not_after",
+        "before not_before",
+    );
+    one_error(
+        &job("schedule = \"@manual\"\ncommand = \"true\"\nnot_after = \"2026-01-01T00:00:00Z\""),
+        8,
+        Some("\"j\""),
+        "not_after",
+        "a @manual job has none",
+    );
+    one_error(
+        &format!("{DB}[[calendar]]\nname = \"c\"\ndates = [\"2026-02-30\"]\n"),
+        5,
+        None,
+        "calendar.dates",
+        "\"2026-02-30\" is no date",
+    );
+    one_error(
+        &format!("{DB}[[calendar]]\nname = \"c\"\n"),
+        3,
+        None,
+        "calendar.dates",
+        "needs dates",
+    );
+}

@@ -22,12 +22,15 @@
 //! through a fall-back overlap and never in a gap.
 
 mod alarm;
+pub(crate) mod calendar;
 mod clock;
+pub(crate) mod rules;
 mod ticker;
 
 #[cfg(test)]
 pub(crate) use self::clock::TokioClock;
 pub(crate) use self::clock::{Clock, DatabaseClock, Offset, SystemClock};
+pub(crate) use self::rules::{DstGap, DstRepeat, Excluded, Rules};
 pub(crate) use self::ticker::{LATE_LIMIT, Ticker};
 
 use std::sync::Arc;
@@ -59,6 +62,8 @@ pub(crate) struct Schedule {
     /// A job's other expressions (`schedule = [...]`), each with its own
     /// timeline: its instants are the union, an instant two share once.
     more: Arc<[Schedule]>,
+    /// Its daylight-saving policy, window and calendars.
+    rules: Arc<Rules>,
 }
 
 /// How the local times a schedule matches become instants, as cron(8)
@@ -93,6 +98,7 @@ impl PartialEq for Schedule {
         self.expression == other.expression
             && self.zone == other.zone
             && self.jitter == other.jitter
+            && self.rules == other.rules
     }
 }
 
@@ -135,6 +141,7 @@ impl Schedule {
                     timeline: Timeline::Real,
                     jitter: None,
                     more: Arc::default(),
+                    rules: Arc::default(),
                 });
             }
         }
@@ -183,6 +190,7 @@ impl Schedule {
             timeline,
             jitter: None,
             more: Arc::default(),
+            rules: Arc::default(),
         };
         // A valid pattern that never matches (`0 0 30 2 *`) is a mistake,
         // not a job that silently never runs.
@@ -233,6 +241,40 @@ impl Schedule {
             span_ms,
         });
         self
+    }
+
+    /// This schedule under `rules`: its fixed times' daylight-saving
+    /// policy, its window and its calendars.
+    pub(crate) fn with_rules(mut self, rules: Rules) -> Self {
+        let rules = Arc::new(rules);
+        self.more = self
+            .more
+            .iter()
+            .map(|other| Schedule {
+                rules: rules.clone(),
+                ..other.clone()
+            })
+            .collect();
+        self.rules = rules;
+        self
+    }
+
+    /// Its daylight-saving policy, window and calendars.
+    pub(crate) fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// Whether its window has closed by `now`: no instant after it.
+    pub(crate) fn has_ended(&self, now: DateTime<Utc>) -> bool {
+        self.rules.not_after.is_some_and(|end| end < now) && self.next_after(now).is_none()
+    }
+
+    /// Whether its instants follow the local clock (fixed times), where
+    /// the daylight-saving policy applies: for any of its expressions.
+    pub(crate) fn has_fixed_times(&self) -> bool {
+        std::iter::once(self)
+            .chain(self.more.iter())
+            .any(|s| s.cron.is_some() && s.timeline == Timeline::Local)
     }
 
     /// The jitter's bound (zero without one).
@@ -293,6 +335,54 @@ impl Schedule {
     /// matching local time the zone's clock has not yet shown by `after`:
     /// see [`Schedule::first_instant_at`] and [`Schedule::wall_reached`].
     pub(crate) fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut cursor = after;
+        for _ in 0..MAX_EXCLUDED_STEPS {
+            let next = self.next_of_expressions(cursor)?;
+            match self.excluded(next) {
+                None => return Some(next),
+                Some(Excluded::AfterWindow) => return None,
+                Some(Excluded::BeforeWindow) => {
+                    let from = self.rules.not_before?;
+                    cursor = next.max(from - TimeDelta::milliseconds(1));
+                }
+                // Every instant of that local date is excluded alike.
+                Some(_) => cursor = next.max(self.end_of_local_date(next)?),
+            }
+        }
+        None
+    }
+
+    /// Why `instant`, an instant of the expressions, is not the
+    /// schedule's, if it is not.
+    pub(crate) fn excluded(&self, instant: DateTime<Utc>) -> Option<Excluded> {
+        if !self.rules.excludes_any() {
+            return None;
+        }
+        let date = instant.with_timezone(&self.zone).date_naive();
+        self.rules.excluded(instant, date)
+    }
+
+    /// The last millisecond of `instant`'s local date.
+    fn end_of_local_date(&self, instant: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let next = instant.with_timezone(&self.zone).date_naive().succ_opt()?;
+        Some(self.start_of_local_date(next)? - TimeDelta::milliseconds(1))
+    }
+
+    /// The first instant of the local date `date` (its midnight, or the
+    /// end of a gap that swallowed it).
+    fn start_of_local_date(&self, date: chrono::NaiveDate) -> Option<DateTime<Utc>> {
+        let midnight = date.and_time(chrono::NaiveTime::MIN);
+        match self.zone.from_local_datetime(&midnight) {
+            LocalResult::Single(instant) | LocalResult::Ambiguous(instant, _) => {
+                Some(instant.with_timezone(&Utc))
+            }
+            LocalResult::None => self.gap_end(midnight),
+        }
+    }
+
+    /// The first instant strictly after `after` of any expression, before
+    /// the window and calendars.
+    fn next_of_expressions(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let own = self.next_after_one(after);
         self.more
             .iter()
@@ -313,15 +403,33 @@ impl Schedule {
                 let next = cron.find_next_occurrence(&start, false).ok()?;
                 Some(next.with_timezone(&Utc))
             }
-            Timeline::Local => {
-                // On a clock without daylight saving, croner lists every local
-                // time once, those in a gap included, by the date they bear.
-                let wall = cron
-                    .find_next_occurrence(&self.wall_reached(after)?, false)
-                    .ok()?;
-                self.first_instant_at(wall)
-            }
+            Timeline::Local => match self.rules.dst_repeat {
+                DstRepeat::First => self.next_local(cron, after, Pass::First),
+                DstRepeat::Last => self.next_local(cron, after, Pass::Last),
+                DstRepeat::Both => [Pass::First, Pass::Last]
+                    .into_iter()
+                    .filter_map(|pass| self.next_local(cron, after, pass))
+                    .min(),
+            },
         }
+    }
+
+    /// The next instant after `after` of a fixed-time expression, each
+    /// local time repeated by a fall-back taken at its `pass`.
+    fn next_local(&self, cron: &Cron, after: DateTime<Utc>, pass: Pass) -> Option<DateTime<Utc>> {
+        // On a clock without daylight saving, croner lists every local
+        // time once, those in a gap included, by the date they bear.
+        let mut wall = cron
+            .find_next_occurrence(&self.wall_reached(after, pass)?, false)
+            .ok()?;
+        // A time in a gap skipped (`dst_gap = "skip"`): the next one.
+        for _ in 0..MAX_EXCLUDED_STEPS {
+            if let Some(instant) = self.instant_at(wall, pass) {
+                return Some(instant);
+            }
+            wall = cron.find_next_occurrence(&wall, false).ok()?;
+        }
+        None
     }
 
     /// The time between the first two instants after `after` (the
@@ -335,6 +443,28 @@ impl Schedule {
     /// The latest instant at or before `at`, if there is one: the latest
     /// that [`Schedule::next_after`] gives at or before `at`.
     pub(crate) fn latest_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut cursor = at;
+        for _ in 0..MAX_EXCLUDED_STEPS {
+            let latest = self.latest_of_expressions(cursor)?;
+            match self.excluded(latest) {
+                None => return Some(latest),
+                Some(Excluded::BeforeWindow) => return None,
+                Some(Excluded::AfterWindow) => {
+                    cursor = latest.min(self.rules.not_after?);
+                }
+                Some(_) => {
+                    let date = latest.with_timezone(&self.zone).date_naive();
+                    cursor =
+                        latest.min(self.start_of_local_date(date)? - TimeDelta::milliseconds(1));
+                }
+            }
+        }
+        None
+    }
+
+    /// The latest instant at or before `at` of any expression, before the
+    /// window and calendars.
+    fn latest_of_expressions(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let own = self.latest_one(at);
         self.more
             .iter()
@@ -353,12 +483,41 @@ impl Schedule {
                 let previous = cron.find_previous_occurrence(&start, true).ok()?;
                 Some(previous.with_timezone(&Utc))
             }
-            Timeline::Local => {
-                let wall = cron
-                    .find_previous_occurrence(&self.wall_reached(at)?, true)
-                    .ok()?;
-                self.first_instant_at(wall)
+            Timeline::Local => match self.rules.dst_repeat {
+                DstRepeat::First => self.latest_local(cron, at, Pass::First),
+                DstRepeat::Last => self.latest_local(cron, at, Pass::Last),
+                DstRepeat::Both => [Pass::First, Pass::Last]
+                    .into_iter()
+                    .filter_map(|pass| self.latest_local(cron, at, pass))
+                    .max(),
+            },
+        }
+    }
+
+    /// The latest instant at or before `at` of a fixed-time expression,
+    /// each repeated local time taken at its `pass`.
+    fn latest_local(&self, cron: &Cron, at: DateTime<Utc>, pass: Pass) -> Option<DateTime<Utc>> {
+        let mut wall = cron
+            .find_previous_occurrence(&self.wall_reached(at, pass)?, true)
+            .ok()?;
+        for _ in 0..MAX_EXCLUDED_STEPS {
+            if let Some(instant) = self.instant_at(wall, pass) {
+                return Some(instant);
             }
+            wall = cron.find_previous_occurrence(&wall, false).ok()?;
+        }
+        None
+    }
+
+    /// The instant a fixed-time expression fires for the local time
+    /// `wall`, under the daylight-saving policy: a repeated time at its
+    /// `pass`, a time in a gap at the gap's end (`shift`) or never
+    /// (`skip`).
+    fn instant_at(&self, wall: NaiveDateTime, pass: Pass) -> Option<DateTime<Utc>> {
+        match (self.zone.from_local_datetime(&wall), pass) {
+            (LocalResult::Ambiguous(_, later), Pass::Last) => Some(later.with_timezone(&Utc)),
+            (LocalResult::None, _) if self.rules.dst_gap == DstGap::Skip => None,
+            _ => self.first_instant_at(wall),
         }
     }
 
@@ -416,12 +575,44 @@ impl Schedule {
     /// `at` (a whole second): `at`'s own local time, except in the second
     /// pass of a fall-back overlap, when the clock showed later times before
     /// it went back: the last second before the change.
-    fn wall_reached(&self, at: DateTime<Utc>) -> Option<NaiveDateTime> {
+    ///
+    /// Taking each repeated time at its second occurrence (`pass` is
+    /// [`Pass::Last`]), the clock has "reached" a local time once its last
+    /// occurrence has passed: in the first pass of an overlap, the time
+    /// just before the overlap's first.
+    fn wall_reached(&self, at: DateTime<Utc>, pass: Pass) -> Option<NaiveDateTime> {
         let local = at.with_timezone(&self.zone);
         let wall = local.naive_local();
         let LocalResult::Ambiguous(earlier, later) = self.zone.from_local_datetime(&wall) else {
             return Some(wall);
         };
+        if pass == Pass::Last {
+            if earlier != local {
+                return Some(wall);
+            }
+            // The change lies in (at, later]: the first second on the later
+            // offset shows the overlap's first local time.
+            let offset = later.offset().fix();
+            let (mut before, mut since) = (at.timestamp(), later.timestamp());
+            while since - before > 1 {
+                let middle = before + (since - before) / 2;
+                let instant = DateTime::from_timestamp(middle, 0)?;
+                if self
+                    .zone
+                    .offset_from_utc_datetime(&instant.naive_utc())
+                    .fix()
+                    == offset
+                {
+                    since = middle;
+                } else {
+                    before = middle;
+                }
+            }
+            let first = DateTime::from_timestamp(since, 0)?
+                .with_timezone(&self.zone)
+                .naive_local();
+            return first.checked_sub_signed(TimeDelta::seconds(1));
+        }
         if later != local {
             return Some(wall);
         }
@@ -448,6 +639,162 @@ impl Schedule {
             .map(|instant| instant.with_timezone(&self.zone).naive_local())
     }
 
+    /// The next change of its zone's offset within a year after `after`,
+    /// and what its daylight-saving policy makes of it, in lines for
+    /// `check`: `None` for a zone that changes none, or a schedule on the
+    /// real timeline (no policy applies).
+    pub(crate) fn next_transition(&self, after: DateTime<Utc>) -> Option<Vec<String>> {
+        if !self.has_fixed_times() {
+            return None;
+        }
+        let offset_at = |t: DateTime<Utc>| {
+            self.zone
+                .offset_from_utc_datetime(&t.naive_utc())
+                .fix()
+                .local_minus_utc()
+        };
+        let mut hour = after;
+        let end = after + TimeDelta::days(366);
+        let (old, new) = loop {
+            if hour > end {
+                return None;
+            }
+            let next = hour + TimeDelta::hours(1);
+            if offset_at(hour) != offset_at(next) {
+                break (hour, next);
+            }
+            hour = next;
+        };
+        let (before, after_offset) = (offset_at(old), offset_at(new));
+        let (mut low, mut high) = (old.timestamp(), new.timestamp());
+        while high - low > 1 {
+            let middle = low + (high - low) / 2;
+            if offset_at(DateTime::from_timestamp(middle, 0)?) == before {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        let at = DateTime::from_timestamp(high, 0)?;
+        let shift = TimeDelta::seconds(i64::from((after_offset - before).abs()));
+        let wall_before = (at + TimeDelta::seconds(i64::from(before))).naive_utc();
+        let wall_after = (at + TimeDelta::seconds(i64::from(after_offset))).naive_utc();
+        let fmt_wall = |w: NaiveDateTime| w.format("%Y-%m-%d %H:%M").to_string();
+        let span = humantime::format_duration(shift.to_std().ok()?).to_string();
+        let mut lines = Vec::new();
+        if after_offset > before {
+            let last = wall_after - TimeDelta::minutes(1);
+            lines.push(format!(
+                "next transition {}: clocks go forward {span}, from {} to {}",
+                fmt_instant(at),
+                fmt_wall(wall_before),
+                fmt_wall(wall_after)
+            ));
+            lines.push(match self.rules.dst_gap {
+                DstGap::Shift => format!(
+                    "dst_gap = {:?}: a time from {} to {} fires once, at {}",
+                    self.rules.dst_gap.word(),
+                    wall_before.format("%H:%M"),
+                    last.format("%H:%M"),
+                    wall_after.format("%H:%M")
+                ),
+                DstGap::Skip => format!(
+                    "dst_gap = {:?}: a time from {} to {} does not fire that day",
+                    self.rules.dst_gap.word(),
+                    wall_before.format("%H:%M"),
+                    last.format("%H:%M")
+                ),
+            });
+        } else {
+            let last = wall_before - TimeDelta::minutes(1);
+            lines.push(format!(
+                "next transition {}: clocks go back {span}, from {} to {}",
+                fmt_instant(at),
+                fmt_wall(wall_before),
+                fmt_wall(wall_after)
+            ));
+            let times = format!(
+                "a time from {} to {}",
+                wall_after.format("%H:%M"),
+                last.format("%H:%M")
+            );
+            lines.push(match self.rules.dst_repeat {
+                DstRepeat::First => format!(
+                    "dst_repeat = {:?}: {times} happens twice and fires at the first (before the clocks go back)",
+                    self.rules.dst_repeat.word()
+                ),
+                DstRepeat::Last => format!(
+                    "dst_repeat = {:?}: {times} happens twice and fires at the second (after the clocks go back)",
+                    self.rules.dst_repeat.word()
+                ),
+                DstRepeat::Both => {
+                    format!(
+                        "dst_repeat = {:?}: {times} happens twice and fires at both",
+                        self.rules.dst_repeat.word()
+                    )
+                }
+            });
+        }
+        let around: Vec<String> = self
+            .upcoming(at - TimeDelta::hours(12), 400)
+            .into_iter()
+            .take_while(|t| *t <= at + TimeDelta::hours(12))
+            .map(|t| {
+                let local = t.with_timezone(&self.zone);
+                format!("{}", local.format("%H:%M%:z"))
+            })
+            .collect();
+        lines.push(match around.len() {
+            0 => "its instants within 12 hours of it: none".to_string(),
+            n if n > 12 => format!("its instants within 12 hours of it: {n}"),
+            _ => format!("its instants within 12 hours of it: {}", around.join(" ")),
+        });
+        Some(lines)
+    }
+
+    /// The next `count` instants strictly after `after`, and before and
+    /// among them the first instant of each local date the calendars
+    /// exclude (those of its date are excluded alike), the first instant
+    /// `not_before` excludes, and the first after `not_after`.
+    pub(crate) fn upcoming_marked(
+        &self,
+        after: DateTime<Utc>,
+        count: usize,
+    ) -> Vec<(DateTime<Utc>, Option<Excluded>)> {
+        let mut listed = Vec::new();
+        let mut runs = 0;
+        let mut cursor = after;
+        for _ in 0..MAX_EXCLUDED_STEPS {
+            if runs >= count {
+                break;
+            }
+            let Some(next) = self.next_of_expressions(cursor) else {
+                break;
+            };
+            let excluded = self.excluded(next);
+            cursor = match &excluded {
+                None => {
+                    runs += 1;
+                    next
+                }
+                Some(Excluded::AfterWindow) => {
+                    listed.push((next, excluded));
+                    break;
+                }
+                Some(Excluded::BeforeWindow) => match self.rules.not_before {
+                    Some(from) => next.max(from - TimeDelta::milliseconds(1)),
+                    None => break,
+                },
+                Some(_) => match self.end_of_local_date(next) {
+                    Some(end) => next.max(end),
+                    None => break,
+                },
+            };
+            listed.push((next, excluded));
+        }
+        listed
+    }
+
     /// The next `count` instants strictly after `after`.
     pub(crate) fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
         let mut instants = Vec::with_capacity(count);
@@ -464,6 +811,19 @@ impl Schedule {
         instants
     }
 }
+
+/// Which occurrence of a local time a fall-back shows twice a fixed-time
+/// expression fires at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    First,
+    Last,
+}
+
+/// The most instants (or, for calendars, dates) skipped in one search for
+/// the next or latest instant: ten years of excluded dates, or of times in
+/// gaps.
+const MAX_EXCLUDED_STEPS: usize = 4000;
 
 /// The fields of a 6-field expression, with the values each may hold.
 const FIELDS: [(&str, u32, u32); 6] = [
@@ -1515,5 +1875,273 @@ mod tests {
             several(&["@daily"], "UTC").expect("one").expression(),
             "@daily"
         );
+    }
+
+    /// The instants a daily fixed time `wall_time` fires at in `zone` from
+    /// `first` to `last` (local dates), by chrono alone: a time in a gap at
+    /// the first minute after it (shift) or never (skip), a repeated time at
+    /// its first, second or both occurrences.
+    fn daily_reference(
+        zone: Tz,
+        wall_time: chrono::NaiveTime,
+        first: chrono::NaiveDate,
+        last: chrono::NaiveDate,
+        gap: DstGap,
+        repeat: DstRepeat,
+    ) -> Vec<DateTime<Utc>> {
+        let mut instants = Vec::new();
+        let mut date = first;
+        while date <= last {
+            let wall = date.and_time(wall_time);
+            match zone.from_local_datetime(&wall) {
+                LocalResult::Single(t) => instants.push(t.with_timezone(&Utc)),
+                LocalResult::Ambiguous(a, b) => match repeat {
+                    DstRepeat::First => instants.push(a.with_timezone(&Utc)),
+                    DstRepeat::Last => instants.push(b.with_timezone(&Utc)),
+                    DstRepeat::Both => {
+                        instants.push(a.with_timezone(&Utc));
+                        instants.push(b.with_timezone(&Utc));
+                    }
+                },
+                LocalResult::None if gap == DstGap::Shift => {
+                    instants.push(first_reaching(zone, wall));
+                }
+                LocalResult::None => {}
+            }
+            date = date.succ_opt().expect("a next day");
+        }
+        instants
+    }
+
+    #[test]
+    fn every_daylight_saving_policy_through_the_transitions_of_2026_and_2027() {
+        let policies = [DstGap::Shift, DstGap::Skip]
+            .into_iter()
+            .flat_map(|gap| {
+                [DstRepeat::First, DstRepeat::Last, DstRepeat::Both].map(move |r| (gap, r))
+            })
+            .collect::<Vec<_>>();
+        let mut checked = 0;
+        for zone in ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"] {
+            let tz: Tz = zone.parse().expect("zone");
+            let found = transitions(tz, 2026..=2027);
+            assert_eq!(found.len(), 4, "{zone}: two transitions a year");
+            for transition in found {
+                // The local time in the middle of the gap or overlap.
+                let (low, high) = (
+                    transition.before.min(transition.after),
+                    transition.before.max(transition.after),
+                );
+                let middle = transition.at.naive_utc()
+                    + TimeDelta::seconds(i64::from(low + (high - low) / 2));
+                let wall_time = middle.time();
+                let day = middle.date();
+                let expression = format!("{} {} * * *", wall_time.minute(), wall_time.hour());
+                for (gap, repeat) in &policies {
+                    let schedule =
+                        Schedule::parse(&expression, tz)
+                            .expect("valid")
+                            .with_rules(Rules {
+                                dst_gap: *gap,
+                                dst_repeat: *repeat,
+                                ..Rules::default()
+                            });
+                    let (first, last) = (day - TimeDelta::days(2), day + TimeDelta::days(2));
+                    let expected = daily_reference(tz, wall_time, first, last, *gap, *repeat);
+                    let from = expected[0] - TimeDelta::seconds(1);
+                    let to = *expected.last().expect("some") + TimeDelta::seconds(1);
+                    let what = format!(
+                        "{zone} {expression} at {} ({}/{})",
+                        transition.at,
+                        gap.word(),
+                        repeat.word()
+                    );
+                    let got = between(&schedule, from, to);
+                    assert_eq!(got, expected, "{what}");
+                    assert_consistent(&schedule, &got, &what);
+                    let spring = transition.after > transition.before;
+                    let on_the_day = expected
+                        .iter()
+                        .filter(|t| (**t - transition.at).num_hours().abs() < 12)
+                        .count();
+                    let want = match (spring, gap, repeat) {
+                        (true, DstGap::Shift, _) => 1,
+                        (true, DstGap::Skip, _) => 0,
+                        (false, _, DstRepeat::Both) => 2,
+                        (false, _, _) => 1,
+                    };
+                    assert_eq!(on_the_day, want, "{what}: {expected:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 3 * 4 * 6);
+        // A zone without daylight saving: every policy, the same instants.
+        let tokyo: Tz = "Asia/Tokyo".parse().expect("zone");
+        assert!(transitions(tokyo, 2026..=2027).is_empty());
+        let plain = between(
+            &Schedule::parse("30 2 * * *", tokyo).expect("valid"),
+            utc("2026-01-01T00:00:00Z"),
+            utc("2028-01-01T00:00:00Z"),
+        );
+        assert_eq!(plain.len(), 730);
+        for (gap, repeat) in policies {
+            let schedule = Schedule::parse("30 2 * * *", tokyo)
+                .expect("valid")
+                .with_rules(Rules {
+                    dst_gap: gap,
+                    dst_repeat: repeat,
+                    ..Rules::default()
+                });
+            let got = between(
+                &schedule,
+                utc("2026-01-01T00:00:00Z"),
+                utc("2028-01-01T00:00:00Z"),
+            );
+            assert_eq!(got, plain, "Asia/Tokyo {}/{}", gap.word(), repeat.word());
+        }
+    }
+
+    #[test]
+    fn the_policy_leaves_the_real_timeline_alone() {
+        // Hourly in Berlin through 2026's transitions: as without a policy.
+        let tz: Tz = "Europe/Berlin".parse().expect("zone");
+        let (from, to) = (utc("2026-03-28T00:00:00Z"), utc("2026-11-01T00:00:00Z"));
+        let plain = between(&Schedule::parse("15 * * * *", tz).expect("valid"), from, to);
+        let skipping = Schedule::parse("15 * * * *", tz)
+            .expect("valid")
+            .with_rules(Rules {
+                dst_gap: DstGap::Skip,
+                dst_repeat: DstRepeat::Both,
+                ..Rules::default()
+            });
+        assert_eq!(between(&skipping, from, to), plain);
+    }
+
+    #[test]
+    fn calendars_exclude_local_dates_in_three_zones() {
+        use super::calendar::Calendar;
+        let ics = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20201225\n\
+RRULE:FREQ=YEARLY\nSUMMARY:Christmas\nEND:VEVENT\nEND:VCALENDAR\n";
+        let holidays = Arc::new(Calendar::from_ics("holidays", ics).expect("parses"));
+        for (zone, local_midnight_of_25th) in [
+            ("Pacific/Auckland", "2026-12-24T11:00:00Z"),
+            ("Europe/Berlin", "2026-12-24T23:00:00Z"),
+            ("America/Los_Angeles", "2026-12-25T08:00:00Z"),
+        ] {
+            let tz: Tz = zone.parse().expect("zone");
+            let schedule = Schedule::parse("30 */6 * * *", tz)
+                .expect("valid")
+                .with_rules(Rules {
+                    skip_on: vec![holidays.clone()],
+                    ..Rules::default()
+                });
+            let start = utc(local_midnight_of_25th);
+            let got = between(
+                &schedule,
+                start - TimeDelta::days(1),
+                start + TimeDelta::days(2),
+            );
+            // Four a day: the 24th's and the 26th's, none of the 25th's.
+            assert_eq!(got.len(), 8, "{zone}: {got:?}");
+            assert!(
+                got.iter()
+                    .all(|t| *t < start || *t >= start + TimeDelta::days(1)),
+                "{zone}: {got:?}"
+            );
+            assert_eq!(
+                schedule.next_after(start - TimeDelta::hours(1)),
+                Some(start + TimeDelta::days(1) + TimeDelta::minutes(30)),
+                "{zone}"
+            );
+            assert_consistent(&schedule, &got, zone);
+            // Ten years on, the rule still holds.
+            let later = tz
+                .with_ymd_and_hms(2036, 12, 25, 0, 0, 0)
+                .earliest()
+                .expect("a midnight")
+                .with_timezone(&Utc);
+            let next = schedule.next_after(later).expect("an instant");
+            assert_eq!(next.with_timezone(&tz).day(), 26, "{zone}");
+            // What check lists: the excluded date, once, by its calendar.
+            let marked = schedule.upcoming_marked(start - TimeDelta::hours(1), 2);
+            assert_eq!(marked.len(), 3, "{zone}: {marked:?}");
+            assert_eq!(
+                marked[0],
+                (
+                    start + TimeDelta::minutes(30),
+                    Some(Excluded::SkipOn("holidays".into()))
+                )
+            );
+            assert_eq!(marked[1].1, None);
+        }
+        // only_on: the instants of the calendar's dates alone.
+        let trading = Arc::new(Calendar::of_dates(
+            "trading",
+            ["2026-12-23", "2026-12-28"]
+                .iter()
+                .map(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").expect("date")),
+        ));
+        let schedule = Schedule::parse("0 17 * * *", "America/New_York".parse().expect("zone"))
+            .expect("valid")
+            .with_rules(Rules {
+                only_on: vec![trading],
+                ..Rules::default()
+            });
+        let got = schedule.upcoming(utc("2026-12-01T00:00:00Z"), 5);
+        assert_eq!(
+            got,
+            [utc("2026-12-23T22:00:00Z"), utc("2026-12-28T22:00:00Z")]
+        );
+        assert_eq!(
+            schedule.latest_at_or_before(utc("2026-12-27T00:00:00Z")),
+            Some(utc("2026-12-23T22:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn a_window_bounds_the_instants() {
+        let schedule = Schedule::parse("*/10 * * * *", Tz::UTC)
+            .expect("valid")
+            .with_rules(Rules {
+                not_before: Some(utc("2026-06-01T09:05:00Z")),
+                not_after: Some(utc("2026-06-01T09:40:00Z")),
+                ..Rules::default()
+            });
+        let got = between(
+            &schedule,
+            utc("2026-01-01T00:00:00Z"),
+            utc("2027-01-01T00:00:00Z"),
+        );
+        assert_eq!(
+            got,
+            [
+                utc("2026-06-01T09:10:00Z"),
+                utc("2026-06-01T09:20:00Z"),
+                utc("2026-06-01T09:30:00Z"),
+                utc("2026-06-01T09:40:00Z"),
+            ]
+        );
+        assert_consistent(&schedule, &got, "window");
+        assert_eq!(
+            schedule.latest_at_or_before(utc("2026-06-01T09:09:00Z")),
+            None
+        );
+        assert_eq!(
+            schedule.latest_at_or_before(utc("2026-07-01T00:00:00Z")),
+            Some(utc("2026-06-01T09:40:00Z"))
+        );
+        assert!(!schedule.has_ended(utc("2026-06-01T09:35:00Z")));
+        assert!(schedule.has_ended(utc("2026-06-01T09:41:00Z")));
+        let marked = schedule.upcoming_marked(utc("2026-06-01T08:55:00Z"), 10);
+        assert_eq!(
+            marked.first().map(|m| m.1.clone()),
+            Some(Some(Excluded::BeforeWindow))
+        );
+        assert_eq!(
+            marked.last().map(|m| m.1.clone()),
+            Some(Some(Excluded::AfterWindow))
+        );
+        assert_eq!(marked.len(), 6);
     }
 }

@@ -1297,3 +1297,73 @@ async fn several_schedules_run_each_instant_of_their_union_once() {
         "{rows:?}"
     );
 }
+
+/// A calendar and a window on two replicas and a paused clock, for an
+/// hour and a half across midnight: the instants of the calendar's date
+/// (in the job's zone) and those outside the window neither run nor are
+/// recorded missed; the others run once each.
+#[tokio::test(start_paused = true)]
+async fn excluded_instants_neither_run_nor_are_missed() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T22:30:30Z")));
+    // Berlin is UTC+1: its 2027-03-02 starts at 23:00 UTC.
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[[calendar]]\nname = \"holiday\"\ndates = [\"2027-03-02\"]\n\
+         [[job]]\nname = \"daily-work\"\nschedule = \"*/10 * * * *\"\ntimezone = \"Europe/Berlin\"\n\
+         skip_on = [\"holiday\"]\ncommand = \"true\"\nmissed_after = \"5s\"\n\
+         [[job]]\nname = \"windowed\"\nschedule = \"*/10 * * * *\"\n\
+         not_before = \"2027-03-01T22:45:00Z\"\nnot_after = \"2027-03-01T23:15:00Z\"\n\
+         command = \"true\"\nmissed_after = \"5s\"\n",
+        db.url
+    );
+    let config = crate::config::Config::parse(
+        std::path::Path::new("jobs.toml"),
+        &text,
+        &crate::config::Environment::default(),
+    )
+    .expect("config");
+    type Ran = Arc<Mutex<Vec<(String, DateTime<Utc>)>>>;
+    let ran: Ran = Arc::default();
+    let replica = |id: &str| {
+        let mut builder = Scheduler::builder(db.url.as_str())
+            .clock(clock.clone())
+            .instance_id(id);
+        for job in &config.jobs {
+            let (record, name) = (ran.clone(), job.name.to_string());
+            builder = builder.job(Job::from_config(job).run(move |ctx| {
+                record
+                    .lock()
+                    .expect("ran")
+                    .push((name.clone(), ctx.instant()));
+                async { Ok::<(), String>(()) }
+            }));
+        }
+        builder
+    };
+    side_by_side(replica("one"), replica("two"), Duration::from_secs(90 * 60)).await;
+    let mut ran = ran.lock().expect("ran").clone();
+    ran.sort();
+    let shown: Vec<String> = ran
+        .iter()
+        .map(|(job, t)| format!("{job} {}", t.format("%H:%M")))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "daily-work 22:40",
+            "daily-work 22:50",
+            "windowed 22:50",
+            "windowed 23:00",
+            "windowed 23:10",
+        ]
+    );
+    for job in ["daily-work", "windowed"] {
+        let rows = runs_of(&db, job);
+        assert!(
+            rows.iter().all(|r| r.status == RunStatus::Succeeded),
+            "{job}: {rows:?}"
+        );
+    }
+    assert_eq!(runs_of(&db, "daily-work").len(), 2);
+    assert_eq!(runs_of(&db, "windowed").len(), 3);
+}

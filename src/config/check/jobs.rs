@@ -4,6 +4,7 @@
 use super::*;
 use crate::config::name::{self, JobName};
 use crate::config::params::Param;
+use crate::schedule::calendar::Calendar;
 
 /// The built-in defaults of `[defaults]` (see [`keys`]).
 #[derive(Clone, Debug)]
@@ -23,6 +24,8 @@ pub(super) struct Settings {
     /// Where `jitter` was set (in `[defaults]` or the job), for errors.
     pub(super) jitter_at: Option<Range<usize>>,
     pub(super) overlap: Overlap,
+    pub(super) dst_gap: DstGap,
+    pub(super) dst_repeat: DstRepeat,
 }
 
 impl Default for Settings {
@@ -42,6 +45,8 @@ impl Default for Settings {
             jitter: Duration::ZERO,
             jitter_at: None,
             overlap: Overlap::Skip,
+            dst_gap: DstGap::Shift,
+            dst_repeat: DstRepeat::First,
         }
     }
 }
@@ -117,12 +122,13 @@ impl Checker<'_> {
     }
 }
 
-/// What the file gives every job: `[defaults]`, `[notify]` and the
-/// `[[limit]]`s.
+/// What the file gives every job: `[defaults]`, `[notify]`, the
+/// `[[limit]]`s and the `[[calendar]]`s.
 pub(super) struct FileWide<'a> {
     pub(super) defaults: &'a Settings,
     pub(super) notify: &'a crate::config::notify::Notify,
     pub(super) limits: &'a [crate::config::Limit],
+    pub(super) calendars: &'a [std::sync::Arc<Calendar>],
 }
 
 impl Checker<'_> {
@@ -205,6 +211,34 @@ impl Checker<'_> {
             settings.jitter_at = raw.jitter.as_ref().map(Spanned::span);
         }
         self.overlap(&raw, &mut settings, scope);
+        if let Some(gap) = &raw.dst_gap {
+            match DstGap::parse(gap.get_ref()) {
+                Some(gap) => settings.dst_gap = gap,
+                None => self.report(
+                    Some(gap.span()),
+                    Some(scope),
+                    Some("dst_gap"),
+                    format!(
+                        "dst_gap {:?}: expected \"shift\" (a time in a spring-forward gap fires at its end) or \"skip\" (it does not fire that day)",
+                        gap.get_ref()
+                    ),
+                ),
+            }
+        }
+        if let Some(repeat) = &raw.dst_repeat {
+            match DstRepeat::parse(repeat.get_ref()) {
+                Some(repeat) => settings.dst_repeat = repeat,
+                None => self.report(
+                    Some(repeat.span()),
+                    Some(scope),
+                    Some("dst_repeat"),
+                    format!(
+                        "dst_repeat {:?}: expected \"first\", \"last\" or \"both\" (which occurrence of a time a fall-back shows twice fires)",
+                        repeat.get_ref()
+                    ),
+                ),
+            }
+        }
         if let Some(limit) = &raw.output_limit {
             match parse_size(limit.get_ref()) {
                 Ok(bytes) => settings.output_limit = bytes,
@@ -382,6 +416,12 @@ impl Checker<'_> {
         names: &mut HashSet<String>,
     ) -> Option<Job> {
         let (defaults, notify) = (file.defaults, file.notify);
+        let bounds = calendars::RawBounds {
+            not_before: raw.not_before.take(),
+            not_after: raw.not_after.take(),
+            skip_on: raw.skip_on.take(),
+            only_on: raw.only_on.take(),
+        };
         let position = format!("#{}", index + 1);
         let name = match &raw.name {
             None => {
@@ -493,6 +533,11 @@ impl Checker<'_> {
                     None
                 }
             },
+        };
+        let rules = self.rules(bounds, &settings, schedule.as_ref(), file.calendars, scope);
+        let schedule = match (schedule, rules) {
+            (Some(schedule), Some(rules)) => Some(schedule.with_rules(rules)),
+            _ => None,
         };
         let command = match (raw.command, raw.args) {
             (Some(command), None) if command.get_ref().trim().is_empty() => {

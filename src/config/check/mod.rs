@@ -5,6 +5,7 @@
 //! own rules are in [`sections`] (`[database]`, `[daemon]`) and [`jobs`]
 //! (`[defaults]` and each `[[job]]`).
 
+mod calendars;
 mod jobs;
 mod limits;
 mod notify;
@@ -21,9 +22,11 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
 use super::raw::{
-    RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule, RawSettings, RawWeb,
+    RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule, RawSettings,
+    RawWeb,
 };
 use super::*;
+use crate::schedule::{DstGap, DstRepeat, Rules};
 
 /// Checks `text` (read from `path`): the config, if it could be built, and
 /// every problem found, in the order of their lines.
@@ -95,6 +98,7 @@ impl Scope<'_> {
             Scope::Table("daemon") => "daemon",
             Scope::Table("notify") => "notify",
             Scope::Table("limit") => "limit",
+            Scope::Table("calendar") => "calendar",
             Scope::Table(_) => "defaults",
             Scope::Job(_) => "job",
         }
@@ -169,6 +173,7 @@ impl<'t> Checker<'t> {
         let mut notify = RawNotify::default();
         let mut jobs: Vec<(Range<usize>, RawJob)> = Vec::new();
         let mut raw_limits: Vec<(Range<usize>, RawLimit)> = Vec::new();
+        let mut raw_calendars: Vec<(Range<usize>, RawCalendar)> = Vec::new();
         for (key, value) in root {
             let key_span = key.span();
             match key.get_ref().as_ref() {
@@ -232,11 +237,31 @@ impl<'t> Checker<'t> {
                         ),
                     }
                 }
+                "calendar" => {
+                    let span = value.span();
+                    match value.into_inner() {
+                        DeValue::Array(array) => {
+                            for entry in array {
+                                let entry_span = entry.span();
+                                if let Some(calendar) = self.table(entry, Scope::Table("calendar"))
+                                {
+                                    raw_calendars.push((entry_span, calendar));
+                                }
+                            }
+                        }
+                        _ => self.report(
+                            Some(span),
+                            None,
+                            Some("calendar"),
+                            "calendars are written as [[calendar]] tables",
+                        ),
+                    }
+                }
                 other => self.report(
                     Some(key_span),
                     None,
                     Some(other),
-                    "unknown top-level key: expected [database], [daemon], [web], [defaults], [notify], [[limit]] or [[job]]",
+                    "unknown top-level key: expected [database], [daemon], [web], [defaults], [notify], [[limit]], [[calendar]] or [[job]]",
                 ),
             }
         }
@@ -258,11 +283,19 @@ impl<'t> Checker<'t> {
                 limits.push(limit);
             }
         }
+        let folder = path.parent().unwrap_or(Path::new("."));
+        let mut calendars: Vec<std::sync::Arc<crate::schedule::calendar::Calendar>> = Vec::new();
+        for (span, raw) in raw_calendars {
+            if let Some(calendar) = self.calendar(span, raw, &calendars, folder) {
+                calendars.push(std::sync::Arc::new(calendar));
+            }
+        }
         let mut names = HashSet::new();
         let file = jobs::FileWide {
             defaults: &defaults,
             notify: &notify,
             limits: &limits,
+            calendars: &calendars,
         };
         let mut jobs: Vec<Job> = jobs
             .into_iter()
@@ -298,6 +331,7 @@ impl<'t> Checker<'t> {
             },
             jobs,
             limits,
+            calendars,
         })
     }
 

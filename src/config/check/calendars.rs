@@ -1,0 +1,243 @@
+//! The rules of each `[[calendar]]`, and of a job's window, calendars
+//! and daylight-saving policy: what bounds a schedule's instants beside
+//! its expressions.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, NaiveDate, Utc};
+
+use super::*;
+use crate::config::name;
+use crate::schedule::calendar::Calendar;
+
+/// What a job writes that bounds its instants.
+pub(super) struct RawBounds {
+    pub(super) not_before: Option<Spanned<String>>,
+    pub(super) not_after: Option<Spanned<String>>,
+    pub(super) skip_on: Option<Spanned<Vec<String>>>,
+    pub(super) only_on: Option<Spanned<Vec<String>>>,
+}
+
+impl RawBounds {
+    /// Where the first of them is written, if any is.
+    fn first_span(&self) -> Option<(Range<usize>, &'static str)> {
+        [
+            self.not_before.as_ref().map(|v| (v.span(), "not_before")),
+            self.not_after.as_ref().map(|v| (v.span(), "not_after")),
+            self.skip_on.as_ref().map(|v| (v.span(), "skip_on")),
+            self.only_on.as_ref().map(|v| (v.span(), "only_on")),
+        ]
+        .into_iter()
+        .flatten()
+        .next()
+    }
+}
+
+impl Checker<'_> {
+    /// One `[[calendar]]`: a name of a lock's form, not declared before, and
+    /// either `dates` or an `ics` file (relative to the job file's folder).
+    pub(super) fn calendar(
+        &mut self,
+        span: Range<usize>,
+        raw: RawCalendar,
+        declared: &[Arc<Calendar>],
+        folder: &Path,
+    ) -> Option<Calendar> {
+        let scope = Scope::Table("calendar");
+        let name = match raw.name {
+            None => {
+                self.report(
+                    Some(span.clone()),
+                    Some(scope),
+                    Some("name"),
+                    "a calendar needs a name",
+                );
+                return None;
+            }
+            Some(name) => match name::check_limit(name.get_ref()) {
+                Err(e) => {
+                    self.report(
+                        Some(name.span()),
+                        Some(scope),
+                        Some("name"),
+                        format!("invalid calendar name {:?}: {e}", name.get_ref()),
+                    );
+                    return None;
+                }
+                Ok(()) if declared.iter().any(|c| c.name() == name.get_ref()) => {
+                    self.report(
+                        Some(name.span()),
+                        Some(scope),
+                        Some("name"),
+                        format!("calendar {:?} is declared twice", name.get_ref()),
+                    );
+                    return None;
+                }
+                Ok(()) => name.into_inner(),
+            },
+        };
+        match (raw.dates, raw.ics) {
+            (Some(dates), None) => {
+                let mut parsed = Vec::new();
+                for date in dates.get_ref() {
+                    match NaiveDate::parse_from_str(date, "%Y-%m-%d") {
+                        Ok(d) => parsed.push(d),
+                        Err(_) => self.report(
+                            Some(dates.span()),
+                            Some(scope),
+                            Some("dates"),
+                            format!("calendar {name:?}: {date:?} is no date: write YYYY-MM-DD"),
+                        ),
+                    }
+                }
+                (parsed.len() == dates.get_ref().len()).then(|| Calendar::of_dates(&name, parsed))
+            }
+            (None, Some(ics)) => {
+                let file = folder.join(ics.get_ref());
+                let text = match std::fs::read_to_string(&file) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        self.report(
+                            Some(ics.span()),
+                            Some(scope),
+                            Some("ics"),
+                            format!("calendar {name:?}: cannot read {}: {e}", file.display()),
+                        );
+                        return None;
+                    }
+                };
+                match Calendar::from_ics(&name, &text) {
+                    Ok(calendar) => Some(calendar),
+                    Err(e) => {
+                        self.report(
+                            Some(ics.span()),
+                            Some(scope),
+                            Some("ics"),
+                            format!(
+                                "calendar {name:?}: {}:{}: {}",
+                                file.display(),
+                                e.line,
+                                e.message
+                            ),
+                        );
+                        None
+                    }
+                }
+            }
+            (Some(dates), Some(_)) => {
+                self.report(
+                    Some(dates.span()),
+                    Some(scope),
+                    Some("dates"),
+                    format!("calendar {name:?}: dates and ics are exclusive: one calendar is one list or one file"),
+                );
+                None
+            }
+            (None, None) => {
+                self.report(
+                    Some(span),
+                    Some(scope),
+                    Some("dates"),
+                    format!(
+                        "calendar {name:?} needs dates = [\"YYYY-MM-DD\", ...] or ics = \"FILE.ics\""
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A job's rules: its daylight-saving policy, its window, and the
+    /// calendars it names (each declared by a `[[calendar]]`). `None` where
+    /// one of them is wrong (and reported).
+    pub(super) fn rules(
+        &mut self,
+        raw: RawBounds,
+        settings: &jobs::Settings,
+        schedule: Option<&Schedule>,
+        calendars: &[Arc<Calendar>],
+        scope: Scope<'_>,
+    ) -> Option<Rules> {
+        if let (Some(schedule), Some((span, key))) = (schedule, raw.first_span())
+            && (schedule.is_manual() || schedule.is_at_start())
+        {
+            self.report(
+                Some(span),
+                Some(scope),
+                Some(key),
+                format!(
+                    "{key} bounds the instants of a schedule: a {} job has none",
+                    schedule.expression()
+                ),
+            );
+            return None;
+        }
+        let mut ok = true;
+        let mut instant = |checker: &mut Self, value: Option<Spanned<String>>, key: &str| {
+            let value = value?;
+            match DateTime::parse_from_rfc3339(value.get_ref().trim()) {
+                Ok(t) => Some(t.with_timezone(&Utc)),
+                Err(e) => {
+                    checker.report(
+                        Some(value.span()),
+                        Some(scope),
+                        Some(key),
+                        format!(
+                            "{key} {:?} is no RFC 3339 instant ({e}): write it as 2026-12-01T00:00:00Z or 2026-12-01T00:00:00+01:00",
+                            value.get_ref()
+                        ),
+                    );
+                    ok = false;
+                    None
+                }
+            }
+        };
+        let not_after_at = raw.not_after.as_ref().map(Spanned::span);
+        let not_before = instant(self, raw.not_before, "not_before");
+        let not_after = instant(self, raw.not_after, "not_after");
+        if let (Some(from), Some(to)) = (not_before, not_after)
+            && to < from
+        {
+            self.report(
+                not_after_at,
+                Some(scope),
+                Some("not_after"),
+                "not_after comes before not_before: the job would never fire",
+            );
+            ok = false;
+        }
+        let mut named = |checker: &mut Self, value: Option<Spanned<Vec<String>>>, key: &str| {
+            let Some(value) = value else {
+                return Vec::new();
+            };
+            let mut found = Vec::new();
+            for name in value.get_ref() {
+                match calendars.iter().find(|c| c.name() == name) {
+                    Some(calendar) => found.push(calendar.clone()),
+                    None => {
+                        checker.report(
+                            Some(value.span()),
+                            Some(scope),
+                            Some(key),
+                            format!(
+                                "{key} names calendar {name:?}, which no [[calendar]] declares"
+                            ),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+            found
+        };
+        let skip_on = named(self, raw.skip_on, "skip_on");
+        let only_on = named(self, raw.only_on, "only_on");
+        ok.then_some(Rules {
+            dst_gap: settings.dst_gap,
+            dst_repeat: settings.dst_repeat,
+            not_before,
+            not_after,
+            skip_on,
+            only_on,
+        })
+    }
+}

@@ -1,0 +1,428 @@
+//! Calendars (`[[calendar]]`): named sets of dates a job skips
+//! (`skip_on`) or keeps to (`only_on`), written as a list of dates or read
+//! from an iCalendar file. An iCalendar file is parsed by the `icalendar`
+//! crate and its recurring events (`RRULE`, `RDATE`, `EXDATE`) expanded by
+//! the `rrule` crate, up to [`HORIZON`]: each event covers the dates from
+//! its start to its end (an all-day event's `DTEND` is the day after its
+//! last), in the wall time it is written in. A date is tested in the job's
+//! own time zone.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use chrono::{NaiveDate, NaiveDateTime, NaiveTime, TimeDelta};
+
+/// Recurring events are expanded up to this date (exclusive): far past
+/// any run a config written today asks for, near enough that a daily rule
+/// stays some ten thousand dates.
+pub(crate) const HORIZON: NaiveDate = match NaiveDate::from_ymd_opt(2100, 1, 1) {
+    Some(date) => date,
+    None => NaiveDate::MIN,
+};
+
+/// The most dates one calendar may hold (a daily rule to [`HORIZON`] from
+/// 2000 holds 36,525).
+const MAX_DATES: usize = 200_000;
+
+/// A named set of dates.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Calendar {
+    name: String,
+    dates: BTreeSet<NaiveDate>,
+}
+
+/// Its name, how many dates, and a digest of them: what replicas compare.
+impl fmt::Debug for Calendar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let all: String = self.dates.iter().map(|d| format!("{d} ")).collect();
+        write!(
+            f,
+            "{}({} dates, {})",
+            self.name,
+            self.dates.len(),
+            super::digest(&all)
+        )
+    }
+}
+
+/// A problem in an iCalendar file: the line (1-based, of the file as
+/// written) and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct IcsError {
+    pub(crate) line: usize,
+    pub(crate) message: String,
+}
+
+impl fmt::Display for IcsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl Calendar {
+    /// A calendar of `dates`.
+    pub(crate) fn of_dates(name: &str, dates: impl IntoIterator<Item = NaiveDate>) -> Calendar {
+        Calendar {
+            name: name.to_string(),
+            dates: dates.into_iter().collect(),
+        }
+    }
+
+    /// The calendar an iCalendar file's `VEVENT`s cover.
+    pub(crate) fn from_ics(name: &str, text: &str) -> Result<Calendar, IcsError> {
+        let unfolded = icalendar::parser::unfold(text);
+        let parsed = icalendar::parser::read_calendar(&unfolded).map_err(|e| IcsError {
+            line: first_line_of_error(&e),
+            message: format!(
+                "not an iCalendar file: {}",
+                e.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        })?;
+        let events: Vec<_> = parsed
+            .components
+            .iter()
+            .flat_map(|c| std::iter::once(c).chain(c.components.iter()))
+            .filter(|c| c.name.as_str().eq_ignore_ascii_case("VEVENT"))
+            .collect();
+        let event_lines: Vec<usize> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.trim().eq_ignore_ascii_case("BEGIN:VEVENT"))
+            .map(|(n, _)| n + 1)
+            .collect();
+        if event_lines.is_empty() && !text.contains("BEGIN:VCALENDAR") {
+            return Err(IcsError {
+                line: 1,
+                message: "not an iCalendar file: no BEGIN:VCALENDAR".to_string(),
+            });
+        }
+        let mut dates = BTreeSet::new();
+        for (index, event) in events.iter().enumerate() {
+            let begin = event_lines.get(index).copied().unwrap_or(1);
+            // The line of the event's property `key` (else of its BEGIN).
+            let line_of = |key: &str| {
+                text.lines()
+                    .enumerate()
+                    .skip(begin)
+                    .take_while(|(_, l)| !l.trim().eq_ignore_ascii_case("END:VEVENT"))
+                    .find(|(_, l)| {
+                        l.get(..key.len())
+                            .is_some_and(|head| head.eq_ignore_ascii_case(key))
+                    })
+                    .map_or(begin, |(n, _)| n + 1)
+            };
+            let at = |key: &str, message: String| IcsError {
+                line: line_of(key),
+                message,
+            };
+            let error = |message: String| IcsError {
+                line: begin,
+                message,
+            };
+            let value = |key: &str| event.find_prop(key).map(|p| p.val.as_str().to_string());
+            let start_prop = event
+                .find_prop("DTSTART")
+                .ok_or_else(|| error("an event without DTSTART".to_string()))?;
+            let start = parse_when(start_prop.val.as_str()).ok_or_else(|| {
+                at(
+                    "DTSTART",
+                    format!("DTSTART {:?} is no date", start_prop.val.as_str()),
+                )
+            })?;
+            let end = match (value("DTEND"), value("DURATION")) {
+                (Some(end), _) => Some(
+                    parse_when(&end)
+                        .ok_or_else(|| at("DTEND", format!("DTEND {end:?} is no date")))?,
+                ),
+                (None, Some(duration)) => Some(
+                    start
+                        + parse_duration(&duration).ok_or_else(|| {
+                            at(
+                                "DURATION",
+                                format!("DURATION {duration:?} is not understood"),
+                            )
+                        })?,
+                ),
+                (None, None) => None,
+            };
+            let days = covered_days(start, end);
+            let starts =
+                match value("RRULE") {
+                    None => {
+                        let mut starts = vec![start];
+                        for rdate in event
+                            .properties
+                            .iter()
+                            .filter(|p| p.name.as_str() == "RDATE")
+                        {
+                            for one in rdate.val.as_str().split(',') {
+                                starts.push(parse_when(one).ok_or_else(|| {
+                                    at("RDATE", format!("RDATE {one:?} is no date"))
+                                })?);
+                            }
+                        }
+                        starts
+                    }
+                    Some(rule) => expand(event, start, &rule).map_err(|e| at("RRULE", e))?,
+                };
+            let mut excluded = BTreeSet::new();
+            for exdate in event
+                .properties
+                .iter()
+                .filter(|p| p.name.as_str() == "EXDATE")
+            {
+                for one in exdate.val.as_str().split(',') {
+                    excluded.insert(
+                        parse_when(one)
+                            .ok_or_else(|| at("EXDATE", format!("EXDATE {one:?} is no date")))?
+                            .date(),
+                    );
+                }
+            }
+            for start in starts {
+                if excluded.contains(&start.date()) {
+                    continue;
+                }
+                for day in 0..days {
+                    dates.insert(start.date() + TimeDelta::days(day));
+                }
+                if dates.len() > MAX_DATES {
+                    return Err(error(format!(
+                        "the calendar covers more than {MAX_DATES} dates before {HORIZON}"
+                    )));
+                }
+            }
+        }
+        Ok(Calendar {
+            name: name.to_string(),
+            dates,
+        })
+    }
+
+    /// Its name, as jobs' `skip_on` and `only_on` write it.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether it holds `date`.
+    pub(crate) fn contains(&self, date: NaiveDate) -> bool {
+        self.dates.contains(&date)
+    }
+
+    /// How many dates it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.dates.len()
+    }
+
+    /// Its dates from `from` on, in order.
+    pub(crate) fn dates_from(&self, from: NaiveDate) -> impl Iterator<Item = NaiveDate> + '_ {
+        self.dates.range(from..).copied()
+    }
+}
+
+/// A `DTSTART`/`DTEND`/`RDATE`/`EXDATE` value: a date (`20261225`) or a
+/// date and time (`20261225T090000`, with a `Z` or not), as the wall time
+/// it is written in.
+fn parse_when(value: &str) -> Option<NaiveDateTime> {
+    let value = value.trim().trim_end_matches('Z');
+    if value.len() == 8 {
+        return NaiveDate::parse_from_str(value, "%Y%m%d")
+            .ok()
+            .map(|d| d.and_time(NaiveTime::MIN));
+    }
+    NaiveDateTime::parse_from_str(value, "%Y%m%dT%H%M%S").ok()
+}
+
+/// A `DURATION` of days, weeks, hours, minutes and seconds (`P1D`,
+/// `PT12H`, `P1W`).
+fn parse_duration(value: &str) -> Option<TimeDelta> {
+    let rest = value.trim().strip_prefix('P')?;
+    let (days, time) = rest.split_once('T').unwrap_or((rest, ""));
+    let mut total = TimeDelta::zero();
+    let mut number = String::new();
+    for (part, is_time) in [(days, false), (time, true)] {
+        for c in part.chars() {
+            if c.is_ascii_digit() {
+                number.push(c);
+                continue;
+            }
+            let n: i64 = number.parse().ok()?;
+            number.clear();
+            total += match (c, is_time) {
+                ('W', false) => TimeDelta::weeks(n),
+                ('D', false) => TimeDelta::days(n),
+                ('H', true) => TimeDelta::hours(n),
+                ('M', true) => TimeDelta::minutes(n),
+                ('S', true) => TimeDelta::seconds(n),
+                _ => return None,
+            };
+        }
+    }
+    number.is_empty().then_some(total)
+}
+
+/// How many dates an event from `start` to `end` covers: those up to the
+/// end, which is exclusive at midnight (an all-day event's `DTEND`); one
+/// without an end covers its start's date.
+fn covered_days(start: NaiveDateTime, end: Option<NaiveDateTime>) -> i64 {
+    let Some(end) = end.filter(|end| *end > start) else {
+        return 1;
+    };
+    let last = if end.time() == NaiveTime::MIN {
+        end.date() - TimeDelta::days(1)
+    } else {
+        end.date()
+    };
+    ((last - start.date()).num_days() + 1).max(1)
+}
+
+/// The starts of a recurring event: its `RRULE` (with its `RDATE`s and
+/// `EXDATE`s applied later) from `start`, up to [`HORIZON`]. Wall times
+/// are expanded as UTC, so that a zone's transitions move no date.
+fn expand(
+    event: &icalendar::parser::Component<'_>,
+    start: NaiveDateTime,
+    rule: &str,
+) -> Result<Vec<NaiveDateTime>, String> {
+    let mut text = format!("DTSTART:{}Z\nRRULE:{rule}", start.format("%Y%m%dT%H%M%S"));
+    for rdate in event
+        .properties
+        .iter()
+        .filter(|p| p.name.as_str() == "RDATE")
+    {
+        for one in rdate.val.as_str().split(',') {
+            let when = parse_when(one).ok_or_else(|| format!("RDATE {one:?} is no date"))?;
+            text.push_str(&format!("\nRDATE:{}Z", when.format("%Y%m%dT%H%M%S")));
+        }
+    }
+    let set: rrule::RRuleSet = text
+        .parse()
+        .map_err(|e| format!("RRULE {rule:?} is not understood: {e}"))?;
+    let horizon = HORIZON.and_time(NaiveTime::MIN);
+    let mut starts = Vec::new();
+    for occurrence in &set {
+        let wall = occurrence.naive_utc();
+        if wall >= horizon {
+            break;
+        }
+        starts.push(wall);
+        if starts.len() > MAX_DATES {
+            return Err(format!(
+                "RRULE {rule:?} recurs more than {MAX_DATES} times before {HORIZON}"
+            ));
+        }
+    }
+    Ok(starts)
+}
+
+/// The line a parse error of `icalendar` names (it numbers the unfolded
+/// text, which is the file's for files without folded lines), else 1.
+fn first_line_of_error(error: &str) -> usize {
+    error
+        .split("line ")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn date(text: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(text, "%Y-%m-%d").expect("a date")
+    }
+
+    const HOLIDAYS: &str = "BEGIN:VCALENDAR\r\n\
+VERSION:2.0\r\n\
+PRODID:-//test//holidays//EN\r\n\
+BEGIN:VEVENT\r\n\
+UID:xmas@test\r\n\
+DTSTART;VALUE=DATE:20201225\r\n\
+DTEND;VALUE=DATE:20201227\r\n\
+RRULE:FREQ=YEARLY\r\n\
+SUMMARY:Christmas\r\n\
+END:VEVENT\r\n\
+BEGIN:VEVENT\r\n\
+UID:newyear@test\r\n\
+DTSTART;VALUE=DATE:20270101\r\n\
+SUMMARY:New Year\r\n\
+END:VEVENT\r\n\
+BEGIN:VEVENT\r\n\
+UID:thanksgiving@test\r\n\
+DTSTART;VALUE=DATE:20201126\r\n\
+RRULE:FREQ=YEARLY;BYMONTH=11;BYDAY=4TH\r\n\
+EXDATE;VALUE=DATE:20271125\r\n\
+SUMMARY:Thanksgiving\r\n\
+END:VEVENT\r\n\
+END:VCALENDAR\r\n";
+
+    #[test]
+    fn all_day_and_recurring_events_cover_their_dates() {
+        let calendar = Calendar::from_ics("holidays", HOLIDAYS).expect("parses");
+        for covered in [
+            "2026-12-25",
+            "2026-12-26",
+            "2031-12-25",
+            "2027-01-01",
+            "2026-11-26",
+        ] {
+            assert!(calendar.contains(date(covered)), "{covered}");
+        }
+        for free in [
+            "2026-12-24",
+            "2026-12-27",
+            "2028-01-01",
+            "2027-11-25",
+            "2026-11-27",
+        ] {
+            assert!(!calendar.contains(date(free)), "{free}");
+        }
+        // The fourth Thursday of November, every year but the excluded one.
+        assert!(calendar.contains(date("2028-11-23")));
+        assert!(calendar.contains(date("2099-12-26")));
+    }
+
+    #[test]
+    fn a_file_that_is_no_calendar_or_has_a_bad_rule_names_the_line() {
+        let e = Calendar::from_ics("x", "hello\n").expect_err("no calendar");
+        assert!(e.message.contains("not an iCalendar file"), "{e}");
+        let bad = HOLIDAYS.replace("RRULE:FREQ=YEARLY\r\n", "RRULE:FREQ=SOMETIMES\r\n");
+        let e = Calendar::from_ics("x", &bad).expect_err("bad rule");
+        assert_eq!(e.line, 8, "{e}");
+        assert!(e.message.contains("FREQ=SOMETIMES"), "{e}");
+        let bad = HOLIDAYS.replace("DTSTART;VALUE=DATE:20270101", "DTSTART;VALUE=DATE:2027-1");
+        let e = Calendar::from_ics("x", &bad).expect_err("bad date");
+        assert_eq!(e.line, 13, "{e}");
+    }
+
+    #[test]
+    fn timed_events_and_durations() {
+        let text = "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;TZID=Europe/Berlin:20261230T220000\n\
+DURATION:PT4H\nEND:VEVENT\nBEGIN:VEVENT\nDTSTART:20260706T080000Z\nRRULE:FREQ=WEEKLY;COUNT=3\n\
+END:VEVENT\nEND:VCALENDAR\n";
+        let calendar = Calendar::from_ics("maintenance", text).expect("parses");
+        let dates: Vec<String> = calendar
+            .dates_from(date("2026-01-01"))
+            .map(|d| d.to_string())
+            .collect();
+        assert_eq!(
+            dates,
+            [
+                "2026-07-06",
+                "2026-07-13",
+                "2026-07-20",
+                "2026-12-30",
+                "2026-12-31"
+            ]
+        );
+    }
+}
