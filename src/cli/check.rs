@@ -99,6 +99,36 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         print_rules(&job.schedule, from);
+        if let Some(after) = &job.after {
+            let on: Vec<&str> = after.on.iter().map(|s| s.as_str()).collect();
+            println!(
+                "  after     {} (once for each instant at which {} ended {})",
+                after.names().join(", "),
+                if after.parents.len() > 1 {
+                    "every one of them"
+                } else {
+                    "it"
+                },
+                on.join(" or ")
+            );
+            let instants =
+                crate::config::dependent_upcoming(&config.jobs, &job.name, from, args.count);
+            println!(
+                "  next {} after {} (its parents' instants; it runs after their runs end):",
+                args.count,
+                from.to_rfc3339_opts(SecondsFormat::Millis, true)
+            );
+            for instant in instants {
+                println!(
+                    "    {}  {}",
+                    instant.to_rfc3339_opts(SecondsFormat::Secs, false),
+                    instant
+                        .with_timezone(&job.schedule.zone())
+                        .to_rfc3339_opts(SecondsFormat::Secs, false)
+                );
+            }
+            continue;
+        }
         if job.schedule.is_at_start() {
             println!("  runs once at each start of a replica");
             continue;

@@ -43,7 +43,8 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
     };
     let rows = history::list_runs(&mut *pool.get()?, &filter)
         .map_err(|e| crate::db::DbError::query("reading the run history", e))?;
-    let records: Vec<RunRecord> = rows.into_iter().map(RunRecord::from).collect();
+    let mut records: Vec<RunRecord> = rows.into_iter().map(RunRecord::from).collect();
+    history::with_parents(&mut *pool.get()?, &mut records);
     match args.format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&records)?),
         OutputFormat::Table => {
@@ -80,7 +81,7 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
                         r.exit_code.map_or("-".to_string(), |c| c.to_string()),
                         run_duration(r),
                         r.instance.clone(),
-                        r.triggered_by.to_string(),
+                        trigger_text(r),
                     ];
                     if keys {
                         row.push(r.once_key.clone().unwrap_or_default());
@@ -94,6 +95,17 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What started a run; for a dependency, after which parents' runs
+/// (`dependency after #12 #15`).
+fn trigger_text(run: &RunRecord) -> String {
+    let mut text = run.triggered_by.to_string();
+    if !run.parent_runs.is_empty() {
+        let ids: Vec<String> = run.parent_runs.iter().map(|id| format!("#{id}")).collect();
+        text.push_str(&format!(" after {}", ids.join(" ")));
+    }
+    text
 }
 
 /// A run's parameters as `NAME=VALUE` words, a value with a space or a

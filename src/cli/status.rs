@@ -96,6 +96,8 @@ struct JobStatus {
     /// Whether its window has closed (`not_after` has passed): no next
     /// instant.
     ended: bool,
+    /// The jobs whose runs' ends start its runs (`after`).
+    after: Vec<String>,
     /// What an instant that comes while its run is going does.
     overlap: Option<String>,
     /// The instant waiting for its running run (`overlap = "queue"` or
@@ -188,6 +190,10 @@ fn job_rows(
                     .map(|(t, _)| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
                 manual: job.is_some_and(|j| j.schedule.is_manual()),
                 ended: job.is_some_and(|j| j.schedule.has_ended(now)),
+                after: job
+                    .and_then(|j| j.after.as_ref())
+                    .map(|a| a.names())
+                    .unwrap_or_default(),
                 overlap: job.map(|j| j.overlap.to_string()),
                 waiting: lock.and_then(|l| l.waiting()).map(rfc3339),
                 running: state.running.map(|(n, _)| n),
@@ -253,6 +259,9 @@ fn print_tables(report: &Report) {
                 (Some(false), _) => "disabled".to_string(),
                 (Some(true), None) if r.manual => "manual (trigger)".to_string(),
                 (Some(true), None) if r.ended => "ended (its not_after has passed)".to_string(),
+                (Some(true), None) if !r.after.is_empty() => {
+                    format!("after {}", r.after.join(", "))
+                }
                 (Some(true), next) => next.clone().unwrap_or_else(|| "-".to_string()),
             };
             vec![

@@ -285,6 +285,12 @@ pub(crate) fn all() -> Vec<Key> {
         ),
         key(
             "job",
+            "after",
+            None,
+            "The jobs it runs after, instead of a schedule: after = [\"extract\"] runs it once for each instant at which extract's run succeeded, with that instant, on whichever replica, even if the one that ran extract died at its end; after = { jobs = [\"a\", \"b\"], on = [\"succeeded\", \"failed\"] } chooses the endings (any of succeeded, failed, timed_out, lost_lock, killed, abandoned, error, skipped, replaced), and with several parents (a fan-in) runs for each instant at which every one of them ended so. Each replica reads the parents' runs every 250 ms; an instant whose parents have not all ended is waited for, so the runs keep their order. Its runs are recorded dependency, linked to the parents' runs. Not for run_on = \"every\" jobs or parents; a cycle, an unknown parent and a fan-in whose parents share no instant in the next year are errors.",
+        ),
+        key(
+            "job",
             "command",
             None,
             "A command line run as shell -c command. Exactly one of command and args.",

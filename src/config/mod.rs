@@ -18,6 +18,8 @@ mod raw;
 mod tests;
 mod value;
 
+pub(crate) use self::check::dependent_upcoming;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -303,6 +305,41 @@ pub(crate) struct Job {
     pub(crate) limits: Vec<Limit>,
     /// What an instant that comes while its run is going does.
     pub(crate) overlap: Overlap,
+    /// The jobs whose runs' ends start its runs (`after`), if any: then it
+    /// has no schedule of its own.
+    pub(crate) after: Option<After>,
+}
+
+/// A dependent job's `after`: its parents, and the endings of a parent's
+/// instant that start its run (every parent's, for a fan-in).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct After {
+    /// Its parents, in the file's order.
+    pub(crate) parents: Vec<Parent>,
+    /// The endings that count (`succeeded` unless `on` says otherwise).
+    pub(crate) on: Vec<crate::run::RunStatus>,
+}
+
+/// A parent of a dependent job, with what tells when its instant has
+/// ended for good.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Parent {
+    /// Its name.
+    pub(crate) name: String,
+    /// Its schedule: which instants are its.
+    pub(crate) schedule: Schedule,
+    /// How many times a failed run of it is retried, and the pause
+    /// before each: a failed attempt before the last may be followed by
+    /// another.
+    pub(crate) retries: u32,
+    pub(crate) retry_backoff: Duration,
+}
+
+impl After {
+    /// The parents' names.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.parents.iter().map(|p| p.name.clone()).collect()
+    }
 }
 
 impl Job {
@@ -315,7 +352,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -347,11 +384,15 @@ impl Job {
                 .collect::<Vec<_>>(),
             self.overlap,
             // Only where set: a job without them compares as before.
+            // (A dependent job's parents are in its schedule's expression.)
             if *self.schedule.rules() == crate::schedule::Rules::default() {
                 String::new()
             } else {
                 format!(" rules={:?}", self.schedule.rules())
             },
+            self.after
+                .as_ref()
+                .map_or_else(String::new, |after| format!(" on={:?}", after.on)),
         )
     }
 }

@@ -83,6 +83,26 @@ impl RawSchedule {
     }
 }
 
+/// A job's `after`: its parents, or its parents and the endings of theirs
+/// it runs after.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "the jobs it runs after, as [\"extract\"], or { jobs = [\"extract\"], on = [\"succeeded\", \"failed\"] }"
+)]
+pub(super) enum RawAfter {
+    Jobs(Vec<String>),
+    Table(RawAfterTable),
+}
+
+/// `after = { jobs = [...], on = [...] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAfterTable {
+    pub jobs: Vec<String>,
+    pub on: Option<Vec<String>>,
+}
+
 /// One `[[limit]]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +148,7 @@ pub(super) enum RawCommand {
 pub(super) struct RawJob {
     pub name: Option<S<String>>,
     pub schedule: Option<S<RawSchedule>>,
+    pub after: Option<S<RawAfter>>,
     pub command: Option<S<String>>,
     pub args: Option<S<Vec<String>>>,
     pub env: Option<S<BTreeMap<String, String>>>,

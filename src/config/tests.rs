@@ -1086,3 +1086,122 @@ fn calendars_windows_and_the_daylight_saving_policy() {
         "needs dates",
     );
 }
+
+#[test]
+fn dependencies_name_known_parents_in_no_cycle() {
+    let jobs = |body: &str| format!("{DB}\n{body}");
+    let sched = |name: &str, schedule: &str| {
+        format!("[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\ncommand = \"true\"\n")
+    };
+    let dep = |name: &str, after: &str| {
+        format!("[[job]]\nname = \"{name}\"\nafter = {after}\ncommand = \"true\"\n")
+    };
+    if cfg!(feature = "sqlite") {
+        let config = parse(&jobs(&format!(
+            "{}{}{}",
+            sched("a", "0 * * * *"),
+            dep("b", "[\"a\"]"),
+            dep("c", "{ jobs = [\"b\"], on = [\"succeeded\", \"failed\"] }")
+        )))
+        .expect("valid");
+        let c = &config.jobs[2];
+        assert_eq!(c.schedule.expression(), "after b");
+        let after = c.after.as_ref().expect("after");
+        assert_eq!(after.names(), ["b"]);
+        assert_eq!(
+            after.on,
+            [
+                crate::run::RunStatus::Succeeded,
+                crate::run::RunStatus::Failed
+            ]
+        );
+        assert!(config.jobs[1].schedule.is_after());
+    }
+    // A cycle, named in order, once.
+    let cycle = errors(&jobs(&format!(
+        "{}{}{}{}",
+        sched("a", "0 * * * *"),
+        dep("x", "[\"z\"]"),
+        dep("y", "[\"x\"]"),
+        dep("z", "[\"y\", \"a\"]")
+    )));
+    assert_eq!(cycle.len(), 1, "{cycle:#?}");
+    assert!(cycle[0].message.contains("x → z → y → x"), "{cycle:#?}");
+    assert_eq!(cycle[0].key.as_deref(), Some("after"));
+    // An unknown parent, a job after itself, a schedule beside after.
+    one_error(
+        &jobs(&dep("b", "[\"nope\"]")),
+        6,
+        Some("\"b\""),
+        "after",
+        "\"nope\", which is no job",
+    );
+    one_error(
+        &jobs(&dep("b", "[\"b\"]")),
+        6,
+        Some("\"b\""),
+        "after",
+        "cannot run after itself",
+    );
+    one_error(
+        &jobs(&format!(
+            "{}[[job]]\nname = \"b\"\nafter = [\"a\"]\nschedule = \"@daily\"\ncommand = \"true\"\n",
+            sched("a", "@daily")
+        )),
+        11,
+        Some("\"b\""),
+        "schedule",
+        "no schedule of its own",
+    );
+    one_error(
+        &jobs(&format!(
+            "{}[[job]]\nname = \"b\"\nafter = [\"a\"]\nrun_on = \"every\"\ncommand = \"true\"\n",
+            sched("a", "@daily")
+        )),
+        10,
+        Some("\"b\""),
+        "after",
+        "run_on = \"every\"",
+    );
+    one_error(
+        &jobs(&format!(
+            "{}[[job]]\nname = \"a\"\nschedule = \"@daily\"\nrun_on = \"every\"\ncommand = \"true\"\n{}",
+            "",
+            dep("b", "[\"a\"]")
+        )),
+        11,
+        Some("\"b\""),
+        "after",
+        "a run_on = \"every\" job",
+    );
+    one_error(
+        &jobs(&format!(
+            "{}{}",
+            sched("a", "@daily"),
+            dep("b", "{ jobs = [\"a\"], on = [\"running\"] }")
+        )),
+        10,
+        Some("\"b\""),
+        "after",
+        "\"running\"",
+    );
+    // A fan-in whose parents share no instant in a year.
+    let fan_in = |a: &str, b: &str| {
+        jobs(&format!(
+            "{}{}{}",
+            sched("a", a),
+            sched("b", b),
+            dep("c", "[\"a\", \"b\"]")
+        ))
+    };
+    one_error(
+        &fan_in("0 9 * * *", "30 9 * * *"),
+        14,
+        Some("\"c\""),
+        "after",
+        "share no instant in the next year",
+    );
+    if cfg!(feature = "sqlite") {
+        parse(&fan_in("0 * * * *", "0 9 * * *")).expect("09:00 is both's");
+    }
+}

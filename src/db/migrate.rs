@@ -62,6 +62,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-26-000000_web_sessions",
     "2026-11-27-000000_run_trigger_and_params",
     "2026-11-27-000001_overlap",
+    "2026-11-28-000000_run_parents",
 );
 
 #[cfg(feature = "sqlite")]
@@ -77,6 +78,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-26-000000_web_sessions",
     "2026-11-27-000000_run_trigger_and_params",
     "2026-11-27-000001_overlap",
+    "2026-11-28-000000_run_parents",
 );
 
 /// The row of the migration lock.

@@ -106,6 +106,16 @@ diesel::table! {
 }
 
 diesel::table! {
+    /// Which parents' runs started a dependent job's run (`after`).
+    replicron_run_parents (run_id, parent_id) {
+        /// The dependent job's run.
+        run_id -> BigInt,
+        /// A parent's run whose end started it.
+        parent_id -> BigInt,
+    }
+}
+
+diesel::table! {
     /// The replicas running now, kept fresh by their heartbeats.
     replicron_instances (id) {
         /// Instance id.
@@ -160,5 +170,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     replicron_locks,
     replicron_runs,
     replicron_instances,
-    replicron_pauses
+    replicron_pauses,
+    replicron_run_parents
 );

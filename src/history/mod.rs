@@ -124,6 +124,9 @@ pub(crate) struct RunRecord {
     pub triggered_by: Trigger,
     /// The parameters it was given (empty for none).
     pub params: Params,
+    /// The ids of the parents' runs that started it (`dependency`; empty
+    /// for any other run).
+    pub parent_runs: Vec<i64>,
 }
 
 /// A run's parameters as recorded: a JSON object of strings (empty for
@@ -166,6 +169,7 @@ impl From<&RunBrief> for RunRecord {
             once_key: run.once_key.clone(),
             triggered_by: run.triggered_by,
             params: params_of(run.params.as_deref()),
+            parent_runs: Vec::new(),
         }
     }
 }
@@ -373,6 +377,94 @@ pub(crate) fn set_trigger(
     diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
         .set(runs::triggered_by.eq(trigger))
         .execute(conn)
+}
+
+/// Links run `id` to the parents' runs `parents` whose ends started it.
+pub(crate) fn link_parents(
+    conn: &mut DbConnection,
+    id: i64,
+    parents: &[i64],
+) -> QueryResult<usize> {
+    use crate::db::schema::replicron_run_parents::dsl as links;
+    // One statement per parent: a batch insert has no form every backend
+    // takes, and a fan-in has a few parents.
+    let mut linked = 0;
+    for parent in parents {
+        linked += diesel::insert_into(links::replicron_run_parents)
+            .values((links::run_id.eq(id), links::parent_id.eq(*parent)))
+            .execute(conn)?;
+    }
+    Ok(linked)
+}
+
+/// The parents' runs of each of `ids` that has any.
+pub(crate) fn parents_of(
+    conn: &mut DbConnection,
+    ids: &[i64],
+) -> QueryResult<std::collections::HashMap<i64, Vec<i64>>> {
+    use crate::db::schema::replicron_run_parents::dsl as links;
+    let mut found: std::collections::HashMap<i64, Vec<i64>> = std::collections::HashMap::new();
+    if ids.is_empty() {
+        return Ok(found);
+    }
+    let pairs: Vec<(i64, i64)> = links::replicron_run_parents
+        .filter(links::run_id.eq_any(ids))
+        .order((links::run_id, links::parent_id))
+        .select((links::run_id, links::parent_id))
+        .load(conn)?;
+    for (run, parent) in pairs {
+        found.entry(run).or_default().push(parent);
+    }
+    Ok(found)
+}
+
+/// The ids of the records a dependency started: those that may have
+/// parents' runs.
+pub(crate) fn dependent_ids(records: &[RunRecord]) -> Vec<i64> {
+    records
+        .iter()
+        .filter(|r| r.triggered_by == Trigger::Dependency)
+        .map(|r| r.id)
+        .collect()
+}
+
+/// Fills each record's `parent_runs` from `parents` (by run id).
+pub(crate) fn attach_parents(
+    records: &mut [RunRecord],
+    mut parents: std::collections::HashMap<i64, Vec<i64>>,
+) {
+    for record in records {
+        if let Some(ids) = parents.remove(&record.id) {
+            record.parent_runs = ids;
+        }
+    }
+}
+
+/// Fills each record's `parent_runs` from the links (none where they
+/// cannot be read: a listing is not refused for them).
+pub(crate) fn with_parents(conn: &mut DbConnection, records: &mut [RunRecord]) {
+    if let Ok(parents) = parents_of(conn, &dependent_ids(records)) {
+        attach_parents(records, parents);
+    }
+}
+
+/// The fleet's runs (not per-host ones) of `jobs` for instants after
+/// `after`, instant by instant (each instant's rows by job and attempt), at
+/// most `limit`: what a dependent job's parents did.
+pub(crate) fn runs_after(
+    conn: &mut DbConnection,
+    jobs: &[String],
+    after: DateTime<Utc>,
+    limit: i64,
+) -> QueryResult<Vec<RunBrief>> {
+    runs::replicron_runs
+        .filter(runs::job.eq_any(jobs))
+        .filter(runs::scope.eq(""))
+        .filter(runs::scheduled_at.gt(to_db_time(after)))
+        .order((runs::scheduled_at, runs::job, runs::attempt))
+        .limit(limit)
+        .select(RunBrief::as_select())
+        .load(conn)
 }
 
 /// Moves run `id`'s start to the database's now: a run recorded when its
@@ -914,6 +1006,11 @@ pub(crate) fn prune_runs(
         .load(conn)?;
     if ids.is_empty() {
         return Ok(0);
+    }
+    {
+        use crate::db::schema::replicron_run_parents::dsl as links;
+        diesel::delete(links::replicron_run_parents.filter(links::run_id.eq_any(&ids)))
+            .execute(conn)?;
     }
     diesel::delete(runs::replicron_runs.filter(runs::id.eq_any(&ids))).execute(conn)
 }

@@ -62,6 +62,45 @@ impl Store {
         .await
     }
 
+    /// [`super::runs_after`].
+    pub(crate) async fn runs_after(
+        &self,
+        jobs: Vec<String>,
+        after: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<super::RunBrief>, DbError> {
+        self.call("reading the parents' runs", move |conn| {
+            super::runs_after(conn, &jobs, after, limit)
+        })
+        .await
+    }
+
+    /// Fills each record's `parent_runs` (none where they cannot be read:
+    /// a listing is not refused for them).
+    pub(crate) async fn with_parents(&self, records: &mut [super::RunRecord]) {
+        let ids = super::dependent_ids(records);
+        if ids.is_empty() {
+            return;
+        }
+        if let Ok(parents) = self
+            .call("reading the parents' runs of runs", move |conn| {
+                super::parents_of(conn, &ids)
+            })
+            .await
+        {
+            super::attach_parents(records, parents);
+        }
+    }
+
+    /// [`super::link_parents`].
+    pub(crate) async fn link_parents(&self, id: i64, parents: Vec<i64>) -> Result<usize, DbError> {
+        self.call(
+            "recording the parents' runs that started the run",
+            move |conn| super::link_parents(conn, id, &parents),
+        )
+        .await
+    }
+
     /// [`super::latest_attempt`].
     pub(crate) async fn latest_attempt(
         &self,

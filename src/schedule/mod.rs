@@ -46,6 +46,8 @@ use croner::parser::{CronParser, Seconds};
 const AT_START: &str = "@reboot";
 /// The schedule of a job that runs only when asked.
 const MANUAL: &str = "@manual";
+/// How the schedule of a job that runs after others starts.
+const AFTER: &str = "after ";
 
 /// A parsed cron expression in a time zone, and the job's jitter: how a
 /// run's start follows its instant.
@@ -134,15 +136,7 @@ impl Schedule {
     pub(crate) fn parse(expression: &str, zone: Tz) -> Result<Self, String> {
         for special in [AT_START, MANUAL] {
             if expression.trim().eq_ignore_ascii_case(special) {
-                return Ok(Schedule {
-                    expression: special.to_string(),
-                    zone,
-                    cron: None,
-                    timeline: Timeline::Real,
-                    jitter: None,
-                    more: Arc::default(),
-                    rules: Arc::default(),
-                });
+                return Ok(Schedule::without_instants(special.to_string(), zone));
             }
         }
         let expanded = expand_macro(expression)?;
@@ -316,6 +310,31 @@ impl Schedule {
     /// (`trigger`, the API, the dashboard).
     pub(crate) fn is_manual(&self) -> bool {
         self.expression == MANUAL
+    }
+
+    /// The schedule of a job that runs after `parents` end: no instant of
+    /// its own (its instants are its parents'), in `zone` (its calendars'
+    /// dates are dates there).
+    pub(crate) fn after(parents: &[String], zone: Tz) -> Self {
+        Schedule::without_instants(format!("{AFTER}{}", parents.join(", ")), zone)
+    }
+
+    /// A schedule with no instant of its own, written `expression`.
+    fn without_instants(expression: String, zone: Tz) -> Self {
+        Schedule {
+            expression,
+            zone,
+            cron: None,
+            timeline: Timeline::Real,
+            jitter: None,
+            more: Arc::default(),
+            rules: Arc::default(),
+        }
+    }
+
+    /// Whether this is a dependent job's: its instants are its parents'.
+    pub(crate) fn is_after(&self) -> bool {
+        self.cron.is_none() && self.expression.starts_with(AFTER)
     }
 
     /// The expression as written in the config.

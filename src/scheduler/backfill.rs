@@ -65,6 +65,9 @@ pub(crate) enum Refused {
     /// `@manual` or `@reboot`.
     #[error("{job}: {expression} has no instants to backfill")]
     NoInstants { job: String, expression: String },
+    /// A dependent job (`after`).
+    #[error("{0}: it runs after its parents, at their instants: backfill them, or trigger it")]
+    Dependent(String),
     /// A `run_on = "every"` job.
     #[error(
         "{0}: a run_on = \"every\" job's instants are each replica's own: run its command on the host"
@@ -100,6 +103,9 @@ pub(crate) fn check_range(
             job: job.name.to_string(),
             expression: job.schedule.expression().to_string(),
         });
+    }
+    if job.after.is_some() {
+        return Err(Refused::Dependent(job.name.to_string()));
     }
     if job.run_on == crate::config::RunOn::Every {
         return Err(Refused::PerHost(job.name.to_string()));

@@ -53,6 +53,9 @@ pub struct Job {
     /// What a run given no parameters gets: each declared one's default
     /// (the scheduled runs').
     pub(crate) default_params: Arc<crate::history::Params>,
+    /// The jobs whose runs' ends start its runs, if it has any (then its
+    /// schedule has no instant of its own).
+    pub(crate) after: Option<Arc<config::After>>,
 }
 
 impl std::fmt::Debug for Job {
@@ -190,6 +193,7 @@ impl Job {
             settings: JobSettings::default(),
             action: None,
             default_params: Arc::default(),
+            after: None,
         })
     }
 
@@ -327,6 +331,7 @@ impl Job {
             default_params: Arc::new(
                 config::params::resolve(&job.name, &job.params, &[]).unwrap_or_default(),
             ),
+            after: job.after.clone().map(Arc::new),
         }
     }
 

@@ -134,16 +134,25 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     if to <= from {
         return Ok(0);
     }
-    let mut instants = Vec::new();
-    let mut cursor = from;
-    while let Some(next) = job.schedule.next_after(cursor) {
-        if next > to || instants.len() >= MAX_SCANNED {
-            break;
+    // Each instant to check, and when its run was due: a scheduled job's
+    // at its instant, a dependent job's when its parents' runs ended.
+    let (instants, to) = match &job.after {
+        Some(after) => dependent_instants(engine, job, after, from, to, now).await?,
+        None => {
+            let mut instants = Vec::new();
+            let mut cursor = from;
+            while let Some(next) = job.schedule.next_after(cursor) {
+                if next > to || instants.len() >= MAX_SCANNED {
+                    break;
+                }
+                instants.push((next, next));
+                cursor = next;
+            }
+            (instants, to)
         }
-        instants.push(next);
-        cursor = next;
-    }
-    let (Some(first), Some(last)) = (instants.first().copied(), instants.last().copied()) else {
+    };
+    let (Some(first), Some(last)) = (instants.first().map(|i| i.0), instants.last().map(|i| i.0))
+    else {
         set_checked(engine, &name, row.missed_checked_until, to, Vec::new()).await?;
         return Ok(0);
     };
@@ -197,7 +206,8 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     };
     let missed: Vec<DateTime<Utc>> = instants
         .into_iter()
-        .filter(|t| !ran.contains(t) && !overrun(*t) && !paused(*t))
+        .filter(|(t, due)| !ran.contains(t) && !overrun(*due) && !paused(*t))
+        .map(|(t, _)| t)
         .collect();
     let mut recorded = 0;
     let skip = missed.len().saturating_sub(MAX_RECORDED);
@@ -249,6 +259,39 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     }
     set_checked(engine, &name, row.missed_checked_until, to, unended).await?;
     Ok(recorded)
+}
+
+/// A dependent job's instants after `from` whose parents' runs ended as it
+/// asks by `to` (each with that end), and how far the check may mark them
+/// done: not past an instant whose parents have not all ended, nor past
+/// one whose run is not yet `missed_after` late.
+async fn dependent_instants(
+    engine: &Engine,
+    job: &Job,
+    after: &crate::config::After,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<(DateTime<Utc>, DateTime<Utc>)>, DateTime<Utc>), DbError> {
+    const PAGE: i64 = 10_000;
+    let rows = engine.store.runs_after(after.names(), from, PAGE).await?;
+    let complete = (rows.len() as i64) < PAGE;
+    let mut instants = Vec::new();
+    let mut mark = to;
+    for (instant, decision) in super::after::decide(after, &job.schedule, &rows, complete, now) {
+        if instant > to {
+            break;
+        }
+        match decision {
+            super::after::Decision::NoRun => {}
+            super::after::Decision::Ready { due, .. } if due <= to => instants.push((instant, due)),
+            super::after::Decision::Ready { .. } | super::after::Decision::Pending => {
+                mark = instant - TimeDelta::milliseconds(1);
+                break;
+            }
+        }
+    }
+    Ok((instants, mark))
 }
 
 /// When a run held its job: from its first start to its last end (none:

@@ -12,6 +12,7 @@
 //! returns. `docs/design.md#the-life-of-a-run` and
 //! `docs/design.md#failure-handling` describe what these loops guarantee.
 
+pub(crate) mod after;
 pub(crate) mod backfill;
 mod claimer;
 pub(crate) mod clock_sync;
@@ -674,7 +675,11 @@ impl Loops {
             job.schedule.interval_after(now),
         );
         let (retire, retired) = watch::channel(false);
-        let handle = tokio::spawn(tick::job_loop(engine.clone(), job.clone(), retired));
+        let handle = if job.after.is_some() {
+            tokio::spawn(after::dependent_loop(engine.clone(), job.clone(), retired))
+        } else {
+            tokio::spawn(tick::job_loop(engine.clone(), job.clone(), retired))
+        };
         self.running.push(Loop {
             job,
             retire,

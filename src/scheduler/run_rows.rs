@@ -38,6 +38,8 @@ pub(crate) struct RunRows<'e> {
     /// The job's `missed_after`, or its least (60 s) where the schedule
     /// sets it.
     missed_after: Duration,
+    /// The parents' runs whose ends started it (a dependent job's run).
+    parent_runs: Vec<i64>,
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.
@@ -79,6 +81,7 @@ impl<'e> RunRows<'e> {
             first,
             attempts_before: recording.attempts_before,
             missed_after: work.settings.missed_after(None),
+            parent_runs: recording.parent_runs.clone(),
         }
     }
 
@@ -127,7 +130,18 @@ impl<'e> RunRows<'e> {
     /// recorded: nothing may run without a record.
     pub(crate) async fn start(&self, attempt: u32) -> Option<i64> {
         match self.record(attempt).await {
-            Ok(id) => Some(id),
+            Ok(id) => {
+                if !self.parent_runs.is_empty()
+                    && let Err(e) = self
+                        .engine
+                        .store
+                        .link_parents(id, self.parent_runs.clone())
+                        .await
+                {
+                    warn!(job = %self.row.job, run_id = id, "the parents' runs that started the run could not be recorded: {e}");
+                }
+                Some(id)
+            }
             Err(e) => {
                 error!(job = %self.row.job, instant = %fmt_instant(self.row.scheduled_at), attempt, "run not started, its start could not be recorded: {e}");
                 None

@@ -21,6 +21,16 @@ fn utc(text: &str) -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
+/// The job file `text`, parsed as `jobs.toml`.
+fn config_of(text: &str) -> crate::config::Config {
+    crate::config::Config::parse(
+        std::path::Path::new("jobs.toml"),
+        text,
+        &crate::config::Environment::default(),
+    )
+    .expect("config")
+}
+
 /// Every run of `job`, oldest first.
 /// A replica `id` with one job, on `db` and the test's virtual `clock`.
 fn replica_of(db: &TestDb, clock: &Arc<TokioClock>, id: &str, job: Job) -> SchedulerBuilder {
@@ -1099,12 +1109,7 @@ async fn a_manual_job_never_fires_by_itself_and_is_never_missed() {
     let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
     let text = "[[job]]\nname = \"asked\"\nschedule = \"@manual\"\ncommand = \"true\"\n\
                 params = [\"DAYS\"]\ncatch_up = \"1h\"\nmissed_after = \"1s\"\n";
-    let config = crate::config::Config::parse(
-        std::path::Path::new("jobs.toml"),
-        &format!("[database]\nurl = {:?}\n\n{text}", db.url),
-        &crate::config::Environment::default(),
-    )
-    .expect("config");
+    let config = config_of(&format!("[database]\nurl = {:?}\n\n{text}", db.url));
     let hourly = Arc::new(AtomicUsize::new(0));
     let counted = hourly.clone();
     let scheduler = Scheduler::builder(db.url.as_str())
@@ -1264,12 +1269,7 @@ async fn several_schedules_run_each_instant_of_their_union_once() {
          schedule = [\"*/2 * * * *\", \"*/3 * * * *\"]\ncommand = \"true\"\nmissed_after = \"5s\"\n",
         db.url
     );
-    let config = crate::config::Config::parse(
-        std::path::Path::new("jobs.toml"),
-        &text,
-        &crate::config::Environment::default(),
-    )
-    .expect("config");
+    let config = config_of(&text);
     let ran: Arc<Mutex<Vec<DateTime<Utc>>>> = Arc::default();
     let replica = |id: &str| {
         let record = ran.clone();
@@ -1316,12 +1316,7 @@ async fn excluded_instants_neither_run_nor_are_missed() {
          command = \"true\"\nmissed_after = \"5s\"\n",
         db.url
     );
-    let config = crate::config::Config::parse(
-        std::path::Path::new("jobs.toml"),
-        &text,
-        &crate::config::Environment::default(),
-    )
-    .expect("config");
+    let config = config_of(&text);
     type Ran = Arc<Mutex<Vec<(String, DateTime<Utc>)>>>;
     let ran: Ran = Arc::default();
     let replica = |id: &str| {
@@ -1366,4 +1361,227 @@ async fn excluded_instants_neither_run_nor_are_missed() {
     }
     assert_eq!(runs_of(&db, "daily-work").len(), 2);
     assert_eq!(runs_of(&db, "windowed").len(), 3);
+}
+
+/// Each run of a dependency test: its job, instant, start and end.
+type Ran = Arc<Mutex<Vec<(String, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)>>>;
+
+/// The replicas of a dependency test: `config`'s jobs, each run recording
+/// its job, instant, start and end on `clock`, and taking `busy`.
+fn dependent_replica(
+    db: &TestDb,
+    clock: &Arc<TokioClock>,
+    id: &str,
+    config: &crate::config::Config,
+    ran: &Ran,
+    fails: fn(&str, DateTime<Utc>) -> bool,
+) -> SchedulerBuilder {
+    let mut builder = Scheduler::builder(db.url.as_str())
+        .clock(clock.clone())
+        .instance_id(id);
+    for job in &config.jobs {
+        let (record, name, clock) = (ran.clone(), job.name.to_string(), clock.clone());
+        builder = builder.job(Job::from_config(job).run(move |ctx| {
+            let (record, name, clock) = (record.clone(), name.clone(), clock.clone());
+            async move {
+                let start = clock.now();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                record
+                    .lock()
+                    .expect("ran")
+                    .push((name.clone(), ctx.instant(), start, clock.now()));
+                if fails(&name, ctx.instant()) {
+                    Err(format!("{name} fails"))
+                } else {
+                    Ok::<(), String>(())
+                }
+            }
+        }));
+    }
+    builder
+}
+
+/// A chain a → b → c and a fan-in (a, d) → e on two replicas and a paused
+/// clock, for six minutes of per-minute parents: every link runs once per
+/// instant, after its parents' runs ended, with their instant; e only at
+/// the instants where both a and d succeeded (d fails at odd minutes);
+/// no instant is recorded missed.
+#[tokio::test(start_paused = true)]
+async fn dependent_jobs_run_once_per_instant_after_their_parents() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"* * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nafter = [\"a\"]\ncommand = \"true\"\n\
+         [[job]]\nname = \"c\"\nafter = [\"b\"]\ncommand = \"true\"\n\
+         [[job]]\nname = \"d\"\nschedule = \"* * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"e\"\nafter = [\"a\", \"d\"]\ncommand = \"true\"\n\
+         [[job]]\nname = \"on-failure\"\nafter = {{ jobs = [\"d\"], on = [\"failed\"] }}\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let ran: Ran = Arc::default();
+    // d fails at odd minutes: e runs at even ones, on-failure at odd ones.
+    fn fails(job: &str, instant: DateTime<Utc>) -> bool {
+        job == "d" && chrono::Timelike::minute(&instant) % 2 == 1
+    }
+    side_by_side(
+        dependent_replica(&db, &clock, "one", &config, &ran, fails),
+        dependent_replica(&db, &clock, "two", &config, &ran, fails),
+        Duration::from_secs(6 * 60 + 20),
+    )
+    .await;
+    let ran = ran.lock().expect("ran").clone();
+    let runs_of_job = |job: &str| -> Vec<(DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)> {
+        let mut runs: Vec<_> = ran
+            .iter()
+            .filter(|r| r.0 == job)
+            .map(|r| (r.1, r.2, r.3))
+            .collect();
+        runs.sort();
+        runs
+    };
+    let minutes: Vec<DateTime<Utc>> = (1..=6)
+        .map(|m| utc("2027-03-01T00:00:00Z") + TimeDelta::minutes(m))
+        .collect();
+    let odd: Vec<DateTime<Utc>> = minutes.iter().copied().step_by(2).collect();
+    let even: Vec<DateTime<Utc>> = minutes.iter().copied().skip(1).step_by(2).collect();
+    for (child, parent, expected) in [
+        ("b", "a", &minutes),
+        ("c", "b", &minutes),
+        ("on-failure", "d", &odd),
+        ("e", "d", &even),
+    ] {
+        let runs = runs_of_job(child);
+        let parents: Vec<_> = runs_of_job(parent)
+            .into_iter()
+            .filter(|p| expected.contains(&p.0))
+            .collect();
+        let instants: Vec<DateTime<Utc>> = runs.iter().map(|r| r.0).collect();
+        assert_eq!(
+            &instants, expected,
+            "{child}: one run per instant of {parent}"
+        );
+        for (run, parent_run) in runs.iter().zip(&parents) {
+            assert_eq!(run.0, parent_run.0);
+            assert!(
+                run.1 >= parent_run.2,
+                "{child} at {} started before {parent} ended",
+                run.0
+            );
+            assert!(
+                run.1 - parent_run.2 < TimeDelta::seconds(2),
+                "{child} at {} started {} after {parent}",
+                run.0,
+                run.1 - parent_run.2
+            );
+        }
+    }
+    for (job, count) in [("b", 6), ("c", 6), ("on-failure", 3), ("e", 3)] {
+        let rows = runs_of(&db, job);
+        assert_eq!(rows.len(), count, "{job}: {rows:?}");
+        assert!(
+            rows.iter()
+                .all(|r| r.triggered_by == Trigger::Dependency && r.status == RunStatus::Succeeded),
+            "{job}: {rows:?}"
+        );
+    }
+    // Each dependent run is linked to the run it followed.
+    let mut conn = db.connect();
+    let b_rows = runs_of(&db, "b");
+    let a_rows = runs_of(&db, "a");
+    let links =
+        crate::history::parents_of(&mut conn, &b_rows.iter().map(|r| r.id).collect::<Vec<_>>())
+            .expect("links");
+    for (b, a) in b_rows.iter().zip(&a_rows) {
+        assert_eq!(links.get(&b.id), Some(&vec![a.id]), "{b:?}");
+    }
+    // A fan-in's run, to both parents' runs.
+    let d_rows = runs_of(&db, "d");
+    for e in runs_of(&db, "e") {
+        let links = crate::history::parents_of(&mut conn, &[e.id]).expect("links");
+        let a = a_rows
+            .iter()
+            .find(|r| r.scheduled_at == e.scheduled_at)
+            .expect("a's run");
+        let d = d_rows
+            .iter()
+            .find(|r| r.scheduled_at == e.scheduled_at)
+            .expect("d's run");
+        let mut want = vec![a.id, d.id];
+        want.sort();
+        assert_eq!(links.get(&e.id), Some(&want), "{e:?}");
+    }
+}
+
+/// A parent's success whose dependent run no replica started in time (the
+/// only replica stopped just after the parent ended, and came back two
+/// minutes later) is recorded `missed` for the dependent job, once; the
+/// instants after it run.
+#[tokio::test(start_paused = true)]
+async fn a_dependent_run_nobody_started_is_recorded_missed() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"*/2 * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nafter = [\"a\"]\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let ran: Ran = Arc::default();
+    fn never(_: &str, _: DateTime<Utc>) -> bool {
+        false
+    }
+    // a runs 00:02:00 to 00:02:00.3; the replica stops at 00:02:00.4,
+    // before its next read of a's runs.
+    let replica = dependent_replica(&db, &clock, "one", &config, &ran, never)
+        .build()
+        .await
+        .expect("build");
+    replica
+        .run_until(tokio::time::sleep(Duration::from_millis(90_400)))
+        .await
+        .expect("runs");
+    assert_eq!(runs_of(&db, "a").len(), 1);
+    assert_eq!(runs_of(&db, "b"), Vec::new());
+    tokio::time::sleep(Duration::from_secs(119)).await;
+    // Back at 00:04:00 minus a bit: 00:04 and 00:06 run; 00:02 is missed.
+    let replica = dependent_replica(&db, &clock, "one", &config, &ran, never)
+        .build()
+        .await
+        .expect("build");
+    replica
+        .run_until(tokio::time::sleep(Duration::from_secs(150)))
+        .await
+        .expect("runs");
+    let mut b_rows = runs_of(&db, "b");
+    b_rows.sort_by_key(|r| r.scheduled_at);
+    let b: Vec<(String, RunStatus, Trigger)> = b_rows
+        .iter()
+        .map(|r| {
+            (
+                r.scheduled_at.format("%H:%M").to_string(),
+                r.status,
+                r.triggered_by,
+            )
+        })
+        .collect();
+    assert_eq!(
+        b,
+        [
+            ("00:02".to_string(), RunStatus::Missed, Trigger::Schedule),
+            (
+                "00:04".to_string(),
+                RunStatus::Succeeded,
+                Trigger::Dependency
+            ),
+            (
+                "00:06".to_string(),
+                RunStatus::Succeeded,
+                Trigger::Dependency
+            ),
+        ]
+    );
 }

@@ -38,7 +38,7 @@ pub(crate) async fn draining(mut phase: watch::Receiver<Phase>) {
 
 /// Ends when the job's loop is to stop: the scheduler drains, or the job
 /// was retired by a reload.
-fn stopping(
+pub(super) fn stopping(
     engine: &Engine,
     retired: &watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + use<> {
@@ -56,16 +56,16 @@ fn stopping(
 /// starts (its lease or start record waits on the database) or while its
 /// end is recorded and its lease released is no overrun: only one that came
 /// while the action was going.
-struct Current {
-    task: JoinHandle<()>,
+pub(super) struct Current {
+    pub(super) task: JoinHandle<()>,
     claimed_at: DateTime<Utc>,
     going: Arc<execute::Going>,
     /// The fence of the lease it holds.
-    fence: i64,
+    pub(super) fence: i64,
 }
 
 impl Current {
-    fn is_running(&self) -> bool {
+    pub(super) fn is_running(&self) -> bool {
         !self.task.is_finished()
     }
 
@@ -181,6 +181,7 @@ pub(crate) async fn job_loop(
                     run.fence,
                     Some(&mut run.task),
                     &mut retired,
+                    Cause::default(),
                 )
                 .await
             {
@@ -229,15 +230,21 @@ pub(crate) async fn job_loop(
             current = None;
         }
         let mut attempt = match job.run_on {
-            RunOn::One => {
-                attempt(&engine, &job, instant, Trigger::Schedule, Patience::OnTime).await
-            }
+            RunOn::One => attempt(&engine, &job, instant, Cause::default(), Patience::OnTime).await,
             RunOn::Every => run_here(&engine, &job, instant).await,
         };
         if let Attempt::Overrun { fence, .. } = attempt
             && waits_for_the_run(&job)
-            && let Some(waited) =
-                overlapping(&engine, &job, instant, fence, None, &mut retired).await
+            && let Some(waited) = overlapping(
+                &engine,
+                &job,
+                instant,
+                fence,
+                None,
+                &mut retired,
+                Cause::default(),
+            )
+            .await
         {
             ticker =
                 Ticker::new(job.schedule.clone(), engine.clock.clone()).not_before(Some(instant));
@@ -289,7 +296,18 @@ pub(crate) async fn job_loop(
 /// The latest moment an instant may still be claimed: [`LATE_LIMIT`] after
 /// its start, by the database's clock, as a point on the monotonic clock.
 fn deadline_for(engine: &Engine, job: &Job, instant: DateTime<Utc>) -> Instant {
-    let left = (job.schedule.start_of(instant) + LATE_LIMIT - engine.clock.now())
+    deadline_since(engine, job, job.schedule.start_of(instant))
+}
+
+/// The latest moment a run due at `due` may still be claimed:
+/// [`LATE_LIMIT`] after it (a dependent job's: its `catch_up`, if longer),
+/// by the database's clock, as a point on the monotonic clock.
+pub(super) fn deadline_since(engine: &Engine, job: &Job, due: DateTime<Utc>) -> Instant {
+    let mut late = LATE_LIMIT;
+    if job.after.is_some() {
+        late = late.max(TimeDelta::from_std(job.settings.catch_up).unwrap_or(TimeDelta::MAX));
+    }
+    let left = (due + late - engine.clock.now())
         .to_std()
         .unwrap_or_default();
     Instant::now() + left
@@ -343,7 +361,15 @@ async fn catch_up(
             return None;
         }
     }
-    let run = match attempt(engine, job, instant, Trigger::CatchUp, Patience::OnTime).await {
+    let run = match attempt(
+        engine,
+        job,
+        instant,
+        Trigger::CatchUp.into(),
+        Patience::OnTime,
+    )
+    .await
+    {
         Attempt::Won(run) => {
             info!(job = %job.name, instant = %fmt_instant(instant), "catching up a missed instant");
             Some(run)
@@ -371,8 +397,28 @@ fn catch_up_instant(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     (age <= job.settings.catch_up).then_some(instant)
 }
 
+/// What starts a run, as its rows record it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Cause {
+    pub(super) trigger: Trigger,
+    /// When it was due, if not at its instant's start: a dependent job's
+    /// run is due when its parents' runs ended.
+    pub(super) due: Option<DateTime<Utc>>,
+    /// The parents' runs whose ends started it.
+    pub(super) parent_runs: Vec<i64>,
+}
+
+impl From<Trigger> for Cause {
+    fn from(trigger: Trigger) -> Self {
+        Cause {
+            trigger,
+            ..Cause::default()
+        }
+    }
+}
+
 /// What became of one instant on this replica.
-enum Attempt {
+pub(super) enum Attempt {
     /// Won: the run.
     Won(Current),
     /// Another replica has it (or a later one).
@@ -405,11 +451,11 @@ enum Attempt {
 /// not landed, is waited for until the instant is [`LATE_LIMIT`] old. A
 /// lease held by a run that was going at the instant, or on purpose by
 /// `lock_at_least_for`, makes the instant an overrun.
-async fn attempt(
+pub(super) async fn attempt(
     engine: &Arc<Engine>,
     job: &Arc<Job>,
     instant: DateTime<Utc>,
-    trigger: Trigger,
+    cause: Cause,
     patience: Patience,
 ) -> Attempt {
     // Said once per change by the drift check.
@@ -418,12 +464,24 @@ async fn attempt(
         debug!(job = %job.name, instant = %fmt_instant(instant), "not claimed: this replica's definition of the job is in the minority");
         return Attempt::Skipped;
     }
+    // The moment the instant's run was due, by the database's clock.
+    let due = match patience {
+        Patience::Since(due) => due,
+        Patience::OnTime | Patience::Waiting => job.schedule.start_of(instant),
+    };
     if allows_overlap(job) {
-        return attempt_allowed(engine, job, instant, trigger).await;
+        return attempt_allowed(
+            engine,
+            job,
+            instant,
+            cause,
+            deadline_since(engine, job, due),
+        )
+        .await;
     }
     let (deadline, mut backoff) = match patience {
-        Patience::OnTime => (
-            deadline_for(engine, job, instant),
+        Patience::OnTime | Patience::Since(_) => (
+            deadline_since(engine, job, due),
             Backoff::new(Duration::from_millis(10), Duration::from_millis(250)),
         ),
         // Until the lease is given back, or has ended: at most a lease of
@@ -451,7 +509,7 @@ async fn attempt(
                 telemetry::claim(&job.name, true);
                 let every = lease_times(job).every;
                 if sent.elapsed() < every {
-                    return start(engine, job, Hold::Fleet(lease), run, sent, trigger);
+                    return start(engine, job, Hold::Fleet(lease), run, sent, &cause);
                 }
                 // Answered so late that the lease may be gone: confirm it
                 // again before anything runs.
@@ -464,7 +522,7 @@ async fn attempt(
                 let late = Unanswered::late(&lease, sent);
                 match settle(engine, job, instant, late, deadline).await {
                     Settled::Won { lease, run, sent } => {
-                        return start(engine, job, Hold::Fleet(lease), run, sent, trigger);
+                        return start(engine, job, Hold::Fleet(lease), run, sent, &cause);
                     }
                     Settled::Lost => return Attempt::Lost,
                     Settled::Retry | Settled::Skipped => return Attempt::Skipped,
@@ -481,7 +539,7 @@ async fn attempt(
                 );
                 match settle(engine, job, instant, unanswered, deadline).await {
                     Settled::Won { lease, run, sent } => {
-                        return start(engine, job, Hold::Fleet(lease), run, sent, trigger);
+                        return start(engine, job, Hold::Fleet(lease), run, sent, &cause);
                     }
                     Settled::Lost => return Attempt::Lost,
                     Settled::Skipped => return Attempt::Skipped,
@@ -519,7 +577,7 @@ async fn attempt(
                 }
             }
             Ok(Claimed::NotWon(Claim::Held(holder))) => {
-                match on_held(engine, job, &holder, instant).await {
+                match on_held(engine, job, &holder, due).await {
                     OnHeld::Overrun { since } => {
                         telemetry::overrun(&job.name);
                         return Attempt::Overrun {
@@ -542,10 +600,14 @@ async fn attempt(
 
 /// How long a claim may wait for the job's lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Patience {
+pub(super) enum Patience {
     /// Until its instant is [`LATE_LIMIT`] old; a lease held by a run that
     /// was going at the instant makes it an overrun.
     OnTime,
+    /// As `OnTime`, counted from when the run was due (a dependent job's
+    /// run: when its parents' runs ended), not from its instant; up to the
+    /// job's `catch_up` if that is longer.
+    Since(DateTime<Utc>),
     /// Until the lease is free (an instant that waits for the job's run,
     /// `overlap = "queue"` or `"replace"`).
     Waiting,
@@ -573,13 +635,13 @@ async fn attempt_allowed(
     engine: &Arc<Engine>,
     job: &Arc<Job>,
     instant: DateTime<Utc>,
-    trigger: Trigger,
+    cause: Cause,
+    deadline: Instant,
 ) -> Attempt {
     if let Some(not_run) = unless_paused(engine, job, instant).await {
         return not_run;
     }
     let row = lease::instant_row(&job.name, instant);
-    let deadline = deadline_for(engine, job, instant);
     loop {
         // The lease counts from when its claim was sent.
         let sent = Instant::now();
@@ -595,7 +657,7 @@ async fn attempt_allowed(
         {
             Ok(Claim::Won(lease)) => {
                 telemetry::claim(&job.name, true);
-                return start(engine, job, Hold::Fleet(lease), None, sent, trigger);
+                return start(engine, job, Hold::Fleet(lease), None, sent, &cause);
             }
             Ok(Claim::NotYet { wait }) => wait.min(MAX_NOT_YET_WAIT) + Duration::from_millis(1),
             Ok(Claim::Contended) => Duration::from_millis(1),
@@ -626,13 +688,14 @@ fn waits_for_the_run(job: &Job) -> bool {
 /// overrun); else, once the run has ended (`replace`: once it was asked to
 /// stop, and did), the instant's claim: `Some(None)` if the job's loop
 /// stopped meanwhile.
-async fn overlapping(
+pub(super) async fn overlapping(
     engine: &Arc<Engine>,
     job: &Arc<Job>,
     instant: DateTime<Utc>,
     fence: i64,
     local: Option<&mut JoinHandle<()>>,
     retired: &mut watch::Receiver<bool>,
+    cause: Cause,
 ) -> Option<Option<Attempt>> {
     match engine.store.enqueue(&job.name, instant).await {
         Ok(true) => {}
@@ -667,7 +730,7 @@ async fn overlapping(
     tokio::select! {
         biased;
         () = &mut stopped => Some(None),
-        attempt = attempt(engine, job, instant, Trigger::Schedule, Patience::Waiting) => Some(Some(attempt)),
+        attempt = attempt(engine, job, instant, cause, Patience::Waiting) => Some(Some(attempt)),
     }
 }
 
@@ -690,9 +753,8 @@ async fn on_held(
     engine: &Engine,
     job: &Job,
     holder: &lease::Holder,
-    instant: DateTime<Utc>,
+    start: DateTime<Utc>,
 ) -> OnHeld {
-    let start = job.schedule.start_of(instant);
     // Claimed after the instant came: a run that started late; the instant
     // waits for it.
     let Some(since) = holder.claimed_at.filter(|since| *since < start) else {
@@ -727,7 +789,7 @@ fn start(
     hold: Hold,
     first_run: Option<i64>,
     claimed: Instant,
-    trigger: Trigger,
+    cause: &Cause,
 ) -> Attempt {
     let Some(work) = Work::of(job) else {
         return Attempt::Skipped;
@@ -740,9 +802,14 @@ fn start(
         Plan {
             work,
             recording: Recording {
-                due: Some(job.schedule.start_of(hold.instant())),
-                trigger,
+                due: Some(
+                    cause
+                        .due
+                        .unwrap_or_else(|| job.schedule.start_of(hold.instant())),
+                ),
+                trigger: cause.trigger,
                 params: job.default_params.clone(),
+                parent_runs: cause.parent_runs.clone(),
                 ..Recording::default()
             },
             hold,
@@ -797,7 +864,7 @@ async fn run_here(engine: &Arc<Engine>, job: &Arc<Job>, instant: DateTime<Utc>) 
         Hold::Here(instant),
         None,
         Instant::now(),
-        Trigger::Schedule,
+        &Cause::default(),
     )
 }
 

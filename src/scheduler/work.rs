@@ -44,6 +44,8 @@ pub(crate) struct Recording {
     /// Attempts its instant had already (a backfill of an instant that ran
     /// before): its rows number on from there.
     pub(crate) attempts_before: i32,
+    /// The parents' runs whose ends started it (a dependent job's run).
+    pub(crate) parent_runs: Vec<i64>,
 }
 
 /// What runs: a name (its history rows carry it: a job's, or `exec`'s

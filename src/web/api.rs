@@ -117,7 +117,12 @@ pub(super) async fn run(State(web): State<Shared>, Path(id): Path<String>) -> Re
         return error(StatusCode::BAD_REQUEST, format!("{id:?} is not a run id"));
     };
     match web.store.find_run(id).await {
-        Ok(Some(run)) => Json(RunRecord::from(run)).into_response(),
+        Ok(Some(run)) => {
+            let mut record = [RunRecord::from(run)];
+            web.store.with_parents(&mut record).await;
+            let [record] = record;
+            Json(record).into_response()
+        }
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no run {id}")),
         Err(e) => unavailable(e),
     }

@@ -25,6 +25,9 @@ pub(crate) struct JobView {
     pub(crate) definition: Option<Definition>,
     /// Its next instant (UTC, RFC 3339).
     pub(crate) next_instant: Option<String>,
+    /// Whether its window has closed (`not_after` has passed): it has no
+    /// next instant.
+    pub(crate) ended: bool,
     /// When that instant's run starts (the instant plus its jitter), in
     /// the job's time zone, RFC 3339 with the zone's offset.
     pub(crate) next_start: Option<String>,
@@ -83,6 +86,26 @@ pub(crate) struct Definition {
     /// What an instant that comes while its run is going does: `skip`,
     /// `queue`, `replace` or `allow N`.
     pub(crate) overlap: String,
+    /// The jobs whose runs' ends start its runs (`after`); empty for a job
+    /// on a schedule.
+    pub(crate) after: Vec<String>,
+    /// The endings of its parents' runs that start its runs.
+    pub(crate) after_on: Vec<String>,
+    /// The jobs that run after it.
+    pub(crate) dependents: Vec<String>,
+    /// Calendars whose dates it has no instant on.
+    pub(crate) skip_on: Vec<String>,
+    /// Calendars on whose dates alone it has instants (empty: every date).
+    pub(crate) only_on: Vec<String>,
+    /// No instant before this (RFC 3339, UTC).
+    pub(crate) not_before: Option<String>,
+    /// No instant after this (RFC 3339, UTC).
+    pub(crate) not_after: Option<String>,
+    /// What a fixed time in a spring-forward gap does: `shift` or `skip`.
+    pub(crate) dst_gap: &'static str,
+    /// What a fixed time a fall-back repeats does: `first`, `last` or
+    /// `both`.
+    pub(crate) dst_repeat: &'static str,
 }
 
 /// A declared parameter.
@@ -171,8 +194,35 @@ fn command_text(command: &Command) -> String {
     crate::db::redact(&text)
 }
 
-fn definition(job: &crate::config::Job) -> Definition {
+fn definition(config: &Config, job: &crate::config::Job) -> Definition {
+    let rules = job.schedule.rules();
+    let names = |calendars: &[std::sync::Arc<crate::schedule::calendar::Calendar>]| {
+        calendars.iter().map(|c| c.name().to_string()).collect()
+    };
     Definition {
+        after: job.after.as_ref().map(|a| a.names()).unwrap_or_default(),
+        after_on: job
+            .after
+            .as_ref()
+            .map(|a| a.on.iter().map(|s| s.as_str().to_string()).collect())
+            .unwrap_or_default(),
+        dependents: config
+            .jobs
+            .iter()
+            .filter(|other| {
+                other
+                    .after
+                    .as_ref()
+                    .is_some_and(|a| a.parents.iter().any(|p| p.name == *job.name))
+            })
+            .map(|other| other.name.to_string())
+            .collect(),
+        skip_on: names(&rules.skip_on),
+        only_on: names(&rules.only_on),
+        not_before: rules.not_before.map(crate::schedule::fmt_instant),
+        not_after: rules.not_after.map(crate::schedule::fmt_instant),
+        dst_gap: rules.dst_gap.word(),
+        dst_repeat: rules.dst_repeat.word(),
         schedule: job.schedule.expression().to_string(),
         timezone: job.schedule.zone().name().to_string(),
         command: command_text(&job.command),
@@ -283,7 +333,8 @@ fn job_view(
         name: state.name.clone(),
         in_config: job.is_some(),
         enabled: job.is_some_and(|j| j.enabled),
-        definition: job.map(definition),
+        definition: job.map(|job| definition(config, job)),
+        ended: job.is_some_and(|j| j.schedule.has_ended(now)),
         next_instant: next.map(|(next, _)| crate::schedule::fmt_instant(next)),
         next_start: job.zip(next).map(|(j, (_, start))| {
             start
@@ -335,10 +386,9 @@ pub(crate) async fn runs(store: &Store, mut filter: RunFilter) -> Result<RunPage
     let next_cursor = more
         .then(|| briefs.last().map(|r| r.id.to_string()))
         .flatten();
-    Ok(RunPage {
-        runs: briefs.iter().map(RunRecord::from).collect(),
-        next_cursor,
-    })
+    let mut runs: Vec<RunRecord> = briefs.iter().map(RunRecord::from).collect();
+    store.with_parents(&mut runs).await;
+    Ok(RunPage { runs, next_cursor })
 }
 
 /// A since time: RFC 3339, or a duration before `now` (`1h`, `30m`).

@@ -268,7 +268,7 @@ fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
                         td {
                             @if let (Some(start), Some(secs)) = (&job.next_start, job.next_start_in_seconds) {
                                 (relative(secs)) br; span class="muted nowrap" { (local(start)) }
-                            } @else if is_manual(job) { span class="muted" { "when triggered" } } @else { "-" }
+                            } @else if is_manual(job) { span class="muted" { "when triggered" } } @else if is_dependent(job) { span class="muted" { "after its parents" } } @else if job.ended { span class="muted" { "ended" } } @else { "-" }
                         }
                         td class="last" {
                             @if let Some(run) = &job.last_run {
@@ -383,6 +383,11 @@ fn flash(web: &Shared, job: &str, query: &JobQuery) -> Markup {
             div class={"flash" @if query.bad.is_some() { " bad" }} role="status" { (msg) }
         }
     }
+}
+
+/// Whether the job runs after others.
+fn is_dependent(job: &JobView) -> bool {
+    job.definition.as_ref().is_some_and(|d| !d.after.is_empty())
 }
 
 /// Whether the job runs only when triggered.
@@ -531,7 +536,30 @@ pub(super) async fn job(
             @if let Some(problem) = &job.problem { p class="problem" { (problem) } }
             dl {
                 @if let Some(d) = &job.definition {
-                    dt { "Schedule" } dd { code { (d.schedule) } " in " (d.timezone) @if d.jitter_seconds > 0.0 { ", jitter up to " (duration(Some(d.jitter_seconds))) } }
+                    @if d.after.is_empty() {
+                        dt { "Schedule" } dd { code { (d.schedule) } " in " (d.timezone) @if d.jitter_seconds > 0.0 { ", jitter up to " (duration(Some(d.jitter_seconds))) } }
+                    } @else {
+                        dt { "Runs after" } dd id="after" {
+                            @for (i, parent) in d.after.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                a href={"/jobs/" (encode(parent))} { (parent) }
+                            }
+                            " (each instant at which " @if d.after.len() > 1 { "every one" } @else { "it" } " ended " (d.after_on.join(" or ")) ")"
+                        }
+                    }
+                    @if !d.dependents.is_empty() {
+                        dt { "Then runs" } dd id="dependents" {
+                            @for (i, child) in d.dependents.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                a href={"/jobs/" (encode(child))} { (child) }
+                            }
+                        }
+                    }
+                    @if !d.skip_on.is_empty() { dt { "Not on" } dd { "the dates of " (d.skip_on.join(", ")) } }
+                    @if !d.only_on.is_empty() { dt { "Only on" } dd { "the dates of " (d.only_on.join(", ")) } }
+                    @if d.not_before.is_some() || d.not_after.is_some() {
+                        dt { "Window" } dd { (d.not_before.clone().unwrap_or_else(|| "any time".to_string())) " to " (d.not_after.clone().unwrap_or_else(|| "no end".to_string())) @if job.ended { " (ended)" } }
+                    }
                     dt { "Command" } dd { code { (d.command) } }
                     dt { "Runs on" } dd { @if d.run_on == "every" { "every replica" } @else { "one replica per instant" } @if let Some(u) = &d.user { ", as " (u) } }
                     @if !d.locks.is_empty() { dt { "Locks" } dd { (d.locks.join(", ")) } }
@@ -542,7 +570,7 @@ pub(super) async fn job(
                     dt { "Definition" } dd { "not in the job file (a lease row is left)" }
                 }
                 dt { "Next start" } dd {
-                    @if let (Some(start), Some(secs)) = (&job.next_start, job.next_start_in_seconds) { (local(start)) " (" (relative(secs)) ")" } @else if is_manual(job) { "when triggered (@manual)" } @else { "-" }
+                    @if let (Some(start), Some(secs)) = (&job.next_start, job.next_start_in_seconds) { (local(start)) " (" (relative(secs)) ")" } @else if is_manual(job) { "when triggered (@manual)" } @else if is_dependent(job) { "when its parents end" } @else if job.ended { "none: its window has ended" } @else { "-" }
                 }
                 dt { "Paused" } dd id="paused" {
                     @if let Some(p) = &job.paused {
@@ -582,7 +610,12 @@ pub(super) async fn run(
         return (StatusCode::BAD_REQUEST, "not a run id\n").into_response();
     };
     let run = match web.store.find_run(id).await {
-        Ok(Some(run)) => RunRecord::from(run),
+        Ok(Some(run)) => {
+            let mut record = [RunRecord::from(run)];
+            web.store.with_parents(&mut record).await;
+            let [record] = record;
+            record
+        }
         Ok(None) => {
             return (
                 StatusCode::NOT_FOUND,
@@ -608,7 +641,16 @@ pub(super) async fn run(
             dl {
                 dt { "Instant" } dd { (run.scheduled_at) }
                 dt { "Attempt" } dd { (run.attempt) }
-                dt { "Trigger" } dd id="trigger" { (run.triggered_by.as_str()) }
+                dt { "Trigger" } dd id="trigger" {
+                    (run.triggered_by.as_str())
+                    @if !run.parent_runs.is_empty() {
+                        ", after "
+                        @for (i, parent) in run.parent_runs.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            a href={"/runs/" (parent)} { "run " (parent) }
+                        }
+                    }
+                }
                 @if !run.params.is_empty() {
                     dt { "Parameters" } dd id="params" {
                         @for (name, value) in &run.params { code { (name) "=" (value) } " " }

@@ -54,6 +54,7 @@ backend_test! {
                 "once_key",
                 "output",
                 "params",
+                "parent_runs",
                 "scheduled_at",
                 "started_at",
                 "status",

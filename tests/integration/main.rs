@@ -12,6 +12,7 @@ mod cluster;
 mod daemon;
 mod dashboard;
 mod database_time;
+mod dependencies;
 mod failover;
 mod faults;
 mod fleet;

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Replica, TestDb, backend_test, history_json, run, wait_until};
+use crate::support::{
+    Replica, TestDb, backend_test, fleet_of_three, history_json, run, wait_until,
+};
 use crate::web::{TOKEN, free_ports, get_json, post_json};
 
 /// The succeeded runs of `job` in the history.
@@ -302,17 +304,6 @@ fn each_once<'a>(instants: impl Iterator<Item = &'a str>, context: &str) {
     let count = instants.len();
     instants.dedup();
     assert_eq!(instants.len(), count, "an instant ran twice: {context}");
-}
-
-/// Three replicas on `config`, started.
-fn fleet_of_three(config: &std::path::Path) -> Vec<Replica> {
-    let replicas: Vec<Replica> = (0..3)
-        .map(|n| Replica::start(config, &format!("r{n}"), None, &[]))
-        .collect();
-    for replica in &replicas {
-        replica.wait_for_log("replicron started", Duration::from_secs(30));
-    }
-    replicas
 }
 
 backend_test! {

@@ -263,6 +263,17 @@ pub(crate) fn process_alive(pid: i32) -> bool {
     }
 }
 
+/// Three replicas on `config`, `r0` to `r2`, started.
+pub(crate) fn fleet_of_three(config: &Path) -> Vec<Replica> {
+    let replicas: Vec<Replica> = (0..3)
+        .map(|n| Replica::start(config, &format!("r{n}"), None, &[]))
+        .collect();
+    for replica in &replicas {
+        replica.wait_for_log("replicron started", std::time::Duration::from_secs(30));
+    }
+    replicas
+}
+
 /// The history of a config's database, as `history --format json` prints it.
 pub(crate) fn history_json(config: &Path, job: &str) -> Vec<serde_json::Value> {
     let output = replicron(&[

@@ -485,17 +485,45 @@ impl Checker<'_> {
                 RunOn::One
             }
         };
-        let schedule = match &raw.schedule {
-            None => {
+        let after_at = raw.after.as_ref().map(Spanned::span);
+        let after = raw
+            .after
+            .take()
+            .map(|after| self.after(after, name.as_deref(), scope));
+        if let (Some(at), RunOn::Every) = (&after_at, run_on) {
+            self.report(
+                Some(at.clone()),
+                Some(scope),
+                Some("after"),
+                "after is for jobs run once across the fleet: a run_on = \"every\" job's runs are each \
+                 replica's, and its parents' instants are the fleet's",
+            );
+        }
+        let schedule = match (&raw.schedule, &after) {
+            (Some(expression), Some(_)) => {
+                self.report(
+                    Some(expression.span()),
+                    Some(scope),
+                    Some("schedule"),
+                    "a job with after runs when its parents' runs end, at their instants: it has no \
+                     schedule of its own",
+                );
+                None
+            }
+            (None, Some(Some((parents, _, _)))) => {
+                Some(Schedule::after(parents, settings.timezone))
+            }
+            (None, Some(None)) => None,
+            (None, None) => {
                 self.report(
                     Some(span.clone()),
                     Some(scope),
                     Some("schedule"),
-                    "a job needs a schedule",
+                    "a job needs a schedule (or after, the jobs it runs after)",
                 );
                 None
             }
-            Some(expression) => match expression.get_ref().parse(settings.timezone) {
+            (Some(expression), None) => match expression.get_ref().parse(settings.timezone) {
                 Ok(schedule) if schedule.is_manual() && run_on == RunOn::Every => {
                     self.report(
                         Some(expression.span()),
@@ -637,8 +665,13 @@ impl Checker<'_> {
                  beside itself on a host, and skips an instant that comes while it runs",
             );
         }
+        let name = name?;
+        if let Some(Some(after)) = after {
+            self.declared_after
+                .push(Self::declared(name.as_ref(), &label, after));
+        }
         Some(Job {
-            name: name?,
+            name,
             schedule: schedule?,
             command: command?,
             env: raw.env.map(Spanned::into_inner).unwrap_or_default(),
@@ -661,6 +694,7 @@ impl Checker<'_> {
             params: params?,
             limits,
             overlap: settings.overlap,
+            after: None,
         })
     }
 

@@ -5,7 +5,10 @@
 //! own rules are in [`sections`] (`[database]`, `[daemon]`) and [`jobs`]
 //! (`[defaults]` and each `[[job]]`).
 
+mod after;
 mod calendars;
+
+pub(crate) use self::after::upcoming as dependent_upcoming;
 mod jobs;
 mod limits;
 mod notify;
@@ -22,8 +25,8 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
 use super::raw::{
-    RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule, RawSettings,
-    RawWeb,
+    RawAfter, RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule,
+    RawSettings, RawWeb,
 };
 use super::*;
 use crate::schedule::{DstGap, DstRepeat, Rules};
@@ -38,6 +41,7 @@ pub(super) fn check(
     let mut checker = Checker {
         text,
         diagnostics: Vec::new(),
+        declared_after: Vec::new(),
     };
     let config = checker.config(path, env);
     checker.diagnostics.sort_by_key(|d| d.line.unwrap_or(0));
@@ -122,6 +126,8 @@ impl Scope<'_> {
 pub(super) struct Checker<'t> {
     text: &'t str,
     diagnostics: Vec<Diagnostic>,
+    /// The jobs' `after`, resolved once every job is read.
+    declared_after: Vec<after::Declared>,
 }
 
 impl<'t> Checker<'t> {
@@ -302,6 +308,8 @@ impl<'t> Checker<'t> {
             .enumerate()
             .filter_map(|(index, (span, raw))| self.job(index, span, raw, &file, &mut names))
             .collect();
+        let declared = std::mem::take(&mut self.declared_after);
+        let dependencies_hold = self.resolve_after(declared, &mut jobs);
         // The variables notifications read secrets from are no job's.
         let mut hidden: Vec<String> = notify.secret_vars();
         hidden.extend(web.token_env.iter().map(|t| t.var.clone()));
@@ -317,6 +325,9 @@ impl<'t> Checker<'t> {
             if let Some(notify) = &mut job.notify {
                 std::sync::Arc::make_mut(notify).hidden_env = web_vars.clone();
             }
+        }
+        if !dependencies_hold {
+            return None;
         }
         Some(Config {
             path: path.to_path_buf(),

@@ -1,0 +1,7 @@
+-- Which parents' runs started a dependent job's run (a job with `after`):
+-- one row per parent (two or more for a fan-in).
+CREATE TABLE replicron_run_parents (
+    run_id BIGINT NOT NULL,
+    parent_id BIGINT NOT NULL,
+    PRIMARY KEY (run_id, parent_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
