@@ -534,9 +534,10 @@ fn interpreted(interpreter: &str, words: &[String]) -> Found {
                         Found::Program(m.clone())
                     });
             }
-            // Code on the command line: the interpreter is all there is.
-            "-c" if interpreter != "php" => return Found::Program(interpreter.to_string()),
-            "-e" | "-r" => return Found::Program(interpreter.to_string()),
+            // Code on the command line (`perl -e 'sleep …'`): the
+            // interpreter, if no program after it names the job better.
+            "-c" if interpreter != "php" => return Found::Fallback(interpreter.to_string()),
+            "-e" | "-r" => return Found::Fallback(interpreter.to_string()),
             "-f" if interpreter == "php" => {
                 return words
                     .get(i + 1)
@@ -633,6 +634,12 @@ mod tests {
             ("/opt/replicron.sh", "replicron"),
             ("/opt/replicron.job", "replicron-job"),
             ("cd / # nothing", "job"),
+            // certbot's: the random sleep in Perl is not the work.
+            (
+                "test -x /usr/bin/certbot -a \\! -d /run/systemd/system && perl -e 'sleep int(rand(43200))' && certbot -q renew --no-random-sleep-on-renew",
+                "certbot",
+            ),
+            ("python3 -c 'import app; app.run()'", "python"),
         ] {
             assert_eq!(from_command(command), name, "{command}");
         }
