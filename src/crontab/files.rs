@@ -1,6 +1,8 @@
 //! The crontabs named on the command line, read as cron reads them: a file
 //! as it is, `-` as standard input, and a folder (`/etc/cron.d/`) as every
-//! regular file in it that cron itself would read, in name order.
+//! regular file in it that cron itself would read, in name order. A
+//! folder's file that cannot be read, or is not text, is skipped with a
+//! note; a file named so is an error.
 
 use std::path::Path;
 
@@ -59,17 +61,23 @@ pub(crate) fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportErr
                     error,
                 }
             })?;
-            collected.sources.push(source("stdin", bytes)?);
+            let text = text(bytes).map_err(|line| not_text(&format!("stdin:{line}")))?;
+            collected.sources.push(Source::new("stdin", &text));
             continue;
         }
         let read = |error| ImportError::Read {
             path: shown.clone(),
             error,
         };
-        if !std::fs::metadata(path).map_err(read)?.is_dir() {
-            collected
-                .sources
-                .push(source(&shown, std::fs::read(path).map_err(read)?)?);
+        let metadata = std::fs::metadata(path).map_err(read)?;
+        if !metadata.is_dir() {
+            let bytes = std::fs::read(path).map_err(read)?;
+            let text = text(bytes).map_err(|line| not_text(&format!("{shown}:{line}")))?;
+            collected.sources.push(Source {
+                name: shown.clone(),
+                text,
+                in_folder: false,
+            });
             continue;
         }
         let mut entries: Vec<_> = std::fs::read_dir(path)
@@ -78,6 +86,8 @@ pub(crate) fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportErr
             .map_err(read)?;
         entries.sort_by_key(std::fs::DirEntry::file_name);
         let before = collected.sources.len();
+        // Files cron would read that are no crontabs.
+        let mut bad = 0;
         for entry in entries {
             let entry_path = entry.path();
             let entry_shown = entry_path.display().to_string();
@@ -95,19 +105,53 @@ pub(crate) fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportErr
                 collected.notes.push(skipped(why));
                 continue;
             }
-            // Following links, as cron does.
-            let read = |error| ImportError::Read {
-                path: entry_shown.clone(),
-                error,
+            // Following links, as cron does. One file that cannot be read
+            // leaves the others to import.
+            let unreadable = |error: std::io::Error| Note {
+                file: Some(entry_shown.clone()),
+                line: None,
+                message: format!(
+                    "skipped, the folder's other files are imported: cannot read it: {error}"
+                ),
             };
-            if !std::fs::metadata(&entry_path).map_err(read)?.is_file() {
+            let metadata = match std::fs::metadata(&entry_path) {
+                Ok(metadata) => metadata,
+                Err(error) => {
+                    collected.notes.push(unreadable(error));
+                    bad += 1;
+                    continue;
+                }
+            };
+            if !metadata.is_file() {
                 collected.notes.push(skipped("not a regular file"));
                 continue;
             }
-            let bytes = std::fs::read(&entry_path).map_err(read)?;
-            collected.sources.push(source(&entry_shown, bytes)?);
+            let bytes = match std::fs::read(&entry_path) {
+                Ok(bytes) => bytes,
+                Err(error) => {
+                    collected.notes.push(unreadable(error));
+                    bad += 1;
+                    continue;
+                }
+            };
+            match text(bytes) {
+                Ok(text) => collected.sources.push(Source {
+                    name: entry_shown.clone(),
+                    text,
+                    in_folder: true,
+                }),
+                Err(line) => {
+                    bad += 1;
+                    collected.notes.push(Note {
+                        file: Some(entry_shown.clone()),
+                        line: Some(line),
+                        message: "skipped, the folder's other files are imported: not UTF-8 text, so not a crontab"
+                            .to_string(),
+                    });
+                }
+            }
         }
-        if collected.sources.len() == before {
+        if collected.sources.len() == before && bad == 0 {
             collected.notes.push(Note {
                 file: Some(shown.clone()),
                 line: None,
@@ -126,24 +170,23 @@ pub(crate) fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportErr
 }
 
 /// A file's bytes as a crontab's text; cron's files are text, and a file
-/// that is not (a binary, another encoding) is named with its first bad line.
-fn source(name: &str, bytes: Vec<u8>) -> Result<Source, ImportError> {
-    match String::from_utf8(bytes) {
-        Ok(text) => Ok(Source {
-            name: name.to_string(),
-            text,
-        }),
-        Err(error) => {
-            let valid = error.utf8_error().valid_up_to();
-            let line = error.as_bytes()[..valid]
-                .iter()
-                .filter(|b| **b == b'\n')
-                .count()
-                + 1;
-            Err(ImportError::NotACrontab {
-                file: format!("{name}:{line}"),
-                what: "not UTF-8 text, so not a crontab".to_string(),
-            })
-        }
+/// that is not (a binary, another encoding) is `Err` with its first bad
+/// line.
+fn text(bytes: Vec<u8>) -> Result<String, usize> {
+    String::from_utf8(bytes).map_err(|error| {
+        let valid = error.utf8_error().valid_up_to();
+        error.as_bytes()[..valid]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1
+    })
+}
+
+/// A named file that is not text, at `place` (`file:line`).
+fn not_text(place: &str) -> ImportError {
+    ImportError::NotACrontab {
+        file: place.to_string(),
+        what: "not UTF-8 text, so not a crontab".to_string(),
     }
 }

@@ -88,6 +88,20 @@ pub(crate) struct Source {
     pub name: String,
     /// Its text.
     pub text: String,
+    /// Found in a folder rather than named: if it is not a crontab, it is
+    /// skipped with a note instead of refusing the whole import.
+    pub in_folder: bool,
+}
+
+impl Source {
+    /// A crontab named on its own, with no file behind it (standard input).
+    pub(crate) fn new(name: &str, text: &str) -> Source {
+        Source {
+            name: name.to_string(),
+            text: text.to_string(),
+            in_folder: false,
+        }
+    }
 }
 
 /// The result of an import.
@@ -138,16 +152,34 @@ pub(crate) fn import(
     host: &Host,
 ) -> Result<Import, ImportError> {
     let parsed: Vec<Vec<Line<'_>>> = sources.iter().map(|s| parse(&s.text)).collect();
-    // Refused before anything is written: one anacrontab among the files
-    // stops the whole import rather than leaving its jobs out quietly.
-    for (source, lines) in sources.iter().zip(&parsed) {
-        detect::refuse(&source.name, &source.text, lines)?;
-    }
     let mut out = Import::default();
+    // Refused before anything is written: one anacrontab among the files
+    // named stops the whole import rather than leaving its jobs out
+    // quietly. One found in a folder is only skipped, and said so: a
+    // folder's other files are what cron ran.
+    let mut refused = Vec::with_capacity(sources.len());
+    for (source, lines) in sources.iter().zip(&parsed) {
+        match detect::refuse(&source.name, &source.text, lines) {
+            Ok(()) => refused.push(false),
+            Err(ImportError::NotACrontab { what, .. }) if source.in_folder => {
+                out.notes.push(Note::file(
+                    &source.name,
+                    format!("skipped, the folder's other files are imported: {what}"),
+                ));
+                refused.push(true);
+            }
+            Err(error) => return Err(error),
+        }
+    }
     let mut names = name::Names::default();
     let mut jobs = String::new();
     let mut in_host_zone = 0;
-    for (source, lines) in sources.iter().zip(&parsed) {
+    for ((source, lines), _) in sources
+        .iter()
+        .zip(&parsed)
+        .zip(&refused)
+        .filter(|(_, refused)| !**refused)
+    {
         let column = detect::user_column(&source.name, lines, user_column, host);
         let mut notes: Vec<Note> = column
             .notes
@@ -211,7 +243,12 @@ pub(crate) fn import(
             },
         );
     }
-    let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<&str> = sources
+        .iter()
+        .zip(&refused)
+        .filter(|(_, refused)| !**refused)
+        .map(|(s, _)| s.name.as_str())
+        .collect();
     out.toml = format!(
         "# Imported from {} by `replicron import-crontab`.\n\
          # Set the shared database in [database] url, or in REPLICRON_DATABASE_URL:\n\

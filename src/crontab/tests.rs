@@ -25,10 +25,7 @@ fn host() -> Host {
 }
 
 fn one(name: &str, text: &str) -> Vec<Source> {
-    vec![Source {
-        name: name.to_string(),
-        text: text.to_string(),
-    }]
+    vec![Source::new(name, text)]
 }
 
 fn run(name: &str, text: &str, user_column: Option<bool>) -> Import {
@@ -366,18 +363,15 @@ PATH=/usr/lib/sysstat:/usr/sbin:/usr/sbin:/usr/bin:/sbin:/bin
 #[test]
 fn several_files_make_one_config_with_one_defaults_table() {
     let sources = vec![
-        Source {
-            name: "etc/crontab".to_string(),
-            text: DEBIAN_LIKE.to_string(),
-        },
-        Source {
-            name: "etc/cron.d/extra".to_string(),
-            text: "MAILTO=root\n17 * * * * root run-parts /etc/cron.hourly\n".to_string(),
-        },
-        Source {
-            name: "alice".to_string(),
-            text: "CRON_TZ=Asia/Tokyo\n0 9 * * * /home/alice/bin/cron-daily\n".to_string(),
-        },
+        Source::new("etc/crontab", DEBIAN_LIKE),
+        Source::new(
+            "etc/cron.d/extra",
+            "MAILTO=root\n17 * * * * root run-parts /etc/cron.hourly\n",
+        ),
+        Source::new(
+            "alice",
+            "CRON_TZ=Asia/Tokyo\n0 9 * * * /home/alice/bin/cron-daily\n",
+        ),
     ];
     let import = import(&sources, None, false, &host_in("Europe/Berlin")).expect("crontabs");
     assert_eq!(import.jobs, 4);
@@ -563,4 +557,94 @@ fn with_run_on_every_a_system_crontab_runs_on_every_replica_and_keeps_reboot() {
     )
     .expect("a crontab");
     assert!(!user.toml.contains("run_on"), "{}", user.toml);
+}
+
+/// A job as the output reads back through the config loader.
+#[derive(Debug, PartialEq, Eq)]
+struct Job {
+    name: String,
+    schedule: String,
+    zone: Tz,
+    user: Option<String>,
+    env: Vec<(String, String)>,
+}
+
+fn jobs_of(toml: &str) -> Vec<Job> {
+    load(toml)
+        .jobs
+        .iter()
+        .map(|job| Job {
+            name: job.name.to_string(),
+            schedule: job.schedule.expression().to_string(),
+            zone: job.schedule.zone(),
+            user: job.run_as.as_ref().map(|r| r.user.clone()),
+            env: job
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_folder_imports_around_a_file_that_is_no_crontab() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cron_d = dir.path().join("cron.d");
+    std::fs::create_dir(&cron_d).expect("cron.d");
+    std::fs::write(cron_d.join("anacron"), ANACRONTAB).expect("write");
+    std::fs::write(cron_d.join("binary"), b"0 1 * * * root x\n\xff\xfe\n").expect("write");
+    std::fs::write(cron_d.join("helper"), "#!/bin/sh\nexec true\n").expect("write");
+    std::fs::write(cron_d.join("good"), "0 1 * * * root /usr/bin/good\n").expect("write");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), cron_d.join("dangling")).expect("link");
+
+    let collected = files::collect(&[&cron_d]).expect("the folder");
+    let shown = |name: &str| cron_d.join(name).display().to_string();
+    let collected_notes: Vec<String> = collected.notes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        collected_notes,
+        [
+            format!(
+                "{}:2: skipped, the folder's other files are imported: not UTF-8 text, so not a crontab",
+                shown("binary")
+            ),
+            format!(
+                "{}: skipped, the folder's other files are imported: cannot read it: No such file or directory (os error 2)",
+                shown("dangling")
+            ),
+        ]
+    );
+    assert!(collected.sources.iter().all(|s| s.in_folder));
+    let import = import(&collected.sources, None, false, &host()).expect("the rest");
+    let names: Vec<String> = jobs_of(&import.toml).into_iter().map(|j| j.name).collect();
+    assert_eq!(names, ["good"], "{}", import.toml);
+    let text = messages(&import);
+    for expected in [
+        format!(
+            "{}: skipped, the folder's other files are imported: this is an anacrontab, not a crontab",
+            shown("anacron")
+        ),
+        format!(
+            "{}: skipped, the folder's other files are imported: not a crontab: no line starts with a schedule",
+            shown("helper")
+        ),
+    ] {
+        assert!(text.contains(&expected), "{expected}:\n{text}");
+    }
+    assert!(!import.toml.contains("anacron"), "{}", import.toml);
+    // Named on its own, a file that is no crontab still stops the import.
+    let named = files::collect(&[cron_d.join("helper")]).expect("a file");
+    assert!(!named.sources[0].in_folder);
+    assert!(import_is_refused(&named.sources));
+    assert!(matches!(
+        files::collect(&[cron_d.join("binary")]),
+        Err(ImportError::NotACrontab { .. })
+    ));
+}
+
+fn import_is_refused(sources: &[Source]) -> bool {
+    matches!(
+        import(sources, None, false, &host()),
+        Err(ImportError::NotACrontab { .. })
+    )
 }
