@@ -3,10 +3,12 @@
 //! between the schedule and the command (`/etc/crontab`, `/etc/cron.d/*`).
 //!
 //! The user column is judged from the sixth field of every line: a user of
-//! the host is evidence for it, a path, an option or a shell word evidence
-//! against; the same word on every line, or a path such as `…/cron.d/x`,
-//! decides when the words say nothing. Every line where the judgement was a
-//! guess gets a note that says so and how to force it.
+//! the host, or a name that could be one with a command after it, is
+//! evidence for it, a path, an option or a shell word evidence against; the
+//! same word on every line, or a path such as `…/cron.d/x`, decides when
+//! the words say nothing. Every line where the judgement was a guess gets a
+//! note that says so and how to force it; a word that could be a user is
+//! never read as the command without one.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -117,6 +119,9 @@ enum Sixth {
     User,
     /// A user of this host that is also a program here (`mail`, `man`).
     UserAndProgram,
+    /// Could be a user name, but no user or program here, and a command
+    /// follows it (`Debian-exim [ -x … ]`, `munin if …`).
+    Likely,
     /// Could be a user name, but no user or program here.
     Unknown,
     /// Not a user: a path, a shell word, a program with an option after
@@ -147,7 +152,7 @@ pub(super) fn user_column(
         out.on = on;
         if on {
             for &(line, word, after) in &rows {
-                if !user_like(word) || after.is_empty() {
+                if !(user_like(word) || host.is_user(word)) || after.is_empty() {
                     out.skip.insert(line);
                     out.notes.push((
                         line,
@@ -165,16 +170,19 @@ pub(super) fn user_column(
         .map(|&(_, word, after)| classify(word, after, host))
         .collect();
     let count = |class: Sixth| classes.iter().filter(|c| **c == class).count();
-    let (users, both, commands) = (
+    let (users, likely, both, commands) = (
         count(Sixth::User),
+        count(Sixth::Likely),
         count(Sixth::UserAndProgram),
         count(Sixth::Command),
     );
     let hint = path_hint(file);
     let same_word =
         rows.len() >= 2 && rows.iter().all(|r| r.1 == rows[0].1) && user_like(rows[0].1);
-    let (on, reason) = if users > 0 && users + both >= commands {
+    let (on, reason) = if users > 0 && users + likely + both >= commands {
         (true, "other lines name users of this host")
+    } else if likely > 0 && likely + both >= commands {
+        (true, "a command follows a user name there")
     } else if commands > 0 {
         (false, "most lines have a command there")
     } else if hint == Some(true) {
@@ -187,7 +195,9 @@ pub(super) fn user_column(
     out.on = on;
     for (&(line, word, after), class) in rows.iter().zip(&classes) {
         let message = match (on, class) {
-            (true, Sixth::User) | (false, Sixth::Command) => continue,
+            // A name with a command after it: the job's note says that it
+            // is no user here, and how to read it as the command.
+            (true, Sixth::User | Sixth::Likely) | (false, Sixth::Command) => continue,
             (true, Sixth::Command) if !user_like(word) || after.is_empty() => {
                 out.skip.insert(line);
                 format!(
@@ -212,6 +222,10 @@ pub(super) fn user_column(
                 "{word:?} is a user of this host, but is read as the command ({reason}); \
                  if it is the user, pass --user-column=true"
             ),
+            (false, Sixth::Likely) => format!(
+                "{word:?} could be a user, and a command follows it, but it is read as the command \
+                 ({reason}); if it is the user, pass --user-column=true"
+            ),
             (false, Sixth::UserAndProgram | Sixth::Unknown) if commands > 0 => continue,
             (false, Sixth::UserAndProgram | Sixth::Unknown) => format!(
                 "{word:?} is read as the command ({reason}); if it is the user (a system \
@@ -224,9 +238,15 @@ pub(super) fn user_column(
 }
 
 fn classify(word: &str, after: &str, host: &Host) -> Sixth {
-    if after.is_empty() || after.starts_with('-') || !user_like(word) || name::is_shell_word(word) {
+    let is_user = host.is_user(word);
+    if after.is_empty()
+        || after.starts_with(['-', '>', '<', '|', '&', ';'])
+        || !(is_user || user_like(word))
+        || name::is_shell_word(word)
+        || script(word)
+    {
         Sixth::Command
-    } else if host.users.contains(word) {
+    } else if is_user {
         if host.programs.contains(word) {
             Sixth::UserAndProgram
         } else {
@@ -235,19 +255,34 @@ fn classify(word: &str, after: &str, host: &Host) -> Sixth {
     } else if host.programs.contains(word) {
         Sixth::Command
     } else {
-        Sixth::Unknown
+        let (next, _) = split_word(after);
+        if name::is_shell_word(next) || host.programs.contains(next) {
+            Sixth::Likely
+        } else {
+            Sixth::Unknown
+        }
     }
 }
 
-/// Could be a user name, by Debian's rule (`adduser`'s NAME_REGEX, with
-/// the `$` of machine accounts).
-fn user_like(word: &str) -> bool {
+/// `backup.sh`, `report.py`: a script, never a user.
+fn script(word: &str) -> bool {
+    [".sh", ".bash", ".py", ".pl", ".rb", ".php", ".js"]
+        .iter()
+        .any(|ext| word.ends_with(ext))
+}
+
+/// Could be a user name: every name Debian creates or lets an
+/// administrator create (`useradd` takes letters of either case, digits,
+/// `_`, `-` and `.`, as `Debian-exim` and `first.last`, with the `$` of
+/// machine accounts), up to 32 characters, starting with a letter or `_`.
+/// A name the host resolves counts whatever its shape.
+pub(super) fn user_like(word: &str) -> bool {
     let name = word.strip_suffix('$').unwrap_or(word);
     (1..=32).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && name
             .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// What the path says: a file called `crontab` or in a `cron.d` folder is a

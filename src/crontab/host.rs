@@ -6,7 +6,7 @@
 //! that tests choose the host; [`Host::from_system`] is the thin layer that
 //! reads this host.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use chrono_tz::Tz;
@@ -95,6 +95,11 @@ pub(crate) struct Host {
     pub zone: HostZone,
     /// Users known here ([`SYSTEM_USERS`] and `/etc/passwd`).
     pub users: BTreeSet<String>,
+    /// The ids of the users `/etc/passwd` lists.
+    pub uids: BTreeMap<String, u32>,
+    /// Asks the system for a user's id (NSS: LDAP, systemd's dynamic
+    /// users, …) where the lists above do not have it.
+    pub resolve: Option<fn(&str) -> Option<u32>>,
     /// Program names found in the usual `bin` folders.
     pub programs: BTreeSet<String>,
     /// The user importing, whom a line's own user is compared with.
@@ -102,14 +107,30 @@ pub(crate) struct Host {
 }
 
 impl Host {
-    /// A host in `zone` that knows only [`SYSTEM_USERS`] and no programs.
+    /// A host in `zone` that knows only [`SYSTEM_USERS`] and no programs,
+    /// and resolves nothing.
     pub(crate) fn new(zone: HostZone) -> Host {
         Host {
             zone,
             users: SYSTEM_USERS.iter().map(|u| u.to_string()).collect(),
+            uids: BTreeMap::from([("root".to_string(), 0)]),
+            resolve: None,
             programs: BTreeSet::new(),
             me: None,
         }
+    }
+
+    /// Whether `name` is a user here: listed, or resolved by the system.
+    pub(crate) fn is_user(&self, name: &str) -> bool {
+        self.users.contains(name) || self.uid(name).is_some()
+    }
+
+    /// The id of user `name`, if this host knows it.
+    pub(crate) fn uid(&self, name: &str) -> Option<u32> {
+        self.uids
+            .get(name)
+            .copied()
+            .or_else(|| self.resolve.and_then(|resolve| resolve(name)))
     }
 
     /// This host: its zone, `/etc/passwd`, `$PATH`'s usual folders and
@@ -126,7 +147,9 @@ impl Host {
         ));
         if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
             host.users.extend(passwd_users(&passwd));
+            host.uids.extend(passwd_uids(&passwd));
         }
+        host.resolve = Some(resolve_user);
         for dir in [
             "/usr/local/sbin",
             "/usr/local/bin",
@@ -147,6 +170,27 @@ impl Host {
         host.me = std::env::var("USER").ok().filter(|u| !u.is_empty());
         host
     }
+}
+
+/// The id of user `name`, as the system's name service says.
+fn resolve_user(name: &str) -> Option<u32> {
+    nix::unistd::User::from_name(name)
+        .ok()
+        .flatten()
+        .map(|user| user.uid.as_raw())
+}
+
+/// The user names of an `/etc/passwd` text, with their ids.
+pub(crate) fn passwd_uids(passwd: &str) -> impl Iterator<Item = (String, u32)> + '_ {
+    passwd
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut fields = l.split(':');
+            let name = fields.next()?;
+            let uid = fields.nth(1)?.parse().ok()?;
+            (!name.is_empty() && !name.starts_with(['+', '-'])).then(|| (name.to_string(), uid))
+        })
 }
 
 /// The user names of an `/etc/passwd` text.

@@ -190,6 +190,7 @@ pub(crate) fn import(
             source,
             host,
             user_column: column.on,
+            forced: user_column.is_some(),
             every: system_on_every && column.on,
             skip: &column.skip,
             env: BTreeMap::new(),
@@ -343,6 +344,8 @@ struct FileImport<'a> {
     source: &'a Source,
     host: &'a Host,
     user_column: bool,
+    /// `--user-column` decided the column, not the file's lines.
+    forced: bool,
     /// Its jobs run on every replica (`--run-on every`, a system crontab).
     every: bool,
     /// Lines the user-column check already reported and left out.
@@ -474,14 +477,19 @@ impl FileImport<'_> {
         if let Some(user) = user
             && self.host.me.as_deref() != Some(user)
         {
-            let note = if self.host.users.contains(user) {
+            let note = if self.host.is_user(user) {
                 format!(
                     "runs as user {user}: replicron needs CAP_SETUID and CAP_SETGID for that \
                      (root, or the unit's users.conf drop-in)"
                 )
-            } else {
+            } else if self.forced {
                 format!(
                     "runs as user {user}, which this host does not have: `check` refuses the job until it exists"
+                )
+            } else {
+                format!(
+                    "runs as user {user}, which this host does not have: `check` refuses the job until it exists; \
+                     if {user:?} is the command, not a user, pass --user-column=false"
                 )
             };
             self.note(number, note);

@@ -588,6 +588,88 @@ fn jobs_of(toml: &str) -> Vec<Job> {
 }
 
 #[test]
+fn user_names_are_what_debian_creates_and_what_the_host_resolves() {
+    for name in [
+        "Debian-exim",
+        "Debian-snmp",
+        "first.last",
+        "_apt",
+        "svc$",
+        "list",
+    ] {
+        assert!(detect::user_like(name), "{name}");
+    }
+    for name in ["/usr/bin/x", "-x", "2fa", "a b", "", &"x".repeat(33)] {
+        assert!(!detect::user_like(name), "{name}");
+    }
+    // Forced: any of them is the user, and one the host resolves too,
+    // whatever its shape.
+    let mut host = host();
+    host.resolve = Some(|name| (name == "1backup").then_some(1001));
+    let text = "0 1 * * * first.last /opt/a\n0 2 * * * Svc /opt/b\n0 3 * * * 1backup /opt/c\n";
+    let import = import(&one("x", text), Some(true), false, &host).expect("a crontab");
+    let users: Vec<Option<String>> = jobs_of(&import.toml).into_iter().map(|j| j.user).collect();
+    assert_eq!(
+        users,
+        [
+            Some("first.last".to_string()),
+            Some("Svc".to_string()),
+            Some("1backup".to_string())
+        ],
+        "{}",
+        import.toml
+    );
+    assert!(
+        messages(&import).contains("x:3: runs as user 1backup: replicron needs"),
+        "{}",
+        messages(&import)
+    );
+}
+
+#[test]
+fn a_user_name_is_never_read_as_the_command_without_a_note() {
+    // One line: a name and a command after it.
+    let import = run(
+        "jobs",
+        "33 * * * * Backup-Svc test -x /opt/b && /opt/b\n",
+        None,
+    );
+    assert!(
+        import
+            .toml
+            .contains("command = \"test -x /opt/b && /opt/b\""),
+        "{}",
+        import.toml
+    );
+    assert!(import.toml.contains("user = \"Backup-Svc\""));
+    // Where the other lines have commands there, the name is read as the
+    // command, and said so.
+    let text = "0 1 * * * /usr/bin/a\n0 2 * * * /usr/bin/b\n0 3 * * * /usr/bin/c\n0 4 * * * Debian-exim if true; then x; fi\n";
+    let import = run("jobs", text, None);
+    assert!(!import.toml.contains("user = "), "{}", import.toml);
+    assert!(
+        messages(&import).contains(
+            "jobs:4: \"Debian-exim\" could be a user, and a command follows it, but it is read as the command"
+        ),
+        "{}",
+        messages(&import)
+    );
+    assert!(messages(&import).contains("--user-column=true"));
+    // Scripts and redirections are commands, not users.
+    let import = run(
+        "jobs",
+        "0 1 * * * backup.sh test\n0 2 * * * tidy > /dev/null\n",
+        None,
+    );
+    assert!(
+        import.toml.contains("command = \"backup.sh test\""),
+        "{}",
+        import.toml
+    );
+    assert!(file_notes(&import).is_empty(), "{}", messages(&import));
+}
+
+#[test]
 fn a_folder_imports_around_a_file_that_is_no_crontab() {
     let dir = tempfile::tempdir().expect("dir");
     let cron_d = dir.path().join("cron.d");
