@@ -1,6 +1,7 @@
 //! What a file is, from what it says rather than where it lies: a crontab
-//! or not (an anacrontab, a script), and whether its lines name a user
-//! between the schedule and the command (`/etc/crontab`, `/etc/cron.d/*`).
+//! or not (an anacrontab, a script), whether its lines name a user between
+//! the schedule and the command (`/etc/crontab`, `/etc/cron.d/*`), and
+//! whether cron would have trusted it (its owner and mode).
 //!
 //! The user column is judged from the sixth field of every line: a user of
 //! the host, or a name that could be one with a command after it, is
@@ -13,7 +14,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::{Host, ImportError, Kind, Line, name, split_word};
+use super::{Host, ImportError, Kind, Line, Stat, name, split_word};
 
 /// anacrontab(5)'s variables that crontabs do not have.
 const ANACRON_ONLY: &[&str] = &["START_HOURS_RANGE"];
@@ -283,6 +284,79 @@ pub(super) fn user_like(word: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// What Debian's cron would say of a file's owner and mode before reading
+/// it, each a warning: it refuses a system crontab (`system`: one with a
+/// user column) that root does not own, that is reached through a link
+/// root does not own, or that group or others may write; and a user's
+/// crontab in its spool (`…/crontabs/NAME`) that NAME does not own or
+/// whose mode is not 0600. Elsewhere a user's crontab is a copy, whose
+/// owner says nothing: only a world-writable one is warned of.
+pub(super) fn trust(file: &str, stat: &Stat, system: bool, host: &Host) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let mode = stat.mode & 0o7777;
+    let refused = "so if cron read this file, it ran none of its jobs; imported all the same: check what it says";
+    if system {
+        if let Some(link) = stat.link_uid.filter(|uid| *uid != 0) {
+            warnings.push(format!(
+                "warning: reached through a symbolic link owned by {}, not root: cron refuses it \
+                 (WRONG SYMLINK OWNER), {refused}",
+                host.describe_uid(link)
+            ));
+        }
+        if stat.uid != 0 {
+            warnings.push(format!(
+                "warning: owned by {}, not root: cron refuses a system crontab that root does not own \
+                 (WRONG FILE OWNER), {refused}",
+                host.describe_uid(stat.uid)
+            ));
+        }
+        if mode & 0o022 != 0 {
+            warnings.push(format!(
+                "warning: mode {mode:04o}, writable by {}: cron refuses a system crontab that others can write \
+                 (INSECURE MODE), {refused}",
+                writable_by(mode)
+            ));
+        }
+        return warnings;
+    }
+    if path_hint(file) == Some(false) {
+        let user = Path::new(file)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if let Some(uid) = host.uid(user)
+            && stat.uid != uid
+        {
+            warnings.push(format!(
+                "warning: owned by {}, not by {user} whose crontab it is: cron refuses it (WRONG FILE OWNER), \
+                 {refused}",
+                host.describe_uid(stat.uid)
+            ));
+        }
+        if mode != 0o600 {
+            warnings.push(format!(
+                "warning: mode {mode:04o}, where cron reads a crontab in its spool only at 0600 \
+                 (INSECURE MODE), {refused}"
+            ));
+        }
+    } else if mode & 0o002 != 0 {
+        warnings.push(format!(
+            "warning: mode {mode:04o}, writable by anyone: cron refuses a crontab that others can write, \
+             and anyone could have changed this one: check what it says"
+        ));
+    }
+    warnings
+}
+
+/// `group`, `others` or `group and others`.
+fn writable_by(mode: u32) -> &'static str {
+    match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (true, true) => "group and others",
+        (true, false) => "its group",
+        _ => "others",
+    }
 }
 
 /// What the path says: a file called `crontab` or in a `cron.d` folder is a

@@ -1,12 +1,13 @@
 //! The crontabs named on the command line, read as cron reads them: a file
 //! as it is, `-` as standard input, and a folder (`/etc/cron.d/`) as every
-//! regular file in it that cron itself would read, in name order. A
-//! folder's file that cannot be read, or is not text, is skipped with a
-//! note; a file named so is an error.
+//! regular file in it that cron itself would read, in name order, each with
+//! the owner and mode cron checks. A folder's file that cannot be read, or
+//! is not text, is skipped with a note; a file named so is an error.
 
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
-use super::{ImportError, Note, Source};
+use super::{ImportError, Note, Source, Stat};
 
 /// The files found, and what was passed over on the way.
 #[derive(Debug, Default)]
@@ -76,6 +77,7 @@ pub(crate) fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportErr
             collected.sources.push(Source {
                 name: shown.clone(),
                 text,
+                stat: Some(stat(path, &metadata)),
                 in_folder: false,
             });
             continue;
@@ -138,6 +140,7 @@ pub(crate) fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportErr
                 Ok(text) => collected.sources.push(Source {
                     name: entry_shown.clone(),
                     text,
+                    stat: Some(stat(&entry_path, &metadata)),
                     in_folder: true,
                 }),
                 Err(line) => {
@@ -188,5 +191,19 @@ fn not_text(place: &str) -> ImportError {
     ImportError::NotACrontab {
         file: place.to_string(),
         what: "not UTF-8 text, so not a crontab".to_string(),
+    }
+}
+
+/// The owner and mode of the file at `path` (its `metadata`, links
+/// followed), and the owner of the link if `path` is one.
+fn stat(path: &Path, metadata: &std::fs::Metadata) -> Stat {
+    let link_uid = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_symlink())
+        .map(|m| m.uid());
+    Stat {
+        uid: metadata.uid(),
+        mode: metadata.mode() & 0o7777,
+        link_uid,
     }
 }

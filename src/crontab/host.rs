@@ -133,6 +133,14 @@ impl Host {
             .or_else(|| self.resolve.and_then(|resolve| resolve(name)))
     }
 
+    /// `uid 1000 (alice)`, or `uid 1000` for an id no listed user has.
+    pub(crate) fn describe_uid(&self, uid: u32) -> String {
+        match self.uids.iter().find(|(_, id)| **id == uid) {
+            Some((name, _)) => format!("uid {uid} ({name})"),
+            None => format!("uid {uid}"),
+        }
+    }
+
     /// This host: its zone, `/etc/passwd`, `$PATH`'s usual folders and
     /// `$USER`. What cannot be read is left out, never an error: the import
     /// then says it was unsure.

@@ -88,6 +88,8 @@ pub(crate) struct Source {
     pub name: String,
     /// Its text.
     pub text: String,
+    /// Its owner and mode, if it was read from a file.
+    pub stat: Option<Stat>,
     /// Found in a folder rather than named: if it is not a crontab, it is
     /// skipped with a note instead of refusing the whole import.
     pub in_folder: bool,
@@ -99,9 +101,21 @@ impl Source {
         Source {
             name: name.to_string(),
             text: text.to_string(),
+            stat: None,
             in_folder: false,
         }
     }
+}
+
+/// What cron checks of a crontab's file before it reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stat {
+    /// The owner's id.
+    pub uid: u32,
+    /// The permission bits (`0o644`).
+    pub mode: u32,
+    /// The owner of the symbolic link it was reached through, if it was.
+    pub link_uid: Option<u32>,
 }
 
 /// The result of an import.
@@ -186,6 +200,11 @@ pub(crate) fn import(
             .iter()
             .map(|(line, message)| Note::at(&source.name, *line, message.clone()))
             .collect();
+        if let Some(stat) = &source.stat {
+            for warning in detect::trust(&source.name, stat, column.on, host) {
+                notes.push(Note::file(&source.name, warning));
+            }
+        }
         let mut file = FileImport {
             source,
             host,

@@ -587,6 +587,20 @@ fn jobs_of(toml: &str) -> Vec<Job> {
         .collect()
 }
 
+/// Asserts that `import`'s notes are, in order, at `expected`'s lines
+/// (`None`: the whole file or import) and hold its text.
+fn assert_notes(import: &Import, expected: &[(Option<usize>, &str)]) {
+    let text = messages(import);
+    assert_eq!(import.notes.len(), expected.len(), "{text}\n{expected:#?}");
+    for (note, (line, part)) in import.notes.iter().zip(expected) {
+        assert_eq!(note.line, *line, "{text}");
+        assert!(note.message.contains(part), "{part}:\n{text}");
+    }
+}
+
+/// The host-zone note every import of jobs without CRON_TZ has first.
+const ZONE: (Option<usize>, &str) = (None, "set no CRON_TZ");
+
 #[test]
 fn user_names_are_what_debian_creates_and_what_the_host_resolves() {
     for name in [
@@ -670,6 +684,75 @@ fn a_user_name_is_never_read_as_the_command_without_a_note() {
 }
 
 #[test]
+fn cron_refuses_files_others_can_write_or_root_does_not_own() {
+    let host = {
+        let mut host = host();
+        host.uids.insert("alice".to_string(), 1000);
+        host
+    };
+    let stat = |uid, mode, link_uid| Stat {
+        uid,
+        mode,
+        link_uid,
+    };
+    let trust = |file, stat: Stat, system| detect::trust(file, &stat, system, &host);
+    assert!(trust("/etc/cron.d/x", stat(0, 0o644, None), true).is_empty());
+    assert!(trust("/etc/cron.d/x", stat(0, 0o600, Some(0)), true).is_empty());
+    let warnings = trust("/etc/cron.d/x", stat(1000, 0o666, Some(1001)), true);
+    assert_eq!(warnings.len(), 3, "{warnings:#?}");
+    assert!(
+        warnings[0].starts_with(
+            "warning: reached through a symbolic link owned by uid 1001, not root: cron refuses it (WRONG SYMLINK OWNER)"
+        ),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[1].starts_with(
+            "warning: owned by uid 1000 (alice), not root: cron refuses a system crontab that root does not own (WRONG FILE OWNER), \
+             so if cron read this file, it ran none of its jobs; imported all the same"
+        ),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings[2].starts_with("warning: mode 0666, writable by group and others: cron refuses a system crontab that others can write (INSECURE MODE)"),
+        "{warnings:#?}"
+    );
+    assert!(trust("/etc/crontab", stat(0, 0o664, None), true)[0].contains("writable by its group"));
+    // A user's crontab in cron's spool: the user's own, mode 0600.
+    let spool = "/var/spool/cron/crontabs/alice";
+    assert!(trust(spool, stat(1000, 0o600, None), false).is_empty());
+    let warnings = trust(spool, stat(0, 0o644, None), false);
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[0].starts_with("warning: owned by uid 0 (root), not by alice whose crontab it is")
+    );
+    assert!(
+        warnings[1].starts_with(
+            "warning: mode 0644, where cron reads a crontab in its spool only at 0600"
+        )
+    );
+    // A copy elsewhere: only anyone's writing counts.
+    assert!(trust("alice.crontab", stat(1000, 0o664, None), false).is_empty());
+    assert!(
+        trust("alice.crontab", stat(1000, 0o666, None), false)[0]
+            .starts_with("warning: mode 0666, writable by anyone")
+    );
+    // In an import, the warnings come first, about the whole file.
+    let mut source = Source::new("/etc/cron.d/x", "0 1 * * * root /usr/bin/a\n");
+    source.stat = Some(stat(0, 0o646, None));
+    let import = super::import(&[source], None, false, &host).expect("a crontab");
+    assert_eq!(import.jobs, 1);
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (None, "warning: mode 0646, writable by others"),
+            (Some(1), "runs as user root"),
+        ],
+    );
+}
+
+#[test]
 fn a_folder_imports_around_a_file_that_is_no_crontab() {
     let dir = tempfile::tempdir().expect("dir");
     let cron_d = dir.path().join("cron.d");
@@ -679,6 +762,10 @@ fn a_folder_imports_around_a_file_that_is_no_crontab() {
     std::fs::write(cron_d.join("helper"), "#!/bin/sh\nexec true\n").expect("write");
     std::fs::write(cron_d.join("good"), "0 1 * * * root /usr/bin/good\n").expect("write");
     std::os::unix::fs::symlink(dir.path().join("nowhere"), cron_d.join("dangling")).expect("link");
+    let writable = cron_d.join("writable");
+    std::fs::write(&writable, "0 2 * * * root /usr/bin/writable\n").expect("write");
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o666);
+    std::fs::set_permissions(&writable, mode).expect("chmod");
 
     let collected = files::collect(&[&cron_d]).expect("the folder");
     let shown = |name: &str| cron_d.join(name).display().to_string();
@@ -699,7 +786,7 @@ fn a_folder_imports_around_a_file_that_is_no_crontab() {
     assert!(collected.sources.iter().all(|s| s.in_folder));
     let import = import(&collected.sources, None, false, &host()).expect("the rest");
     let names: Vec<String> = jobs_of(&import.toml).into_iter().map(|j| j.name).collect();
-    assert_eq!(names, ["good"], "{}", import.toml);
+    assert_eq!(names, ["good", "writable"], "{}", import.toml);
     let text = messages(&import);
     for expected in [
         format!(
@@ -710,6 +797,7 @@ fn a_folder_imports_around_a_file_that_is_no_crontab() {
             "{}: skipped, the folder's other files are imported: not a crontab: no line starts with a schedule",
             shown("helper")
         ),
+        format!("{}: warning: mode 0666", shown("writable")),
     ] {
         assert!(text.contains(&expected), "{expected}:\n{text}");
     }

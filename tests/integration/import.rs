@@ -524,3 +524,21 @@ fn debians_own_crontabs_from_its_packages() {
         refused.notes
     );
 }
+
+/// A system crontab others can write: cron refuses it, the import warns.
+#[test]
+fn a_crontab_others_can_write_draws_a_warning() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("crontab");
+    std::fs::copy(fixture("system-crontab"), &path).expect("copy");
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o666);
+    std::fs::set_permissions(&path, mode).expect("chmod");
+    let imported = import(&[&path]);
+    let notes = succeeded(&imported);
+    let expected = format!(
+        "{}: warning: mode 0666, writable by group and others: cron refuses a system crontab that others can write",
+        path.display()
+    );
+    assert!(notes.contains(&expected), "{expected}:\n{notes}");
+    check(dir.path(), "writable", &imported.toml);
+}
