@@ -371,7 +371,7 @@ struct FileImport<'a> {
     skip: &'a std::collections::BTreeSet<usize>,
     env: BTreeMap<String, String>,
     shell: Option<String>,
-    /// The last `CRON_TZ`/`TZ`: its zone, or why it is not one.
+    /// The last `CRON_TZ`: its zone, or why it is not one.
     zone: Option<Result<Tz, String>>,
     notes: &'a mut Vec<Note>,
     jobs: &'a mut String,
@@ -400,7 +400,11 @@ impl FileImport<'_> {
         match &line.kind {
             Kind::Env { key, value } => match key.as_str() {
                 "SHELL" => self.shell = Some(value.clone()),
-                "CRON_TZ" | "TZ" => {
+                // An empty one gives the jobs below it back to the host's
+                // zone. TZ is no zone here: cron hands it to the job and
+                // schedules in the system's zone, so it is the jobs' env.
+                "CRON_TZ" if value.is_empty() => self.zone = None,
+                "CRON_TZ" => {
                     let zone = value.parse::<Tz>().map_err(|_| {
                         format!(
                             "{key}={value:?} is not a time zone replicron knows (expected an IANA name such as \
@@ -457,7 +461,7 @@ impl FileImport<'_> {
             Some(Err(_)) => {
                 self.note(
                     number,
-                    "not imported: the CRON_TZ or TZ above it is not a known time zone",
+                    "not imported: the CRON_TZ above it is not a known time zone",
                 );
                 self.left_out(line, "unknown time zone");
                 return;

@@ -280,7 +280,7 @@ CRON_TZ=Mars/Olympus
         "alice:2: schedule \"0 0 30 2 *\" never fires: not imported",
         "alice:3: unknown macro \"@fortnightly\"",
         "alice:5: CRON_TZ=\"Mars/Olympus\" is not a time zone",
-        "alice:6: not imported: the CRON_TZ or TZ above it",
+        "alice:6: not imported: the CRON_TZ above it",
     ] {
         assert!(text.contains(expected), "{expected}:\n{text}");
     }
@@ -587,6 +587,24 @@ fn jobs_of(toml: &str) -> Vec<Job> {
         .collect()
 }
 
+fn job(name: &str, schedule: &str, user: Option<&str>) -> Job {
+    Job {
+        name: name.to_string(),
+        schedule: schedule.to_string(),
+        zone: Tz::Europe__Berlin,
+        user: user.map(str::to_string),
+        env: Vec::new(),
+    }
+}
+
+fn with_env(mut job: Job, env: &[(&str, &str)]) -> Job {
+    job.env = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    job
+}
+
 /// Asserts that `import`'s notes are, in order, at `expected`'s lines
 /// (`None`: the whole file or import) and hold its text.
 fn assert_notes(import: &Import, expected: &[(Option<usize>, &str)]) {
@@ -681,6 +699,40 @@ fn a_user_name_is_never_read_as_the_command_without_a_note() {
         import.toml
     );
     assert!(file_notes(&import).is_empty(), "{}", messages(&import));
+}
+
+#[test]
+fn tz_is_the_jobs_environment_and_cron_tz_their_zone() {
+    let text = "\
+TZ=Asia/Tokyo
+0 9 * * * /usr/bin/a
+CRON_TZ=America/New_York
+0 9 * * * /usr/bin/b
+CRON_TZ=
+0 9 * * * /usr/bin/c
+";
+    let import =
+        import(&one("alice", text), None, false, &host_in("Europe/Berlin")).expect("a crontab");
+    let tokyo = [("TZ", "Asia/Tokyo")];
+    let mut b = with_env(job("b", "0 9 * * *", None), &tokyo);
+    b.zone = Tz::America__New_York;
+    assert_eq!(
+        jobs_of(&import.toml),
+        [
+            with_env(job("a", "0 9 * * *", None), &tokyo),
+            b,
+            with_env(job("c", "0 9 * * *", None), &tokyo),
+        ],
+        "{}",
+        import.toml
+    );
+    assert_eq!(
+        import.toml.matches("timezone = ").count(),
+        2,
+        "{}",
+        import.toml
+    );
+    assert_notes(&import, &[(None, "2 job(s) set no CRON_TZ")]);
 }
 
 #[test]
