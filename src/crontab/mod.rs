@@ -306,6 +306,9 @@ enum Kind<'a> {
     Job { schedule: String, rest: &'a str },
     /// `@reboot` and the rest of the line.
     Reboot { rest: &'a str },
+    /// An `@` word with a capital letter: cron knows its macros in lower
+    /// case only.
+    MacroCase { word: &'a str },
     /// Neither: too few fields.
     Malformed,
 }
@@ -321,7 +324,9 @@ fn parse(text: &str) -> Vec<Line<'_>> {
             Kind::Env { key, value }
         } else if raw.starts_with('@') {
             let (word, rest) = split_word(raw);
-            if word == "@reboot" {
+            if word.chars().any(|c| c.is_ascii_uppercase()) {
+                Kind::MacroCase { word }
+            } else if word == "@reboot" {
                 Kind::Reboot { rest }
             } else if rest.is_empty() {
                 Kind::Malformed
@@ -356,6 +361,18 @@ fn parse(text: &str) -> Vec<Line<'_>> {
     }
     lines
 }
+
+/// The macros cron knows, as it spells them.
+const CRON_MACROS: &[&str] = &[
+    "@reboot",
+    "@yearly",
+    "@annually",
+    "@monthly",
+    "@weekly",
+    "@daily",
+    "@midnight",
+    "@hourly",
+];
 
 /// The state of one file as its lines are read: cron's environment lines
 /// apply to the lines below them, in that file only.
@@ -441,6 +458,23 @@ impl FileImport<'_> {
                      run_on = \"every\" job has (import system crontabs with --run-on every): {rest}"
                 ),
             ),
+            Kind::MacroCase { word } => {
+                let lower = word.to_ascii_lowercase();
+                let meant = if CRON_MACROS.contains(&lower.as_str()) {
+                    format!(" (write {lower} if that is meant)")
+                } else {
+                    String::new()
+                };
+                self.note(
+                    number,
+                    format!(
+                        "{word} is no macro cron knows: it spells them in lower case only, and refuses \
+                         the line as a syntax error (Debian's cron then ignores the whole file): \
+                         not imported{meant}"
+                    ),
+                );
+                self.left_out(line, "macro not in lower case");
+            }
             Kind::Malformed => self.note(
                 number,
                 "not a crontab line (5 time fields and a command): skipped",

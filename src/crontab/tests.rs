@@ -702,6 +702,40 @@ fn a_user_name_is_never_read_as_the_command_without_a_note() {
 }
 
 #[test]
+fn macros_are_lower_case_as_cron_spells_them() {
+    let text = "@daily /usr/bin/a\n@Daily /usr/bin/b\n@REBOOT /usr/bin/c\n@Fortnightly /usr/bin/d\n@hourly /usr/bin/e\n";
+    for every in [false, true] {
+        let import = import(&one("alice", text), None, every, &host()).expect("a crontab");
+        let names: Vec<String> = jobs_of(&import.toml).into_iter().map(|j| j.name).collect();
+        assert_eq!(names, ["a", "e"], "{}", import.toml);
+        let text = messages(&import);
+        for expected in [
+            "alice:2: @Daily is no macro cron knows: it spells them in lower case only, and refuses the line \
+             as a syntax error (Debian's cron then ignores the whole file): not imported (write @daily if that is meant)",
+            "alice:3: @REBOOT is no macro cron knows",
+            "(write @reboot if that is meant)",
+            "alice:4: @Fortnightly is no macro cron knows: it spells them in lower case only, and refuses the line \
+             as a syntax error (Debian's cron then ignores the whole file): not imported\n",
+        ] {
+            assert!(text.contains(expected), "{expected}:\n{text}");
+        }
+        assert!(
+            import
+                .toml
+                .contains("# alice:3 not imported (macro not in lower case): @REBOOT /usr/bin/c")
+        );
+    }
+    // In a system crontab too: the macro is refused, not the user.
+    let import = run(
+        "/etc/cron.d/x",
+        "@Weekly root /usr/bin/a\n@weekly root /usr/bin/b\n",
+        None,
+    );
+    assert_eq!(jobs_of(&import.toml).len(), 1);
+    assert!(messages(&import).contains("/etc/cron.d/x:1: @Weekly is no macro"));
+}
+
+#[test]
 fn tz_is_the_jobs_environment_and_cron_tz_their_zone() {
     let text = "\
 TZ=Asia/Tokyo
