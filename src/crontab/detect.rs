@@ -27,7 +27,7 @@ pub(super) fn refuse(file: &str, text: &str, lines: &[Line<'_>]) -> Result<(), I
     };
     let commands: Vec<&Line<'_>> = lines
         .iter()
-        .filter(|l| !matches!(l.kind, Kind::Env { .. }))
+        .filter(|l| !matches!(l.kind, Kind::Env { .. } | Kind::Comment { .. }))
         .collect();
     let anacron: Vec<&&Line<'_>> = commands.iter().filter(|l| anacron_line(l.raw)).collect();
     let anacron_variable = lines
@@ -93,6 +93,29 @@ fn starts_with_schedule(raw: &str) -> bool {
             && first
                 .chars()
                 .all(|c| c.is_ascii_digit() || "*,/-".contains(c)))
+}
+
+/// Whether a comment is a job line commented out: `#30 2 * * sat …`,
+/// `# @daily …`.
+pub(super) fn commented_job(comment: &str) -> bool {
+    let line = comment.trim_start_matches('#').trim();
+    let words: Vec<&str> = line.split_whitespace().take(6).collect();
+    match words.first() {
+        Some(first) if first.starts_with('@') => {
+            first.len() > 1
+                && first[1..].chars().all(|c| c.is_ascii_alphabetic())
+                && words.len() >= 2
+        }
+        Some(_) => {
+            words.len() == 6
+                && words[..5].iter().all(|w| {
+                    w.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "*,/-".contains(c))
+                })
+                && starts_with_schedule(line)
+        }
+        None => false,
+    }
 }
 
 /// A line as one line of text, for messages.

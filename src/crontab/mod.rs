@@ -215,6 +215,7 @@ pub(crate) fn import(
             env: BTreeMap::new(),
             shell: None,
             zone: None,
+            comments: Vec::new(),
             notes: &mut notes,
             jobs: &mut jobs,
             names: &mut names,
@@ -224,6 +225,7 @@ pub(crate) fn import(
         for line in lines {
             file.line(line);
         }
+        file.end();
         let (written, host_zoned, every) = (file.written, file.in_host_zone, file.every);
         if every && written > 0 {
             notes.push(Note::file(
@@ -235,7 +237,22 @@ pub(crate) fn import(
             ));
         }
         if written == 0 && !lines.iter().any(|l| matches!(l.kind, Kind::Job { .. })) {
-            notes.push(Note::file(&source.name, "no jobs in it"));
+            let commented = lines
+                .iter()
+                .filter(
+                    |l| matches!(l.kind, Kind::Comment { text, .. } if detect::commented_job(text)),
+                )
+                .count();
+            notes.push(Note::file(
+                &source.name,
+                if commented > 0 {
+                    format!(
+                        "no jobs in it: its {commented} commented-out job line(s) are kept as comments"
+                    )
+                } else {
+                    "no jobs in it".to_string()
+                },
+            ));
         }
         out.jobs += written;
         in_host_zone += host_zoned;
@@ -270,7 +287,7 @@ pub(crate) fn import(
         .map(|(s, _)| s.name.as_str())
         .collect();
     out.toml = format!(
-        "# Imported from {} by `replicron import-crontab`.\n\
+        "{}\n\
          # Set the shared database in [database] url, or in REPLICRON_DATABASE_URL:\n\
          # there is deliberately no default.\n\
          # [database]\n\
@@ -280,7 +297,10 @@ pub(crate) fn import(
          # this is the host's zone ({}).\n\
          # Jobs under a CRON_TZ line carry their own timezone.\n\
          timezone = {}\n\n{jobs}",
-        names.join(", "),
+        comment(&format!(
+            "# Imported from {} by `replicron import-crontab`.",
+            names.join(", ")
+        )),
         zone.origin,
         toml_string(zone.zone.name())
     );
@@ -299,6 +319,8 @@ struct Line<'a> {
 
 #[derive(Clone, Debug)]
 enum Kind<'a> {
+    /// `# …`, as written; `after_blank` if a blank line is above it.
+    Comment { text: &'a str, after_blank: bool },
     /// `NAME=value`.
     Env { key: String, value: String },
     /// A schedule (5 fields or an `@` word) and the rest of the line: the
@@ -315,12 +337,19 @@ enum Kind<'a> {
 
 fn parse(text: &str) -> Vec<Line<'_>> {
     let mut lines = Vec::new();
+    let mut after_blank = false;
     for (index, raw) in text.lines().enumerate() {
         let raw = raw.trim();
-        if raw.is_empty() || raw.starts_with('#') {
+        if raw.is_empty() {
+            after_blank = true;
             continue;
         }
-        let kind = if let Some((key, value)) = env_assignment(raw) {
+        let kind = if raw.starts_with('#') {
+            Kind::Comment {
+                text: raw,
+                after_blank,
+            }
+        } else if let Some((key, value)) = env_assignment(raw) {
             Kind::Env { key, value }
         } else if raw.starts_with('@') {
             let (word, rest) = split_word(raw);
@@ -353,6 +382,7 @@ fn parse(text: &str) -> Vec<Line<'_>> {
                 }
             }
         };
+        after_blank = false;
         lines.push(Line {
             number: index + 1,
             raw,
@@ -390,6 +420,8 @@ struct FileImport<'a> {
     shell: Option<String>,
     /// The last `CRON_TZ`: its zone, or why it is not one.
     zone: Option<Result<Tz, String>>,
+    /// Comments read and not yet written: (line, text, a blank line above).
+    comments: Vec<(usize, String, bool)>,
     notes: &'a mut Vec<Note>,
     jobs: &'a mut String,
     names: &'a mut name::Names,
@@ -405,16 +437,43 @@ impl FileImport<'_> {
     /// A commented-out copy of a line that is not imported, so that the
     /// TOML still shows every job the crontab had.
     fn left_out(&mut self, line: &Line<'_>, why: &str) {
-        let _ = writeln!(
-            self.jobs,
-            "# {}:{} not imported ({why}): {}\n",
+        self.write_comments();
+        let text = comment(&format!(
+            "# {}:{} not imported ({why}): {}",
             self.source.name, line.number, line.raw
-        );
+        ));
+        let _ = writeln!(self.jobs, "{text}\n");
+    }
+
+    /// The comments read since the last job, above the next one, in file
+    /// order; a blank line stays where the file had one between them.
+    fn write_comments(&mut self) {
+        for (index, (_, text, after_blank)) in self.comments.drain(..).enumerate() {
+            if after_blank && index > 0 {
+                self.jobs.push('\n');
+            }
+            let _ = writeln!(self.jobs, "{}", comment(&text));
+        }
+    }
+
+    /// The comments below the file's last job, under a line that says
+    /// where they come from.
+    fn end(&mut self) {
+        if let Some((first, ..)) = self.comments.first() {
+            let from = comment(&format!("# {}, from line {first}:", self.source.name));
+            let _ = writeln!(self.jobs, "{from}");
+            self.write_comments();
+            self.jobs.push('\n');
+        }
     }
 
     fn line(&mut self, line: &Line<'_>) {
         let number = line.number;
         match &line.kind {
+            Kind::Comment { text, after_blank } => {
+                self.comments
+                    .push((number, (*text).to_string(), *after_blank));
+            }
             Kind::Env { key, value } => match key.as_str() {
                 "SHELL" => self.shell = Some(value.clone()),
                 // An empty one gives the jobs below it back to the host's
@@ -451,13 +510,16 @@ impl FileImport<'_> {
                 }
             },
             Kind::Reboot { rest } if self.every => self.job(line, "@reboot", rest),
-            Kind::Reboot { rest } => self.note(
-                number,
-                format!(
-                    "@reboot is not carried over: it runs once per host start, which only a \
-                     run_on = \"every\" job has (import system crontabs with --run-on every): {rest}"
-                ),
-            ),
+            Kind::Reboot { rest } => {
+                self.note(
+                    number,
+                    format!(
+                        "@reboot is not carried over: it runs once per host start, which only a \
+                         run_on = \"every\" job has (import system crontabs with --run-on every): {rest}"
+                    ),
+                );
+                self.left_out(line, "@reboot");
+            }
             Kind::MacroCase { word } => {
                 let lower = word.to_ascii_lowercase();
                 let meant = if CRON_MACROS.contains(&lower.as_str()) {
@@ -530,7 +592,12 @@ impl FileImport<'_> {
             return;
         };
         let name = self.names.unique(&name::from_command(&command));
-        let _ = writeln!(self.jobs, "# {}:{}: {}", self.source.name, number, line.raw);
+        self.write_comments();
+        let _ = writeln!(
+            self.jobs,
+            "{}",
+            comment(&format!("# {}:{}: {}", self.source.name, number, line.raw))
+        );
         if let Some(user) = user
             && self.host.me.as_deref() != Some(user)
         {
@@ -583,6 +650,20 @@ impl FileImport<'_> {
         jobs.push('\n');
         self.written += 1;
     }
+}
+
+/// `text` as a TOML comment line: the control characters TOML forbids in
+/// comments (all but tab) shown as `\u{fffd}`.
+fn comment(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c != '\t' && c.is_control() {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// `NAME=value` (value optionally quoted), as crontab(5) allows.

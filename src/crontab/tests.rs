@@ -587,6 +587,21 @@ fn jobs_of(toml: &str) -> Vec<Job> {
         .collect()
 }
 
+/// The TOML between job `name`'s `[[job]]` and the job (or `[defaults]`)
+/// above it: the comments carried over for it.
+fn above(toml: &str, name: &str) -> String {
+    let at = toml
+        .find(&format!("[[job]]\nname = {name:?}\n"))
+        .unwrap_or_else(|| panic!("no job {name}:\n{toml}"));
+    let before = &toml[..at];
+    let start = before
+        .rfind("[[job]]")
+        .or_else(|| before.find("[defaults]"))
+        .expect("a table above");
+    let start = start + before[start..].find("\n\n").expect("its end") + 2;
+    before[start..].to_string()
+}
+
 fn job(name: &str, schedule: &str, user: Option<&str>) -> Job {
     Job {
         name: name.to_string(),
@@ -699,6 +714,45 @@ fn a_user_name_is_never_read_as_the_command_without_a_note() {
         import.toml
     );
     assert!(file_notes(&import).is_empty(), "{}", messages(&import));
+}
+
+#[test]
+fn comments_go_above_the_job_below_them_in_file_order() {
+    let text = "\
+# header
+#
+
+# about PATH
+PATH=/bin
+# the job
+0 1 * * * /usr/bin/one
+#0 2 * * * /usr/bin/two
+# then three
+0 3 * * * /usr/bin/three
+# bell:\u{7} and tab:\t.
+@Daily /usr/bin/four
+# the end
+";
+    let import = run("alice", text, None);
+    assert_eq!(
+        above(&import.toml, "one"),
+        "# header\n#\n\n# about PATH\n# the job\n# alice:7: 0 1 * * * /usr/bin/one\n"
+    );
+    assert_eq!(
+        above(&import.toml, "three"),
+        "#0 2 * * * /usr/bin/two\n# then three\n# alice:10: 0 3 * * * /usr/bin/three\n"
+    );
+    // A control character TOML comments cannot hold is shown, not written.
+    assert!(
+        import.toml.ends_with(
+            "# bell:\u{fffd} and tab:\t.\n\
+             # alice:12 not imported (macro not in lower case): @Daily /usr/bin/four\n\n\
+             # alice, from line 13:\n# the end\n\n"
+        ),
+        "{}",
+        import.toml
+    );
+    load(&import.toml);
 }
 
 #[test]
