@@ -1,5 +1,6 @@
 //! What the importer needs to know about the host cron ran on: its time
-//! zone, its users, its programs and who is importing.
+//! zone, its users, its programs, the mail command its `MAILTO` lines can
+//! go through, and who is importing.
 //!
 //! The decisions are pure functions of values ([`host_zone`] takes the `TZ`
 //! variable, `/etc/timezone` and the `/etc/localtime` link as arguments), so
@@ -88,6 +89,44 @@ fn zone_name(value: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
+/// A program that sends mail, as `MAILTO` needs one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Mailer {
+    /// sendmail(8), which every MTA provides and cron itself uses: the
+    /// message, headers included, on its standard input.
+    Sendmail(String),
+    /// mail(1) or mailx(1): a subject option, the body on standard input.
+    Mail(String),
+}
+
+impl Mailer {
+    /// Its path.
+    pub(crate) fn path(&self) -> &str {
+        match self {
+            Mailer::Sendmail(path) | Mailer::Mail(path) => path,
+        }
+    }
+}
+
+/// Where mail programs are looked for, in order: cron's own sendmail
+/// first.
+pub(crate) const MAILERS: &[&str] = &[
+    "/usr/sbin/sendmail",
+    "/usr/lib/sendmail",
+    "/usr/bin/mail",
+    "/usr/bin/mailx",
+];
+
+/// The first of [`MAILERS`] that `exists`.
+pub(crate) fn find_mailer(exists: impl Fn(&str) -> bool) -> Option<Mailer> {
+    let path = MAILERS.iter().find(|p| exists(p))?.to_string();
+    Some(if path.ends_with("/sendmail") {
+        Mailer::Sendmail(path)
+    } else {
+        Mailer::Mail(path)
+    })
+}
+
 /// What cron's host looked like, as far as an import cares.
 #[derive(Clone, Debug)]
 pub(crate) struct Host {
@@ -102,13 +141,15 @@ pub(crate) struct Host {
     pub resolve: Option<fn(&str) -> Option<u32>>,
     /// Program names found in the usual `bin` folders.
     pub programs: BTreeSet<String>,
+    /// The program `MAILTO` mails through, if the host has one.
+    pub mailer: Option<Mailer>,
     /// The user importing, whom a line's own user is compared with.
     pub me: Option<String>,
 }
 
 impl Host {
-    /// A host in `zone` that knows only [`SYSTEM_USERS`] and no programs,
-    /// and resolves nothing.
+    /// A host in `zone` that knows only [`SYSTEM_USERS`], no programs and
+    /// no mail command, and resolves nothing.
     pub(crate) fn new(zone: HostZone) -> Host {
         Host {
             zone,
@@ -116,6 +157,7 @@ impl Host {
             uids: BTreeMap::from([("root".to_string(), 0)]),
             resolve: None,
             programs: BTreeSet::new(),
+            mailer: None,
             me: None,
         }
     }
@@ -158,6 +200,7 @@ impl Host {
             host.uids.extend(passwd_uids(&passwd));
         }
         host.resolve = Some(resolve_user);
+        host.mailer = find_mailer(|path| Path::new(path).is_file());
         for dir in [
             "/usr/local/sbin",
             "/usr/local/bin",

@@ -4,30 +4,38 @@
 //! with a user column between the schedule and the command), one file or
 //! many, merged into one config with one `[defaults]` and job names unique
 //! across the files. Per file, as cron reads it: comments, environment
-//! lines (`SHELL`, `CRON_TZ`/`TZ` become the shell and time zone of the jobs
-//! below them, `MAILTO` and `MAILFROM` are reported, anything else becomes
-//! the jobs' `env`), 5-field lines and `@` macros. Every schedule is parsed
-//! as `replicron check` parses it, in the zone it runs in, so the output
-//! passes `check` and fires at the instants cron fired. Jobs without a zone
-//! of their own ran in the host's zone, which `[defaults]` keeps.
+//! lines (`SHELL` and `CRON_TZ` become the shell and time zone of the jobs
+//! below them, `MAILTO` (with `MAILFROM`) a `notify` command that mails it,
+//! anything else, `TZ` included, the jobs' `env`), 5-field lines and `@`
+//! macros, in lower case as cron spells them. Every schedule is parsed as
+//! `replicron check` parses it, in the zone it runs in, so the output passes
+//! `check` and fires at the instants cron fired. Jobs without a zone of
+//! their own ran in the host's zone, which `[defaults]` keeps. The file's
+//! comments, commented-out jobs among them, are carried over as TOML
+//! comments above the job below them.
 //!
 //! What cannot be carried over is reported, line by line, as a [`Note`]:
 //! `@reboot`, a command using crontab's `%` (stdin), an invalid schedule, a
-//! user other than the one importing, and every guess the importer was not
-//! sure of. A file that is not a crontab at all (an anacrontab, a script)
-//! is refused as a whole, so that nothing half-right is printed.
+//! macro cron would not read, a user other than the one importing, a
+//! `MAILTO` with no mail program to send it, a file cron would refuse for
+//! its owner or mode, and every guess the importer was not sure of. A file
+//! that is not a crontab at all (an anacrontab, a script) is refused as a
+//! whole, so that nothing half-right is printed; one found in a folder is
+//! skipped with a note, and the folder's other files are imported.
 //!
 //! The work is split: [`files`] finds the files as cron would (a folder's
 //! entries, skipping what cron skips), [`host`] reads what the host says
-//! (its zone, its users), `detect` recognises what a file is and whether it
-//! has a user column, and `name` turns commands into job names. Everything
-//! past [`files`] and [`host`] is pure, so that tests decide what the host
-//! looks like.
+//! (its zone, its users, its mail program), `detect` recognises what a file
+//! is, whether it has a user column and whether cron would trust it, `name`
+//! turns commands into job names and `mail` makes `MAILTO`'s command.
+//! Everything past [`files`] and [`host`] is pure, so that tests decide what
+//! the host looks like.
 
 pub(crate) mod files;
 pub(crate) mod host;
 
 mod detect;
+mod mail;
 mod name;
 #[cfg(test)]
 mod tests;
@@ -215,6 +223,8 @@ pub(crate) fn import(
             env: BTreeMap::new(),
             shell: None,
             zone: None,
+            mail_to: None,
+            mail_from: None,
             comments: Vec::new(),
             notes: &mut notes,
             jobs: &mut jobs,
@@ -420,6 +430,10 @@ struct FileImport<'a> {
     shell: Option<String>,
     /// The last `CRON_TZ`: its zone, or why it is not one.
     zone: Option<Result<Tz, String>>,
+    /// The addresses of the last `MAILTO`, where they can be mailed.
+    mail_to: Option<Vec<String>>,
+    /// The last `MAILFROM`.
+    mail_from: Option<String>,
     /// Comments read and not yet written: (line, text, a blank line above).
     comments: Vec<(usize, String, bool)>,
     notes: &'a mut Vec<Note>,
@@ -492,12 +506,19 @@ impl FileImport<'_> {
                     }
                     self.zone = Some(zone);
                 }
-                "MAILTO" | "MAILFROM" => self.note(
-                    number,
-                    format!(
-                        "{key}={value:?}: replicron mails nothing; output goes to its log and history"
-                    ),
-                ),
+                "MAILTO" => self.mail_to(number, value),
+                "MAILFROM" => {
+                    self.mail_from = (!value.is_empty()).then(|| value.clone());
+                    if self.host.mailer.is_none() {
+                        self.note(
+                            number,
+                            format!(
+                                "{key}={value:?}: no mail program on this host ({}), so no mail is sent from it",
+                                host::MAILERS.join(", ")
+                            ),
+                        );
+                    }
+                }
                 // cronie's: start each job up to that many minutes late.
                 "RANDOM_DELAY" => self.note(
                     number,
@@ -639,6 +660,13 @@ impl FileImport<'_> {
         if let Some(shell) = &self.shell {
             let _ = writeln!(jobs, "shell = {}", toml_string(shell));
         }
+        if let (Some(to), Some(mailer)) = (&self.mail_to, &self.host.mailer) {
+            // cron mailed its output to MAILTO (from MAILFROM, as set
+            // above the line): the same address hears of the run's
+            // failure, the output's tail in the body.
+            let command = mail::command(mailer, to, self.mail_from.as_deref());
+            let _ = writeln!(jobs, "notify = {{ command = {} }}", toml_string(&command));
+        }
         if !self.env.is_empty() {
             let pairs: Vec<String> = self
                 .env
@@ -649,6 +677,50 @@ impl FileImport<'_> {
         }
         jobs.push('\n');
         self.written += 1;
+    }
+}
+
+impl FileImport<'_> {
+    /// `MAILTO=value`: the jobs below it mail `value` when a run fails,
+    /// through the host's mail program; `MAILTO=""` mails nothing, as in
+    /// cron. Without a mail program, said loudly.
+    fn mail_to(&mut self, number: usize, value: &str) {
+        self.mail_to = None;
+        let to = match mail::recipients(value) {
+            Ok(to) if to.is_empty() => return,
+            Ok(to) => to,
+            Err(why) => {
+                self.note(
+                    number,
+                    format!(
+                        "warning: MAILTO={value:?} is not carried over: {why}; the jobs below it notify nobody"
+                    ),
+                );
+                return;
+            }
+        };
+        let Some(mailer) = &self.host.mailer else {
+            self.note(
+                number,
+                format!(
+                    "warning: MAILTO={value:?} is not carried over: this host has no mail program ({}), \
+                     so the jobs below it notify nobody of a failure; install one (an MTA's sendmail, or mail) \
+                     and import again, or set [notify] by hand",
+                    host::MAILERS.join(", ")
+                ),
+            );
+            return;
+        };
+        self.note(
+            number,
+            format!(
+                "MAILTO={value:?}: the jobs below it mail {} through {} when a run fails, times out or is missed \
+                 (notify.command); cron mailed any output they printed, even a successful run's",
+                to.join(", "),
+                mailer.path()
+            ),
+        );
+        self.mail_to = Some(to);
     }
 }
 

@@ -406,7 +406,11 @@ fn several_files_make_one_config_with_one_defaults_table() {
     assert!(!extra.contains("shell"), "{extra}");
     // Notes name their file; the zone note is about the whole import.
     let text = messages(&import);
-    assert!(text.contains("etc/cron.d/extra:1: MAILTO"), "{text}");
+    // This host has no mail program.
+    assert!(
+        text.contains("etc/cron.d/extra:1: warning: MAILTO=\"root\" is not carried over"),
+        "{text}"
+    );
     assert!(
         text.starts_with("replicron: 3 job(s) set no CRON_TZ"),
         "{text}"
@@ -567,6 +571,8 @@ struct Job {
     zone: Tz,
     user: Option<String>,
     env: Vec<(String, String)>,
+    /// The notify command, a shell line.
+    notify: Option<String>,
 }
 
 fn jobs_of(toml: &str) -> Vec<Job> {
@@ -583,6 +589,14 @@ fn jobs_of(toml: &str) -> Vec<Job> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            notify: job
+                .notify
+                .as_ref()
+                .and_then(|n| n.command.as_ref())
+                .map(|c| match c {
+                    crate::config::Command::Shell { command, .. } => command.clone(),
+                    crate::config::Command::Exec { args } => args.join(" "),
+                }),
         })
         .collect()
 }
@@ -602,6 +616,12 @@ fn above(toml: &str, name: &str) -> String {
     before[start..].to_string()
 }
 
+fn sendmail_host() -> Host {
+    let mut host = host_in("Europe/Berlin");
+    host.mailer = Some(host::Mailer::Sendmail("/usr/sbin/sendmail".to_string()));
+    host
+}
+
 fn job(name: &str, schedule: &str, user: Option<&str>) -> Job {
     Job {
         name: name.to_string(),
@@ -609,6 +629,7 @@ fn job(name: &str, schedule: &str, user: Option<&str>) -> Job {
         zone: Tz::Europe__Berlin,
         user: user.map(str::to_string),
         env: Vec::new(),
+        notify: None,
     }
 }
 
@@ -714,6 +735,113 @@ fn a_user_name_is_never_read_as_the_command_without_a_note() {
         import.toml
     );
     assert!(file_notes(&import).is_empty(), "{}", messages(&import));
+}
+
+#[test]
+fn mailto_becomes_a_notify_command_that_mails_on_failure() {
+    let text = "\
+0 1 * * * /usr/bin/before
+MAILTO=ops@example.com, root
+0 2 * * * /usr/bin/to-ops
+MAILFROM=cron@example.com
+0 3 * * * /usr/bin/from-cron
+MAILTO=\"\"
+0 4 * * * /usr/bin/quiet
+MAILTO=-oQ/tmp
+0 5 * * * /usr/bin/odd
+";
+    let import = import(&one("alice", text), None, false, &sendmail_host()).expect("a crontab");
+    let notify: Vec<(String, Option<String>)> = jobs_of(&import.toml)
+        .into_iter()
+        .map(|j| (j.name, j.notify))
+        .collect();
+    let to = "'ops@example.com, root'";
+    assert_eq!(
+        notify,
+        [
+            ("before".to_string(), None),
+            (
+                "to-ops".to_string(),
+                Some(format!(
+                    "{{ printf 'To: %s\\nSubject: %s\\n\\n' {to} \"$REPLICRON_TEXT\"; cat; }} | /usr/sbin/sendmail -i -- ops@example.com root"
+                ))
+            ),
+            (
+                "from-cron".to_string(),
+                Some(format!(
+                    "{{ printf 'From: cron@example.com\\nTo: %s\\nSubject: %s\\n\\n' {to} \"$REPLICRON_TEXT\"; cat; }} \
+                     | /usr/sbin/sendmail -f cron@example.com -i -- ops@example.com root"
+                ))
+            ),
+            ("quiet".to_string(), None),
+            ("odd".to_string(), None),
+        ],
+        "{}",
+        import.toml
+    );
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (
+                Some(2),
+                "MAILTO=\"ops@example.com, root\": the jobs below it mail ops@example.com, root through \
+                 /usr/sbin/sendmail when a run fails, times out or is missed (notify.command); cron mailed any \
+                 output they printed, even a successful run's",
+            ),
+            (
+                Some(8),
+                "warning: MAILTO=\"-oQ/tmp\" is not carried over: \"-oQ/tmp\" would be read as an option",
+            ),
+        ],
+    );
+    // Through mail(1), where that is the host's mail program.
+    let mut host = host();
+    host.mailer = Some(host::Mailer::Mail("/usr/bin/mail".to_string()));
+    let import = super::import(
+        &one("alice", "MAILTO=root\n@daily /usr/bin/x\n"),
+        None,
+        false,
+        &host,
+    )
+    .expect("a crontab");
+    assert_eq!(
+        jobs_of(&import.toml)[0].notify.as_deref(),
+        Some("/usr/bin/mail -s \"$REPLICRON_TEXT\" -- root")
+    );
+    // None: a loud note, and no notify.
+    let import = run(
+        "alice",
+        "MAILTO=root\nMAILFROM=me\n@daily /usr/bin/x\n",
+        None,
+    );
+    assert_eq!(jobs_of(&import.toml)[0].notify, None);
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (
+                Some(1),
+                "warning: MAILTO=\"root\" is not carried over: this host has no mail program \
+                 (/usr/sbin/sendmail, /usr/lib/sendmail, /usr/bin/mail, /usr/bin/mailx)",
+            ),
+            (Some(2), "MAILFROM=\"me\": no mail program on this host"),
+        ],
+    );
+}
+
+#[test]
+fn the_mail_program_is_the_first_the_host_has() {
+    use host::{Mailer, find_mailer};
+    assert_eq!(
+        find_mailer(|p| p == "/usr/bin/mail" || p == "/usr/sbin/sendmail"),
+        Some(Mailer::Sendmail("/usr/sbin/sendmail".to_string()))
+    );
+    assert_eq!(
+        find_mailer(|p| p == "/usr/bin/mailx"),
+        Some(Mailer::Mail("/usr/bin/mailx".to_string()))
+    );
+    assert_eq!(find_mailer(|_| false), None);
 }
 
 #[test]
