@@ -622,6 +622,9 @@ fn sendmail_host() -> Host {
     host
 }
 
+/// What `MAILTO=root` makes on [`sendmail_host`].
+const MAIL_ROOT: &str = "{ printf 'To: %s\\nSubject: %s\\n\\n' root \"$REPLICRON_TEXT\"; cat; } | /usr/sbin/sendmail -i -- root";
+
 fn job(name: &str, schedule: &str, user: Option<&str>) -> Job {
     Job {
         name: name.to_string(),
@@ -641,6 +644,13 @@ fn with_env(mut job: Job, env: &[(&str, &str)]) -> Job {
     job
 }
 
+fn mailing(mut job: Job, command: &str) -> Job {
+    job.notify = Some(command.to_string());
+    job
+}
+
+const DEBIAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/sbin:/bin:/usr/sbin:/usr/bin";
+
 /// Asserts that `import`'s notes are, in order, at `expected`'s lines
 /// (`None`: the whole file or import) and hold its text.
 fn assert_notes(import: &Import, expected: &[(Option<usize>, &str)]) {
@@ -654,6 +664,473 @@ fn assert_notes(import: &Import, expected: &[(Option<usize>, &str)]) {
 
 /// The host-zone note every import of jobs without CRON_TZ has first.
 const ZONE: (Option<usize>, &str) = (None, "set no CRON_TZ");
+
+fn debian(path: &str, text: &str) -> Import {
+    import(&one(path, text), None, false, &sendmail_host()).expect("a crontab")
+}
+
+#[test]
+fn sa_exim_greylistclean_runs_as_debian_exim() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/sa-exim-greylistclean");
+    for path in [
+        "/etc/cron.d/greylistclean",
+        "sa-exim-greylistclean",
+        "stdin",
+    ] {
+        let import = debian(path, FILE);
+        assert_eq!(
+            jobs_of(&import.toml),
+            [job("greylistclean", "33 * * * *", Some("Debian-exim"))],
+            "{path}: {}",
+            import.toml
+        );
+        assert!(
+            import.toml.contains(
+                "command = \"[ -x /usr/share/sa-exim/greylistclean ] && /usr/share/sa-exim/greylistclean\""
+            ),
+            "{}",
+            import.toml
+        );
+        assert_eq!(
+            above(&import.toml, "greylistclean"),
+            format!(
+                "# If you have configured spamd to run as a fixed user, change \"Debian-exim\" below.\n\
+                 # Be smart and don't run this as root, it doesn't need those perms\n\
+                 # {path}:3: 33 * * * * Debian-exim [ -x /usr/share/sa-exim/greylistclean ] && /usr/share/sa-exim/greylistclean\n"
+            )
+        );
+        assert_notes(
+            &import,
+            &[
+                ZONE,
+                (
+                    Some(3),
+                    "runs as user Debian-exim, which this host does not have: `check` refuses the job until it exists; \
+                     if \"Debian-exim\" is the command, not a user, pass --user-column=false",
+                ),
+            ],
+        );
+    }
+    // Forced, the name is taken as it is.
+    let forced = import(
+        &one("greylistclean", FILE),
+        Some(true),
+        false,
+        &sendmail_host(),
+    )
+    .expect("a crontab");
+    assert_eq!(
+        jobs_of(&forced.toml)[0].user.as_deref(),
+        Some("Debian-exim")
+    );
+    // On a host with exim, where the system resolves the name.
+    let mut host = sendmail_host();
+    host.resolve = Some(|name| (name == "Debian-exim").then_some(101));
+    let import = import(&one("greylistclean", FILE), None, false, &host).expect("a crontab");
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (
+                Some(3),
+                "runs as user Debian-exim: replicron needs CAP_SETUID",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn logcheck_mails_root_and_leaves_its_reboot_line_out() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/logcheck");
+    let import = debian("/etc/cron.d/logcheck", FILE);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [mailing(
+            with_env(
+                job("logcheck", "2 * * * *", Some("logcheck")),
+                &[("PATH", DEBIAN_PATH)]
+            ),
+            MAIL_ROOT
+        )],
+        "{}",
+        import.toml
+    );
+    assert_eq!(
+        above(&import.toml, "logcheck"),
+        "# /etc/cron.d/logcheck: crontab entries for the logcheck package\n\
+         # /etc/cron.d/logcheck:6 not imported (@reboot): @reboot         logcheck    if [ -x /usr/sbin/logcheck ]; then nice -n10 /usr/sbin/logcheck -R; fi\n\n\
+         # /etc/cron.d/logcheck:7: 2 * * * *       logcheck    if [ -x /usr/sbin/logcheck ]; then nice -n10 /usr/sbin/logcheck; fi\n"
+    );
+    assert!(
+        import
+            .toml
+            .ends_with("\n# /etc/cron.d/logcheck, from line 9:\n# EOF\n\n"),
+        "{}",
+        import.toml
+    );
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (
+                Some(4),
+                "MAILTO=\"root\": the jobs below it mail root through /usr/sbin/sendmail when a run fails",
+            ),
+            (Some(6), "@reboot is not carried over"),
+            (
+                Some(7),
+                "runs as user logcheck, which this host does not have",
+            ),
+        ],
+    );
+    // Each host's own, its @reboot line too, and mailing root as well.
+    let every = super::import(
+        &one("/etc/cron.d/logcheck", FILE),
+        None,
+        true,
+        &sendmail_host(),
+    )
+    .expect("a crontab");
+    let jobs = jobs_of(&every.toml);
+    assert_eq!(
+        jobs.iter()
+            .map(|j| (j.name.as_str(), j.schedule.as_str(), j.notify.as_deref()))
+            .collect::<Vec<_>>(),
+        [
+            ("logcheck", "@reboot", Some(MAIL_ROOT)),
+            ("logcheck-2", "2 * * * *", Some(MAIL_ROOT))
+        ]
+    );
+}
+
+#[test]
+fn munin_mails_root_for_its_four_jobs() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/munin");
+    let import = debian("/etc/cron.d/munin", FILE);
+    let munin = |name, schedule| mailing(job(name, schedule, Some("munin")), MAIL_ROOT);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [
+            munin("munin-cron", "*/5 * * * *"),
+            munin("munin-limits", "14 10 * * *"),
+            munin("find", "27 03 * * *"),
+            mailing(job("find-2", "32 03 * * *", Some("www-data")), MAIL_ROOT),
+        ],
+        "{}",
+        import.toml
+    );
+    assert!(
+        above(&import.toml, "munin-cron")
+            .starts_with("#\n# cron-jobs for munin\n#\n# /etc/cron.d/munin:7: "),
+        "{}",
+        import.toml
+    );
+    assert!(above(&import.toml, "munin-limits").starts_with("# /etc/cron.d/munin:8: "));
+    assert!(
+        above(&import.toml, "find").starts_with(
+            "# remove stale generated html and graph files (e.g. disabled plugins or fields with volatile names)\n\
+             # /etc/cron.d/munin:11: "
+        ),
+        "{}",
+        import.toml
+    );
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (Some(5), "MAILTO=\"root\": the jobs below it mail root"),
+            (Some(7), "runs as user munin, which this host does not have"),
+            (Some(8), "runs as user munin, which this host does not have"),
+            // No command after the name there: the other lines decided.
+            (
+                Some(11),
+                "\"munin\" is taken as the user (other lines name users of this host)",
+            ),
+            (
+                Some(11),
+                "runs as user munin, which this host does not have",
+            ),
+            (
+                Some(12),
+                "runs as user www-data: replicron needs CAP_SETUID",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn cacti_keeps_its_commented_out_job_below_the_poller() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/cacti");
+    let import = debian("/etc/cron.d/cacti", FILE);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [mailing(
+            job("poller", "*/5 * * * *", Some("www-data")),
+            MAIL_ROOT
+        )],
+        "{}",
+        import.toml
+    );
+    assert!(
+        import.toml.ends_with(
+            "\n# /etc/cron.d/cacti, from line 4:\n\
+             # it is recommended to regularly refresh the csrf key; however, as\n\
+             # that potentially impacts user experience, it should be done during\n\
+             # non-production hours. As the cacti package doesn't know when that is\n\
+             # on this system, this cron entry serves as an example that should be\n\
+             # adjusted to a proper time and enabled.\n\
+             #30 2 * * sat www-data /usr/share/cacti/cli/refresh_csrf.php\n\n"
+        ),
+        "{}",
+        import.toml
+    );
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (Some(1), "MAILTO=\"root\": the jobs below it mail root"),
+            (Some(2), "runs as user www-data"),
+        ],
+    );
+    // Where no mail program is, loudly.
+    let bare =
+        super::import(&one("/etc/cron.d/cacti", FILE), None, false, &host()).expect("a crontab");
+    assert_eq!(jobs_of(&bare.toml)[0].notify, None);
+    assert!(
+        messages(&bare).contains(
+            "/etc/cron.d/cacti:1: warning: MAILTO=\"root\" is not carried over: this host has no mail program"
+        ),
+        "{}",
+        messages(&bare)
+    );
+}
+
+#[test]
+fn php_common_keeps_its_comment_block() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/php-common-php");
+    let import = debian("/etc/cron.d/php", FILE);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [job("sessionclean", "09,39 * * * *", Some("root"))],
+        "{}",
+        import.toml
+    );
+    let comments = above(&import.toml, "sessionclean");
+    assert!(
+        comments.starts_with("# /etc/cron.d/php@PHP_VERSION@: crontab fragment for PHP\n"),
+        "{comments}"
+    );
+    // The blank line between the two blocks stays.
+    assert!(
+        comments.contains(
+            "#  sessions yourself.\n\n# Look for and purge old sessions every 30 minutes\n# /etc/cron.d/php:14: "
+        ),
+        "{comments}"
+    );
+    assert_eq!(comments.lines().filter(|l| l.starts_with('#')).count(), 13);
+    assert_notes(&import, &[ZONE, (Some(14), "runs as user root")]);
+}
+
+#[test]
+fn mdadm_keeps_its_escaped_percent_and_its_copyright() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/mdadm");
+    let import = debian("/etc/cron.d/mdadm", FILE);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [job("checkarray", "57 0 * * 0", Some("root"))],
+        "{}",
+        import.toml
+    );
+    assert!(
+        import
+            .toml
+            .contains("[ $(date +%d) -le 7 ]; then /usr/share/mdadm/checkarray --cron"),
+        "{}",
+        import.toml
+    );
+    let comments = above(&import.toml, "checkarray");
+    assert!(
+        comments.contains("# Copyright © martin f. krafft <madduck@madduck.net>\n"),
+        "{comments}"
+    );
+    assert!(
+        comments.contains("#\n\n# By default, run at 00:57 on every Sunday"),
+        "{comments}"
+    );
+    assert_notes(&import, &[ZONE, (Some(12), "runs as user root")]);
+}
+
+#[test]
+fn certbot_is_named_after_certbot_not_its_random_sleep() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/certbot");
+    let import = debian("/etc/cron.d/certbot", FILE);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [with_env(
+            job("certbot", "0 */12 * * *", Some("root")),
+            &[("PATH", DEBIAN_PATH)]
+        )],
+        "{}",
+        import.toml
+    );
+    assert!(import.toml.contains("shell = \"/bin/sh\""));
+    let comments = above(&import.toml, "certbot");
+    assert_eq!(comments.lines().count(), 14, "{comments}");
+    assert!(
+        comments.contains("# Important Note!  This cronjob will NOT be executed if you are\n"),
+        "{comments}"
+    );
+    assert_notes(&import, &[ZONE, (Some(17), "runs as user root")]);
+}
+
+#[test]
+fn cron_apt_keeps_its_two_commented_out_jobs_in_file_order() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/cron-apt");
+    let import = debian("/etc/cron.d/cron-apt", FILE);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [job("cron-apt", "0 4 * * *", Some("root"))],
+        "{}",
+        import.toml
+    );
+    assert_eq!(
+        above(&import.toml, "cron-apt"),
+        "#\n# Regular cron jobs for the cron-apt package\n#\n# Every night at 4 o'clock.\n\
+         # /etc/cron.d/cron-apt:5: 0 4\t* * *\troot\ttest -x /usr/sbin/cron-apt && /usr/sbin/cron-apt\n"
+    );
+    assert!(
+        import.toml.ends_with(
+            "# /etc/cron.d/cron-apt, from line 6:\n# Every hour.\n\
+             # 0 *\t* * *\troot\ttest -x /usr/sbin/cron-apt && /usr/sbin/cron-apt /etc/cron-apt/config2\n\
+             # Every five minutes.\n\
+             # */5 *\t* * *\troot\ttest -x /usr/sbin/cron-apt && /usr/sbin/cron-apt /etc/cron-apt/config2\n\n"
+        ),
+        "{}",
+        import.toml
+    );
+    assert_notes(&import, &[ZONE, (Some(5), "runs as user root")]);
+}
+
+#[test]
+fn rsnapshot_has_only_commented_out_jobs_and_keeps_them() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/rsnapshot");
+    let import = debian("/etc/cron.d/rsnapshot", FILE);
+    assert_eq!(import.jobs, 0);
+    assert!(jobs_of(&import.toml).is_empty());
+    let expected: String = FILE
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let kept: String = import
+        .toml
+        .split("# /etc/cron.d/rsnapshot, from line 1:\n")
+        .nth(1)
+        .expect("the comments")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(kept, expected);
+    assert_notes(
+        &import,
+        &[(
+            None,
+            "no jobs in it: its 4 commented-out job line(s) are kept as comments",
+        )],
+    );
+}
+
+#[test]
+fn mailman3_runs_as_list() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/mailman3");
+    let import = debian("/etc/cron.d/mailman3", FILE);
+    let list =
+        |name, schedule| with_env(job(name, schedule, Some("list")), &[("PATH", DEBIAN_PATH)]);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [
+            list("mailman", "0 8 * * *"),
+            list("mailman-2", "0 12 * * *")
+        ],
+        "{}",
+        import.toml
+    );
+    assert!(
+        above(&import.toml, "mailman").starts_with(
+            "# /etc/cron.d/mailman3: crontab entries for the mailman3 package\n\n\
+             # At 8AM, send out notifices of pending requests to list moderators\n"
+        ),
+        "{}",
+        import.toml
+    );
+    assert!(above(&import.toml, "mailman-2").starts_with(
+        "# At 12AM, send mail digests for lists that do periodic as well as threshold delivery\n"
+    ));
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (Some(7), "runs as user list"),
+            (Some(10), "runs as user list"),
+        ],
+    );
+}
+
+#[test]
+fn tiger_keeps_its_variables_and_the_comments_between_them() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/tiger");
+    let import = debian("/etc/cron.d/tiger", FILE);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [with_env(
+            job("tigercron", "0 * * * *", Some("root")),
+            &[("DEFAULT", "/etc/default/tiger"), ("NICETIGER", "10")]
+        )],
+        "{}",
+        import.toml
+    );
+    assert_eq!(
+        above(&import.toml, "tigercron"),
+        "#\n# Regular cron jobs for the tiger package\n#\n# Configuration file\n\
+         #  default setting, overriden in the above file\n#\n\
+         # /etc/cron.d/tiger:9: 0 * * * *      root    test -x /usr/sbin/tigercron && { [ -r \"$DEFAULT\" ] && . \"$DEFAULT\" ; nice -n$NICETIGER /usr/sbin/tigercron -q ; }\n"
+    );
+    assert_notes(&import, &[ZONE, (Some(9), "runs as user root")]);
+}
+
+#[test]
+fn amavisd_new_runs_as_amavis_a_user_this_host_lacks() {
+    const FILE: &str = include_str!("../../tests/fixtures/crontab/amavisd-new");
+    // Named so that only the lines can tell the user column.
+    let import = debian("amavisd-new", FILE);
+    assert_eq!(
+        jobs_of(&import.toml),
+        [
+            job("amavisd-new-cronjob", "18 */3 * * *", Some("amavis")),
+            job("amavisd-new-cronjob-2", "24 1 * * *", Some("amavis")),
+        ],
+        "{}",
+        import.toml
+    );
+    assert!(above(&import.toml, "amavisd-new-cronjob").starts_with(
+        "#\n#  SpamAssassin maintenance for amavisd-new\n#\n# m h dom mon dow user  command\n"
+    ));
+    assert_notes(
+        &import,
+        &[
+            ZONE,
+            (
+                Some(5),
+                "runs as user amavis, which this host does not have",
+            ),
+            (
+                Some(6),
+                "runs as user amavis, which this host does not have",
+            ),
+        ],
+    );
+}
 
 #[test]
 fn user_names_are_what_debian_creates_and_what_the_host_resolves() {

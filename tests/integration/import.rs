@@ -1,9 +1,13 @@
 //! `replicron import-crontab` on what hosts have: a system crontab with a
 //! user column, `cron.d` files, a user crontab, a folder of them, several
-//! at once, and an anacrontab it must refuse. The fixtures in
-//! `tests/fixtures/crontab/` have Debian's shapes; where the machine can
-//! fetch them, the real files from Debian's packages are imported too. Every
-//! output must pass `replicron check` and fire at the instants cron would.
+//! at once, and an anacrontab it must refuse. Some fixtures in
+//! `tests/fixtures/crontab/` have Debian's shapes; those named after a
+//! package are that package's `/etc/cron.d` file as Debian 12 ships it
+//! (sa-exim 4.2.1-20, logcheck 1.4.2, munin 2.0.73, cacti 1.2.24, php-common
+//! 93, mdadm 4.2-5, certbot 2.1.0-4, cron-apt 0.13.0.1, rsnapshot 1.4.5,
+//! mailman3 3.3.8, tiger 3.2.4~rc1, amavisd-new 2.13.0); where the machine
+//! can fetch them, Debian's own crontabs are imported too. Every output must
+//! pass `replicron check` and fire at the instants cron would.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -120,6 +124,40 @@ fn assert_job(out: &str, name: &str, schedule: &str, zone: &str, first: &str) {
     );
 }
 
+/// [`check`] on a host that may lack some of the jobs' users: `check`
+/// may refuse only for users this host does not have, and passes once
+/// their `user` lines are gone. Returns its output and those users.
+fn check_lacking_users(dir: &Path, name: &str, toml: &str) -> (String, Vec<String>) {
+    let path = dir.join(format!("{name}-as-is.toml"));
+    std::fs::write(&path, toml).expect("write the toml");
+    let output = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(&path)
+        .args(["--count", "0"])
+        .env("REPLICRON_DATABASE_URL", "sqlite:///tmp/unused.db")
+        .output()
+        .expect("check runs");
+    let (_, err) = text(&output);
+    let mut missing: Vec<String> = Vec::new();
+    if !output.status.success() {
+        for line in err.lines().skip(1) {
+            let user = line
+                .split_once("key \"user\": no user \"")
+                .and_then(|(_, rest)| rest.strip_suffix("\" on this host"))
+                .unwrap_or_else(|| panic!("check refused more than a missing user:\n{err}"));
+            if !missing.iter().any(|m| m == user) {
+                missing.push(user.to_string());
+            }
+        }
+    }
+    let kept: String = toml
+        .lines()
+        .filter(|l| !missing.iter().any(|u| *l == format!("user = {u:?}")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (check(dir, name, &kept), missing)
+}
+
 /// The mail program this machine has, as the importer looks for it.
 fn mailer() -> Option<&'static str> {
     [
@@ -130,6 +168,15 @@ fn mailer() -> Option<&'static str> {
     ]
     .into_iter()
     .find(|p| Path::new(p).is_file())
+}
+
+/// The TOML of job `name`: from its `[[job]]` to the next blank line.
+fn job_toml<'a>(toml: &'a str, name: &str) -> &'a str {
+    let start = toml
+        .find(&format!("[[job]]\nname = {name:?}\n"))
+        .unwrap_or_else(|| panic!("no job {name}:\n{toml}"));
+    let end = toml[start..].find("\n\n").map_or(toml.len(), |e| start + e);
+    &toml[start..end]
 }
 
 fn job_names(out: &str) -> Vec<String> {
@@ -539,6 +586,186 @@ fn debians_own_crontabs_from_its_packages() {
         "{}",
         refused.notes
     );
+}
+
+/// Debian's packages' cron.d files (the fixtures named after them) in
+/// one folder, as a host with those packages has them, with a file cron
+/// would read that is no crontab.
+#[test]
+fn debian_packages_cron_d_files_as_one_folder() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cron_d = dir.path().join("cron.d");
+    std::fs::create_dir(&cron_d).expect("cron.d");
+    for (fixture_name, name) in [
+        ("sa-exim-greylistclean", "greylistclean"),
+        ("logcheck", "logcheck"),
+        ("munin", "munin"),
+        ("cacti", "cacti"),
+        ("php-common-php", "php"),
+        ("mdadm", "mdadm"),
+        ("certbot", "certbot"),
+        ("cron-apt", "cron-apt"),
+        ("rsnapshot", "rsnapshot"),
+        ("mailman3", "mailman3"),
+        ("tiger", "tiger"),
+        ("amavisd-new", "amavisd-new"),
+        // Not a crontab: skipped, the rest imported.
+        ("anacrontab", "anacron-jobs"),
+    ] {
+        std::fs::copy(fixture(fixture_name), cron_d.join(name)).expect("copy");
+    }
+    let imported = import(&[&cron_d]);
+    let notes = succeeded(&imported);
+    let toml = &imported.toml;
+    let (out, missing) = check_lacking_users(dir.path(), "debian-packages", toml);
+    assert_eq!(
+        job_names(&out),
+        [
+            "amavisd-new-cronjob",
+            "amavisd-new-cronjob-2",
+            "poller",
+            "certbot",
+            "cron-apt",
+            "greylistclean",
+            "logcheck",
+            "mailman",
+            "mailman-2",
+            "checkarray",
+            "munin-cron",
+            "munin-limits",
+            "find",
+            "find-2",
+            "sessionclean",
+            "tigercron",
+        ],
+        "{notes}"
+    );
+    // Berlin is UTC+1 in March.
+    for (name, schedule, first) in [
+        ("greylistclean", "33 * * * *", "2027-03-01T00:33:00+00:00"),
+        ("logcheck", "2 * * * *", "2027-03-01T00:02:00+00:00"),
+        ("munin-limits", "14 10 * * *", "2027-03-01T09:14:00+00:00"),
+        ("sessionclean", "09,39 * * * *", "2027-03-01T00:09:00+00:00"),
+        ("checkarray", "57 0 * * 0", "2027-03-06T23:57:00+00:00"),
+        ("certbot", "0 */12 * * *", "2027-03-01T11:00:00+00:00"),
+        ("mailman-2", "0 12 * * *", "2027-03-01T11:00:00+00:00"),
+    ] {
+        assert_job(&out, name, schedule, HOST_ZONE, first);
+    }
+    // Each job keeps its user, whether this host has it or not.
+    for (name, user) in [
+        ("greylistclean", "Debian-exim"),
+        ("logcheck", "logcheck"),
+        ("munin-cron", "munin"),
+        ("find-2", "www-data"),
+        ("poller", "www-data"),
+        ("mailman", "list"),
+        ("amavisd-new-cronjob", "amavis"),
+        ("tigercron", "root"),
+    ] {
+        assert!(
+            job_toml(toml, name).contains(&format!("\nuser = {user:?}")),
+            "{name}: {toml}"
+        );
+    }
+    for user in &missing {
+        assert!(
+            [
+                "Debian-exim",
+                "logcheck",
+                "munin",
+                "amavis",
+                "list",
+                "www-data"
+            ]
+            .contains(&user.as_str()),
+            "{user}"
+        );
+    }
+    // MAILTO=root, of logcheck, munin and cacti: mailed where this
+    // machine has a mail program, loudly lost where it has none.
+    for name in ["logcheck", "munin-cron", "find-2", "poller"] {
+        let block = job_toml(toml, name);
+        match mailer() {
+            Some(path) => assert!(
+                block.contains("notify = { command = ") && block.contains(path),
+                "{name}: {block}"
+            ),
+            None => assert!(!block.contains("notify"), "{name}: {block}"),
+        }
+    }
+    assert!(!job_toml(toml, "certbot").contains("notify"));
+    let shown = |name: &str| cron_d.join(name).display().to_string();
+    for file in ["logcheck:4", "munin:5", "cacti:1"] {
+        let expected = match mailer() {
+            Some(path) => format!(
+                "{}: MAILTO=\"root\": the jobs below it mail root through {path} when a run fails",
+                shown(file)
+            ),
+            None => format!(
+                "{}: warning: MAILTO=\"root\" is not carried over: this host has no mail program",
+                shown(file)
+            ),
+        };
+        assert!(notes.contains(&expected), "{expected}:\n{notes}");
+    }
+    // The comments, commented-out jobs among them, next to their jobs.
+    for expected in [
+        "# If you have configured spamd to run as a fixed user, change \"Debian-exim\" below.\n",
+        "#30 2 * * sat www-data /usr/share/cacti/cli/refresh_csrf.php\n",
+        "# 30 3  \t* * *\t\troot\t/usr/bin/rsnapshot beta\n",
+        "# Look for and purge old sessions every 30 minutes\n",
+    ] {
+        assert!(toml.contains(expected), "{expected}:\n{toml}");
+    }
+    for expected in [
+        format!(
+            "{}: skipped, the folder's other files are imported: this is an anacrontab, not a crontab",
+            shown("anacron-jobs")
+        ),
+        format!(
+            "{}: no jobs in it: its 4 commented-out job line(s) are kept as comments",
+            shown("rsnapshot")
+        ),
+        format!("{}:6: @reboot is not carried over", shown("logcheck")),
+        format!("{}:3: runs as user Debian-exim", shown("greylistclean")),
+        "13 files: 16 job(s) imported".to_string(),
+    ] {
+        assert!(notes.contains(&expected), "{expected}:\n{notes}");
+    }
+}
+
+/// sa-exim's file under its package's name, not in a cron.d folder: its
+/// lines alone say that `Debian-exim` is the user; and with
+/// `--user-column=true` the name is taken too.
+#[test]
+fn sa_exims_debian_exim_is_the_user_wherever_the_file_lies() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = fixture("sa-exim-greylistclean");
+    for extra in [&[][..], &["--user-column=true"][..]] {
+        let imported = import_with(&[&path], None, extra);
+        let notes = succeeded(&imported);
+        assert!(
+            imported.toml.contains(
+                "command = \"[ -x /usr/share/sa-exim/greylistclean ] && /usr/share/sa-exim/greylistclean\"\n\
+                 user = \"Debian-exim\"\n"
+            ),
+            "{extra:?}: {}",
+            imported.toml
+        );
+        assert!(
+            notes.contains(&format!("{}:3: runs as user Debian-exim", path.display())),
+            "{notes}"
+        );
+        let (out, _) = check_lacking_users(dir.path(), "greylistclean", &imported.toml);
+        assert_job(
+            &out,
+            "greylistclean",
+            "33 * * * *",
+            HOST_ZONE,
+            "2027-03-01T00:33:00+00:00",
+        );
+    }
 }
 
 /// A system crontab others can write: cron refuses it, the import warns.
