@@ -9,7 +9,9 @@ use super::{ExitCode, UsageError};
 #[derive(Debug, clap::Args)]
 pub(crate) struct ImportArgs {
     /// Crontab files (`-` for stdin) and folders such as /etc/cron.d/ (every
-    /// file in it that cron reads), merged into one config.
+    /// file in it that cron reads; one that is no crontab is skipped with a
+    /// note), merged into one config. `MAILTO` mails through this host's
+    /// sendmail or mail, where it has one.
     #[arg(required = true, value_name = "FILE")]
     pub(crate) files: Vec<PathBuf>,
     /// Lines name a user after the schedule (`/etc/crontab`, `/etc/cron.d`);
