@@ -8,7 +8,9 @@
 //!
 //! The instants due come from the job file given: a schedule that changed
 //! within the range is judged by the file as it is now (see
-//! `docs/design.md#verifying-the-history`).
+//! `docs/design.md#verifying-the-history`). A dependent job's instants are
+//! its parents', which the file cannot list: those it ran or was recorded
+//! missed at are judged.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -398,8 +400,32 @@ pub(crate) fn judge(
     let to = to.min(evidence.now);
     let mut spans = held.clone();
     spans.sort();
+    // A dependent job's instants are its parents' (`after`), which the
+    // job file cannot list: those it ran or was recorded missed at are
+    // judged, each at most once.
+    let dependent: Vec<DateTime<Utc>> = if promise.schedule.is_after() {
+        by_instant
+            .keys()
+            .chain(missed.iter())
+            .map(|at| at.and_utc())
+            .filter(|at| *at >= from && *at <= to)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut dependent = dependent.into_iter();
     let mut cursor = from - TimeDelta::milliseconds(1);
-    while let Some(instant) = promise.schedule.next_after(cursor) {
+    loop {
+        let next = if promise.schedule.is_after() {
+            dependent.next()
+        } else {
+            promise.schedule.next_after(cursor)
+        };
+        let Some(instant) = next else {
+            break;
+        };
         if instant > to {
             break;
         }

@@ -773,15 +773,16 @@ impl Schedule {
 
     /// The next `count` instants strictly after `after`, and before and
     /// among them the first instant of each local date the calendars
-    /// exclude (those of its date are excluded alike), the first instant
-    /// `not_before` excludes, and the first after `not_after`.
+    /// exclude (those of its date are excluded alike; at most `count` of
+    /// them), the first instant `not_before` excludes, and the first after
+    /// `not_after`.
     pub(crate) fn upcoming_marked(
         &self,
         after: DateTime<Utc>,
         count: usize,
     ) -> Vec<(DateTime<Utc>, Option<Excluded>)> {
         let mut listed = Vec::new();
-        let mut runs = 0;
+        let (mut runs, mut excluded_dates) = (0, 0);
         let mut cursor = after;
         for _ in 0..MAX_EXCLUDED_STEPS {
             if runs >= count {
@@ -805,7 +806,14 @@ impl Schedule {
                     None => break,
                 },
                 Some(_) => match self.end_of_local_date(next) {
-                    Some(end) => next.max(end),
+                    Some(end) => {
+                        excluded_dates += 1;
+                        if excluded_dates > count {
+                            cursor = next.max(end);
+                            continue;
+                        }
+                        next.max(end)
+                    }
                     None => break,
                 },
             };

@@ -521,8 +521,20 @@ fn job_file(jobs: &[CampaignJob], out: &Path) -> String {
             ticks = job.ticks,
         ));
     }
+    for (child, parent) in DEPENDENTS {
+        text.push_str(&format!(
+            "[[job]]\nname = \"{child}\"\nafter = [\"{parent}\"]\nlock_at_most_for = \"3s\"\n\
+             command = '''r() {{ echo \"$1 $REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $REPLICRON_RUN_ID $REPLICRON_FENCE $REPLICRON_ATTEMPT $$ $(date +%s%N)\" >> \"$OUT\"; }}; \
+             r start; sleep 0.1; r end'''\n\
+             env = {{ OUT = {out:?}, LD_PRELOAD = \"\" }}\n\n",
+        ));
+    }
     text
 }
+
+/// Jobs that run after a campaign job (`after`), and that job: each runs
+/// once for each instant its parent's run succeeded, after that run.
+const DEPENDENTS: [(&str, &str); 1] = [("after-tick-1", "tick-1")];
 
 /// One body, as its records tell.
 #[derive(Clone, Debug)]
@@ -931,7 +943,106 @@ fn check(
             }
         }
     }
+    check_dependents(&mut found, bodies, rows, from, to, windows);
     found
+}
+
+/// Each dependent job against its parent: it ran once for each instant at
+/// which its parent's run succeeded (or that instant is accounted for),
+/// never for another, and never before that run's body ended.
+fn check_dependents(
+    found: &mut Findings,
+    bodies: &[Body],
+    rows: &[Row],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    windows: &[(DateTime<Utc>, DateTime<Utc>)],
+) {
+    let in_window = |t: DateTime<Utc>| windows.iter().any(|(a, b)| *a <= t && t <= *b);
+    for (child, parent) in DEPENDENTS {
+        // The parent's successes: instant → when its run ended.
+        let succeeded: BTreeMap<DateTime<Utc>, DateTime<Utc>> = rows
+            .iter()
+            .filter(|r| r.job == parent && r.status == "succeeded")
+            .filter_map(|r| Some((r.scheduled_at.and_utc(), r.finished_at?.and_utc())))
+            .collect();
+        let parent_ends: BTreeMap<DateTime<Utc>, i64> = bodies
+            .iter()
+            .filter(|b| b.job == parent && b.ended)
+            .map(|b| (b.instant, b.last_ns))
+            .collect();
+        let children: Vec<&Body> = bodies.iter().filter(|b| b.job == child).collect();
+        for body in &children {
+            if !succeeded.contains_key(&body.instant) {
+                found.duplicates.push(format!(
+                    "{child} {} ran, which {parent} did not succeed at",
+                    ms(body.instant)
+                ));
+            }
+            if let Some(end) = parent_ends.get(&body.instant)
+                && body.start_ns < *end
+            {
+                found.early.push(format!(
+                    "{child} {} started {} ms before {parent}'s run of it ended",
+                    ms(body.instant),
+                    (end - body.start_ns) / 1_000_000
+                ));
+            }
+        }
+        let ran: BTreeSet<DateTime<Utc>> = children.iter().map(|b| b.instant).collect();
+        let recorded: BTreeMap<DateTime<Utc>, Vec<&str>> = rows
+            .iter()
+            .filter(|r| r.job == child)
+            .fold(BTreeMap::new(), |mut map, r| {
+                map.entry(r.scheduled_at.and_utc())
+                    .or_insert_with(Vec::new)
+                    .push(r.status.as_str());
+                map
+            });
+        // What held the child's lease: its runs, from start to end.
+        let spans: Vec<(DateTime<Utc>, DateTime<Utc>)> = rows
+            .iter()
+            .filter(|r| r.job == child && r.attempt > 0)
+            .map(|r| {
+                let start = r.started_at.and_utc();
+                let end = r.finished_at.map_or_else(
+                    || {
+                        r.confirmed_at.unwrap_or(r.started_at).and_utc().max(start)
+                            + TimeDelta::seconds(3)
+                    },
+                    |end| end.and_utc(),
+                );
+                (start, end)
+            })
+            .collect();
+        for (instant, ended) in &succeeded {
+            if *instant < from || *instant > to {
+                continue;
+            }
+            found.instants += 1;
+            if ran.contains(instant) {
+                continue;
+            }
+            let overrun = spans
+                .iter()
+                .any(|(start, end)| start <= ended && ended <= end);
+            let how = match recorded.get(instant) {
+                Some(statuses) => statuses.join("+"),
+                None if overrun => "overrun".to_string(),
+                None => {
+                    found.silent.push(format!("{child} {}", ms(*instant)));
+                    "nothing".to_string()
+                }
+            };
+            if in_window(*instant) || in_window(*ended) || overrun {
+                *found.accounted.entry(how).or_default() += 1;
+            } else {
+                found
+                    .unexplained
+                    .push(format!("{child} {} ({how})", ms(*instant)));
+            }
+        }
+    }
 }
 
 /// One replica's place: its proxy, config and current process.

@@ -25,15 +25,108 @@ fn the_example_config_is_valid() {
     for job in ["purge-tmp-exports", "daily-report", "heartbeat"] {
         assert!(out.contains(&format!("job \"{job}\"")), "{out}");
     }
-    // The Berlin report across the spring-forward weekend: 07:00 CET, then 07:00 CEST.
+    // The Berlin report across the spring-forward weekend (Easter, whose
+    // Friday and Monday its holiday calendar excludes): 07:00 CET, then
+    // 07:00 CEST.
     assert!(
-        out.contains("2027-03-26T06:00:00+00:00  2027-03-26T07:00:00+01:00"),
+        out.contains(
+            "2027-03-26T06:00:00+00:00  2027-03-26T07:00:00+01:00  excluded: skip_on calendar \"de-holidays\""
+        ),
         "{out}"
     );
     assert!(
-        out.contains("2027-03-29T05:00:00+00:00  2027-03-29T07:00:00+02:00"),
+        out.contains(
+            "2027-03-29T05:00:00+00:00  2027-03-29T07:00:00+02:00  excluded: skip_on calendar \"de-holidays\""
+        ),
         "{out}"
     );
+    assert!(
+        out.contains("    2027-03-30T05:00:00+00:00  2027-03-30T07:00:00+02:00\n"),
+        "{out}"
+    );
+    // The mail after it: the report's instants.
+    let mail = out
+        .split("job \"mail-report\"")
+        .nth(1)
+        .expect("mail-report");
+    assert!(mail.contains("after     daily-report"), "{out}");
+    assert!(mail.contains("2027-03-30T05:00:00+00:00"), "{out}");
+}
+
+/// A file that uses every key of calendars, windows, the daylight-saving
+/// policy, several schedules and dependencies: `check --from --count`
+/// shows each job's window, calendars, what the policy does at the zone's
+/// next transition, the instants with the excluded ones named by their
+/// calendar, and a dependent job's parents and instants.
+#[test]
+fn check_shows_calendars_windows_the_dst_policy_and_dependencies() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("holidays.ics"),
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nBEGIN:VEVENT\r\nDTSTART;VALUE=DATE:20201225\r\n\
+         DTEND;VALUE=DATE:20201227\r\nRRULE:FREQ=YEARLY\r\nSUMMARY:Christmas\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n",
+    )
+    .expect("ics");
+    let path = write(
+        dir.path(),
+        &format!(
+            "{DB}[defaults]\ntimezone = \"Europe/Berlin\"\n\n\
+             [[calendar]]\nname = \"holidays\"\nics = \"holidays.ics\"\n\n\
+             [[calendar]]\nname = \"trading\"\ndates = [\"2026-12-23\", \"2026-12-28\"]\n\n\
+             [[job]]\nname = \"billing\"\nschedule = [\"30 2 * * 1-5\", \"0 12 * * 6\"]\n\
+             skip_on = [\"holidays\"]\ndst_gap = \"skip\"\ndst_repeat = \"both\"\n\
+             not_before = \"2026-12-01T00:00:00Z\"\nnot_after = \"2036-12-31T23:00:00+01:00\"\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"settle\"\nschedule = \"30 2 * * *\"\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"close\"\nschedule = \"0 17 * * *\"\nonly_on = [\"trading\"]\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"report\"\nafter = {{ jobs = [\"billing\", \"settle\"], on = [\"succeeded\"] }}\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"cleanup\"\nafter = [\"report\"]\ncommand = \"true\"\n"
+        ),
+    );
+    let output = replicron(&[
+        "check",
+        "--config",
+        &path,
+        "--from",
+        "2026-12-22T00:00:00Z",
+        "--count",
+        "6",
+    ]);
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    for line in [
+        "calendar \"holidays\": 160 dates; next 2026-12-25 2026-12-26 2027-12-25 2027-12-26 2028-12-25",
+        "calendar \"trading\": 2 dates; next 2026-12-23 2026-12-28",
+        "  schedule  30 2 * * 1-5 | 0 12 * * 6",
+        "  window    2026-12-01T00:00:00Z to 2036-12-31T22:00:00Z",
+        "  skip_on   \"holidays\"",
+        "  only_on   \"trading\"",
+        "  dst       next transition 2027-03-28T01:00:00.000Z: clocks go forward 1h, from 2027-03-28 02:00 to 2027-03-28 03:00",
+        "  dst       dst_gap = \"skip\": a time from 02:00 to 02:59 does not fire that day",
+        "    2026-12-25T01:30:00+00:00  2026-12-25T02:30:00+01:00  excluded: skip_on calendar \"holidays\" (every instant of 2026-12-25)",
+        "    2026-12-28T01:30:00+00:00  2026-12-28T02:30:00+01:00\n",
+        "    2026-12-24T16:00:00+00:00  2026-12-24T17:00:00+01:00  excluded: not in only_on calendar \"trading\"",
+        "    2026-12-28T16:00:00+00:00  2026-12-28T17:00:00+01:00\n",
+        "  after     billing, settle (once for each instant at which every one of them ended succeeded)",
+        "  after     report (once for each instant at which it ended succeeded)",
+    ] {
+        assert!(out.contains(line), "no {line:?} in\n{out}");
+    }
+    // The fan-in's instants: the weekdays' 02:30 but the holidays.
+    let report = out.split("job \"report\"").nth(1).expect("report");
+    assert!(report.contains("    2026-12-24T01:30:00+00:00  2026-12-24T02:30:00+01:00\n    2026-12-28T01:30:00+00:00"), "{out}");
+    // Its parents share no instant (02:30 and 12:00 against 18:00):
+    // refused, naming them.
+    let refused = write(
+        dir.path(),
+        &std::fs::read_to_string(&path).expect("read").replace(
+            "name = \"settle\"\nschedule = \"30 2 * * *\"",
+            "name = \"settle\"\nschedule = \"0 18 * * *\"",
+        ),
+    );
+    let output = replicron(&["check", "--config", &refused]);
+    let (out, err) = text(&output);
+    assert!(!output.status.success(), "{out}{err}");
+    assert!(err.contains("share no instant in the next year"), "{err}");
 }
 
 #[test]
