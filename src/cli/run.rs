@@ -101,16 +101,35 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Drives the phase from SIGTERM/SIGINT: the first signal drains, and after
-/// `grace` stops what is still running; a second signal stops at once.
-pub(super) async fn drive_shutdown(phase: watch::Sender<Phase>, grace: Duration) {
+/// `grace` stops what is still running; a second signal stops at once. The
+/// signals are listened for from the call on, not from when the future is
+/// first polled: a SIGTERM that comes as the daemon starts is a shutdown
+/// too, not the default action's sudden death.
+pub(super) fn drive_shutdown(
+    phase: watch::Sender<Phase>,
+    grace: Duration,
+) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        error!("cannot listen for SIGTERM/SIGINT");
-        return;
-    };
+    );
+    async move {
+        let (Ok(term), Ok(int)) = signals else {
+            error!("cannot listen for SIGTERM/SIGINT");
+            return;
+        };
+        shut_down_on(term, int, phase, grace).await;
+    }
+}
+
+/// [`drive_shutdown`]'s work, once its signals are listened for.
+async fn shut_down_on(
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+    phase: watch::Sender<Phase>,
+    grace: Duration,
+) {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
@@ -136,17 +155,34 @@ pub(super) async fn drive_shutdown(phase: watch::Sender<Phase>, grace: Duration)
 /// scheduler; an invalid one is reported with all its errors, and the old
 /// one stays. What only a restart applies (`[database]`, `[daemon]`) is
 /// said so.
-async fn watch_reloads(
+///
+/// SIGHUP is listened for from the call on: one that comes as the daemon
+/// starts is a reload, not the default action's sudden death.
+fn watch_reloads(
+    path: std::path::PathBuf,
+    current: Config,
+    shared: Arc<std::sync::RwLock<Arc<Config>>>,
+    reloads: mpsc::Sender<Vec<Job>>,
+) -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let hangups = signal(SignalKind::hangup());
+    async move {
+        let Ok(hangups) = hangups else {
+            error!("cannot listen for SIGHUP: reloading is off");
+            return;
+        };
+        reload_on(hangups, path, current, shared, reloads).await;
+    }
+}
+
+/// [`watch_reloads`]'s work, once SIGHUP is listened for.
+async fn reload_on(
+    mut hangups: tokio::signal::unix::Signal,
     path: std::path::PathBuf,
     mut current: Config,
     shared: Arc<std::sync::RwLock<Arc<Config>>>,
     reloads: mpsc::Sender<Vec<Job>>,
 ) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        error!("cannot listen for SIGHUP: reloading is off");
-        return;
-    };
     while hangups.recv().await.is_some() {
         telemetry::notify_systemd(telemetry::SystemdState::Reloading);
         info!(config = %path.display(), "SIGHUP: reloading the config");

@@ -505,13 +505,6 @@ impl Scheduler {
             }
         }
         warn_of_lossy_replication(&store, &jobs).await;
-        info!(
-            instance = %engine.instance,
-            database = %store.pool().url(),
-            jobs = jobs.len(),
-            lease_rows_created = created,
-            "replicron started"
-        );
         let stop = || tick::draining(phase.clone());
         let background = [
             {
@@ -540,10 +533,20 @@ impl Scheduler {
             said: false,
         };
         registration.beat(&engine, &jobs).await;
+        let job_count = jobs.len();
         for job in jobs {
             loops.start(&engine, job);
         }
         loops.publish(&engine);
+        // Said once its jobs are scheduled, their series registered and
+        // their last successes read: what a reader of "started" may rely on.
+        info!(
+            instance = %engine.instance,
+            database = %store.pool().url(),
+            jobs = job_count,
+            lease_rows_created = created,
+            "replicron started"
+        );
         let pauses = tokio::spawn(watch_pauses(engine.clone(), watched.clone()));
         let heartbeats = tokio::spawn(registration.beat_forever(engine.clone(), watched.clone()));
         let mut missed = tokio::spawn(missed::check_forever(engine.clone(), watched, stop()));
