@@ -40,9 +40,14 @@ pub(super) fn import_crontab(args: &ImportArgs) -> anyhow::Result<ExitCode> {
     let refused = |error: ImportError| -> anyhow::Error {
         match error {
             ImportError::Read { .. } => error.into(),
-            ImportError::NotACrontab { .. } | ImportError::Nothing(_) => {
+            ImportError::Nothing { ref notes, .. } => {
+                // What each file was instead, before the verdict.
+                for note in notes {
+                    eprintln!("{note}");
+                }
                 UsageError(error.to_string()).into()
             }
+            ImportError::NotACrontab { .. } => UsageError(error.to_string()).into(),
         }
     };
     let collected = crontab::files::collect(&args.files).map_err(refused)?;

@@ -167,7 +167,10 @@ pub(crate) fn collect(paths: &[impl AsRef<Path>]) -> Result<Collected, ImportErr
             .iter()
             .map(|p| p.as_ref().display().to_string())
             .collect();
-        return Err(ImportError::Nothing(shown.join(", ")));
+        return Err(ImportError::Nothing {
+            named: shown.join(", "),
+            notes: collected.notes,
+        });
     }
     Ok(collected)
 }

@@ -149,8 +149,13 @@ pub(crate) enum ImportError {
         what: String,
     },
     /// Nothing to import: only folders without crontabs were named.
-    #[error("{0}: no crontab to import: no file there that cron would read")]
-    Nothing(String),
+    #[error("{named}: no crontab to import: no file there that cron would read")]
+    Nothing {
+        /// The files and folders, as named.
+        named: String,
+        /// What was found in them instead (files skipped, and why).
+        notes: Vec<Note>,
+    },
     /// A file or folder that could not be read.
     #[error("reading {path}: {error}")]
     Read {

@@ -433,6 +433,36 @@ fn an_anacrontab_is_refused_with_nothing_printed() {
     }
 }
 
+/// A folder whose every file is no crontab (a binary, a file that is not
+/// UTF-8): nothing is imported (exit 2, nothing on stdout), and each file
+/// is named with why it was skipped before the verdict.
+#[test]
+fn a_folder_with_no_crontab_says_what_each_file_was() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cron_d = dir.path().join("cron.d");
+    std::fs::create_dir(&cron_d).expect("folder");
+    std::fs::write(cron_d.join("blob"), b"\x7fELF\x02\x01\xff\xfe").expect("write");
+    std::fs::write(cron_d.join("latin1"), b"0 1 * * * root caf\xe9\n").expect("write");
+    let imported = import(&[&cron_d]);
+    assert_eq!(imported.code, 2, "{}", imported.notes);
+    assert_eq!(imported.toml, "", "nothing on stdout");
+    for file in ["blob", "latin1"] {
+        assert!(
+            imported
+                .notes
+                .lines()
+                .any(|l| l.contains(&format!("cron.d/{file}")) && l.contains("not UTF-8")),
+            "{file}: {}",
+            imported.notes
+        );
+    }
+    assert!(
+        imported.notes.contains("no crontab to import"),
+        "{}",
+        imported.notes
+    );
+}
+
 /// Downloads and unpacks Debian's crontabs into `dir`: `etc/crontab` (from
 /// `cron-daemon-common`, or `cron` on releases before it), `etc/cron.d/`
 /// (anacron's and sysstat's) and `etc/anacrontab`. `Err` says why not.
