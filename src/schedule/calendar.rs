@@ -150,39 +150,22 @@ impl Calendar {
                 (None, None) => None,
             };
             let days = covered_days(start, end);
-            let starts =
-                match value("RRULE") {
-                    None => {
-                        let mut starts = vec![start];
-                        for rdate in event
-                            .properties
-                            .iter()
-                            .filter(|p| p.name.as_str() == "RDATE")
-                        {
-                            for one in rdate.val.as_str().split(',') {
-                                starts.push(parse_when(one).ok_or_else(|| {
-                                    at("RDATE", format!("RDATE {one:?} is no date"))
-                                })?);
-                            }
-                        }
-                        starts
-                    }
-                    Some(rule) => expand(event, start, &rule).map_err(|e| at("RRULE", e))?,
-                };
-            let mut excluded = BTreeSet::new();
-            for exdate in event
-                .properties
-                .iter()
-                .filter(|p| p.name.as_str() == "EXDATE")
-            {
-                for one in exdate.val.as_str().split(',') {
-                    excluded.insert(
-                        parse_when(one)
-                            .ok_or_else(|| at("EXDATE", format!("EXDATE {one:?} is no date")))?
-                            .date(),
-                    );
+            let rdates = dates_of(event, "RDATE").map_err(|e| at("RDATE", e))?;
+            let starts = match value("RRULE") {
+                None => std::iter::once(start).chain(rdates).collect(),
+                Some(rule) => {
+                    let mut starts = expand(start, &rule).map_err(|e| at("RRULE", e))?;
+                    // As the rule's own occurrences, up to the horizon.
+                    let horizon = HORIZON.and_time(NaiveTime::MIN);
+                    starts.extend(rdates.into_iter().filter(|t| *t < horizon));
+                    starts
                 }
-            }
+            };
+            let excluded: BTreeSet<NaiveDate> = dates_of(event, "EXDATE")
+                .map_err(|e| at("EXDATE", e))?
+                .into_iter()
+                .map(|t| t.date())
+                .collect();
             for start in starts {
                 if excluded.contains(&start.date()) {
                     continue;
@@ -280,25 +263,26 @@ fn covered_days(start: NaiveDateTime, end: Option<NaiveDateTime>) -> i64 {
     ((last - start.date()).num_days() + 1).max(1)
 }
 
-/// The starts of a recurring event: its `RRULE` (with its `RDATE`s and
-/// `EXDATE`s applied later) from `start`, up to [`HORIZON`]. Wall times
-/// are expanded as UTC, so that a zone's transitions move no date.
-fn expand(
+/// Every value of an event's `key` properties (`RDATE`, `EXDATE`: each a
+/// comma-separated list of dates or dates and times).
+fn dates_of(
     event: &icalendar::parser::Component<'_>,
-    start: NaiveDateTime,
-    rule: &str,
+    key: &str,
 ) -> Result<Vec<NaiveDateTime>, String> {
-    let mut text = format!("DTSTART:{}Z\nRRULE:{rule}", start.format("%Y%m%dT%H%M%S"));
-    for rdate in event
+    event
         .properties
         .iter()
-        .filter(|p| p.name.as_str() == "RDATE")
-    {
-        for one in rdate.val.as_str().split(',') {
-            let when = parse_when(one).ok_or_else(|| format!("RDATE {one:?} is no date"))?;
-            text.push_str(&format!("\nRDATE:{}Z", when.format("%Y%m%dT%H%M%S")));
-        }
-    }
+        .filter(|p| p.name.as_str() == key)
+        .flat_map(|p| p.val.as_str().split(','))
+        .map(|one| parse_when(one).ok_or_else(|| format!("{key} {one:?} is no date")))
+        .collect()
+}
+
+/// The starts of a recurring event: its `RRULE` from `start`, up to
+/// [`HORIZON`] (its `RDATE`s and `EXDATE`s are applied by the caller). Wall
+/// times are expanded as UTC, so that a zone's transitions move no date.
+fn expand(start: NaiveDateTime, rule: &str) -> Result<Vec<NaiveDateTime>, String> {
+    let text = format!("DTSTART:{}Z\nRRULE:{rule}", start.format("%Y%m%dT%H%M%S"));
     let set: rrule::RRuleSet = text
         .parse()
         .map_err(|e| format!("RRULE {rule:?} is not understood: {e}"))?;

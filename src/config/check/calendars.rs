@@ -7,7 +7,6 @@ use std::sync::Arc;
 use chrono::{DateTime, NaiveDate, Utc};
 
 use super::*;
-use crate::config::name;
 use crate::schedule::calendar::Calendar;
 
 /// What a job writes that bounds its instants.
@@ -44,38 +43,9 @@ impl Checker<'_> {
         folder: &Path,
     ) -> Option<Calendar> {
         let scope = Scope::Table("calendar");
-        let name = match raw.name {
-            None => {
-                self.report(
-                    Some(span.clone()),
-                    Some(scope),
-                    Some("name"),
-                    "a calendar needs a name",
-                );
-                return None;
-            }
-            Some(name) => match name::check_limit(name.get_ref()) {
-                Err(e) => {
-                    self.report(
-                        Some(name.span()),
-                        Some(scope),
-                        Some("name"),
-                        format!("invalid calendar name {:?}: {e}", name.get_ref()),
-                    );
-                    return None;
-                }
-                Ok(()) if declared.iter().any(|c| c.name() == name.get_ref()) => {
-                    self.report(
-                        Some(name.span()),
-                        Some(scope),
-                        Some("name"),
-                        format!("calendar {:?} is declared twice", name.get_ref()),
-                    );
-                    return None;
-                }
-                Ok(()) => name.into_inner(),
-            },
-        };
+        let name = self.table_name(raw.name, span.clone(), "calendar", |name| {
+            declared.iter().any(|c| c.name() == name)
+        })?;
         match (raw.dates, raw.ics) {
             (Some(dates), None) => {
                 let mut parsed = Vec::new();

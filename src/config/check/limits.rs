@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::config::Limit;
-use crate::config::name;
 
 impl Checker<'_> {
     /// One `[[limit]]`: a name of a lock's form, not declared before, and
@@ -14,38 +13,9 @@ impl Checker<'_> {
         declared: &[Limit],
     ) -> Option<Limit> {
         let scope = Scope::Table("limit");
-        let name = match raw.name {
-            None => {
-                self.report(
-                    Some(span.clone()),
-                    Some(scope),
-                    Some("name"),
-                    "a limit needs a name",
-                );
-                None
-            }
-            Some(name) => match name::check_limit(name.get_ref()) {
-                Err(e) => {
-                    self.report(
-                        Some(name.span()),
-                        Some(scope),
-                        Some("name"),
-                        format!("invalid limit name {:?}: {e}", name.get_ref()),
-                    );
-                    None
-                }
-                Ok(()) if declared.iter().any(|l| l.name == *name.get_ref()) => {
-                    self.report(
-                        Some(name.span()),
-                        Some(scope),
-                        Some("name"),
-                        format!("limit {:?} is declared twice", name.get_ref()),
-                    );
-                    None
-                }
-                Ok(()) => Some(name.into_inner()),
-            },
-        };
+        let name = self.table_name(raw.name, span.clone(), "limit", |name| {
+            declared.iter().any(|l| l.name == name)
+        });
         let label = name
             .as_deref()
             .map_or_else(String::new, |n| format!("limit {n:?}: "));

@@ -421,6 +421,37 @@ impl<'t> Checker<'t> {
         }
     }
 
+    /// The `name` of a `[[TABLE]]` (a lock's form, and not `taken` by one
+    /// declared before), or `None`, reported: what `[[limit]]` and
+    /// `[[calendar]]` ask of their names.
+    fn table_name(
+        &mut self,
+        name: Option<Spanned<String>>,
+        span: Range<usize>,
+        table: &'static str,
+        taken: impl Fn(&str) -> bool,
+    ) -> Option<String> {
+        let scope = Scope::Table(table);
+        let Some(name) = name else {
+            self.report(
+                Some(span),
+                Some(scope),
+                Some("name"),
+                format!("a {table} needs a name"),
+            );
+            return None;
+        };
+        let problem = match crate::config::name::check_limit(name.get_ref()) {
+            Err(e) => format!("invalid {table} name {:?}: {e}", name.get_ref()),
+            Ok(()) if taken(name.get_ref()) => {
+                format!("{table} {:?} is declared twice", name.get_ref())
+            }
+            Ok(()) => return Some(name.into_inner()),
+        };
+        self.report(Some(name.span()), Some(scope), Some("name"), problem);
+        None
+    }
+
     /// Parses a duration key if present; `None` when absent or invalid (and
     /// then reported).
     fn duration(
