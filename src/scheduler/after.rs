@@ -28,7 +28,7 @@ use super::tick::{self, Attempt, Cause, Current, Patience};
 use super::{Phase, fmt_instant};
 use crate::config::{After, Overlap, Parent};
 use crate::history::{RunBrief, RunStatus, Trigger};
-use crate::schedule::{LATE_LIMIT, Schedule};
+use crate::schedule::Schedule;
 use crate::telemetry;
 
 /// How often each replica reads the parents' runs: a dependent run starts
@@ -202,13 +202,7 @@ pub(crate) async fn dependent_loop(
     let mut handled: Option<DateTime<Utc>> = None;
     let mut current: Option<Current> = None;
     let mut others: Vec<JoinHandle<()>> = Vec::new();
-    let patience = TimeDelta::from_std(
-        LATE_LIMIT
-            .to_std()
-            .unwrap_or_default()
-            .max(job.settings.catch_up),
-    )
-    .unwrap_or(LATE_LIMIT);
+    let patience = tick::late_limit(&job);
     'polling: loop {
         tokio::select! {
             biased;

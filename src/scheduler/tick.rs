@@ -299,15 +299,22 @@ fn deadline_for(engine: &Engine, job: &Job, instant: DateTime<Utc>) -> Instant {
     deadline_since(engine, job, job.schedule.start_of(instant))
 }
 
+/// How late after it was due a run may still be claimed: [`LATE_LIMIT`],
+/// or, for a dependent job, its `catch_up` if that is longer.
+pub(super) fn late_limit(job: &Job) -> TimeDelta {
+    let catch_up = TimeDelta::from_std(job.settings.catch_up).unwrap_or(LATE_LIMIT);
+    if job.after.is_some() {
+        LATE_LIMIT.max(catch_up)
+    } else {
+        LATE_LIMIT
+    }
+}
+
 /// The latest moment a run due at `due` may still be claimed:
 /// [`LATE_LIMIT`] after it (a dependent job's: its `catch_up`, if longer),
 /// by the database's clock, as a point on the monotonic clock.
 pub(super) fn deadline_since(engine: &Engine, job: &Job, due: DateTime<Utc>) -> Instant {
-    let mut late = LATE_LIMIT;
-    if job.after.is_some() {
-        late = late.max(TimeDelta::from_std(job.settings.catch_up).unwrap_or(TimeDelta::MAX));
-    }
-    let left = (due + late - engine.clock.now())
+    let left = (due + late_limit(job) - engine.clock.now())
         .to_std()
         .unwrap_or_default();
     Instant::now() + left
