@@ -63,6 +63,7 @@ pub(super) fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
         }
         Ok::<_, crate::Error>(executed?)
     })?;
+    crate::telemetry::traces::shutdown();
     Ok(match executed {
         Executed::Ran(outcome) => {
             if !matches!(

@@ -214,12 +214,16 @@ fn environment() -> String {
         "When set, logs carry no colour even on a terminal (they never do elsewhere).",
     );
     item(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "The OTLP/HTTP receiver of the runs' traces (over [telemetry] endpoint); OpenTelemetry's other variables apply too: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf or http/json), OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, OTEL_SDK_DISABLED.",
+    );
+    item(
         crate::secrets::CREDENTIALS_DIRECTORY,
         "systemd's folder of the unit's credentials: each file named like a variable (LoadCredential=REPLICRON_DATABASE_URL:/etc/replicron/credentials/database-url) sets that variable, over the environment; an empty file sets nothing.",
     );
     out.push_str(".PP\n");
     out.push_str(&escape(
-        "A run gets the daemon's environment, the job's env, and REPLICRON_JOB, REPLICRON_SCHEDULED_AT (RFC 3339, UTC, milliseconds), REPLICRON_RUN_ID, REPLICRON_FENCE, REPLICRON_INSTANCE and REPLICRON_ATTEMPT. replicron's own settings (REPLICRON_CONFIG and every variable above that overrides a key, the database URL and its password among them), the web token's and the notifications' variables, and every variable read from a credential are removed from it: a job that needs one sets it in its env. At start replicron overwrites the environment block that /proc/PID/environ shows and makes itself non-dumpable, so that no job finds the secrets there either; root can still read its memory, and a job running as replicron's own user the files it reads.",
+        "A run gets the daemon's environment, the job's env, and REPLICRON_JOB, REPLICRON_SCHEDULED_AT (RFC 3339, UTC, milliseconds), REPLICRON_RUN_ID, REPLICRON_FENCE, REPLICRON_INSTANCE and REPLICRON_ATTEMPT, and with traces on ([telemetry], OTEL_EXPORTER_OTLP_ENDPOINT) TRACEPARENT and TRACESTATE naming the run's span. replicron's own settings (REPLICRON_CONFIG and every variable above that overrides a key, the database URL and its password among them), the web token's and the notifications' variables, OTEL_EXPORTER_OTLP_HEADERS and OTEL_EXPORTER_OTLP_TRACES_HEADERS, and every variable read from a credential are removed from it: a job that needs one sets it in its env. At start replicron overwrites the environment block that /proc/PID/environ shows and makes itself non-dumpable, so that no job finds the secrets there either; root can still read its memory, and a job running as replicron's own user the files it reads.",
     ));
     out.push('\n');
     out

@@ -215,7 +215,21 @@ pub fn main() -> ExitCode {
     } else {
         "warn"
     };
-    init_logging(cli.log_format, default_level);
+    // Traces of runs, for the commands that run jobs: `[telemetry]` is read
+    // here (the file is read again, and its errors told, by the command).
+    let telemetry = match &cli.command {
+        Command::Run(run::RunArgs { config, .. })
+        | Command::Exec(exec::ExecArgs { config, .. }) => {
+            Config::load(config, &Environment::from_process())
+                .map(|c| c.telemetry)
+                .unwrap_or_default()
+        }
+        _ => Default::default(),
+    };
+    if let Err(problem) = init_logging(cli.log_format, default_level, &telemetry) {
+        eprintln!("replicron: traces: {problem}");
+        return ExitCode::from(2);
+    }
     for problem in &protected.problems {
         tracing::warn!("{problem}");
     }
@@ -248,22 +262,35 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
         .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
-fn init_logging(format: LogFormat, default_level: &str) {
+/// Log lines to stderr, filtered by `RUST_LOG`; with traces configured,
+/// the runs' spans to OpenTelemetry too, whatever `RUST_LOG` says.
+fn init_logging(
+    format: LogFormat,
+    default_level: &str,
+    telemetry: &crate::config::TelemetryConfig,
+) -> Result<(), String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.with_ansi(colour_wanted()).try_init(),
+    let traces = crate::telemetry::traces::layer(telemetry)?;
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Text => logs.with_ansi(colour_wanted()).boxed(),
         // A run's span fields (job, instant, fence, run id, attempt) at
         // the top level of each line, as the line's own fields are.
-        LogFormat::Json => builder
+        LogFormat::Json => logs
             .with_ansi(false)
             .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
             .event_format(crate::telemetry::logs::FlatJson)
-            .try_init(),
+            .boxed(),
     };
+    let _ = tracing_subscriber::registry()
+        .with(traces)
+        .with(logs.with_filter(filter))
+        .try_init();
+    Ok(())
 }
 
 /// Colour only for a person at a terminal: never into a file, a pipe or

@@ -97,6 +97,8 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         scheduler.run(phase, reloads).await?;
         anyhow::Ok(())
     })?;
+    // The last runs' spans, if traces are on.
+    telemetry::traces::shutdown();
     Ok(ExitCode::SUCCESS)
 }
 

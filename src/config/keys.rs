@@ -229,6 +229,30 @@ pub(crate) fn all() -> Vec<Key> {
             Some("[]"),
             "IP addresses of the reverse proxies in front of the listener: from one of them, the client is the last address of X-Forwarded-For that is not a trusted proxy (sign-in is throttled and logged by it). From any other peer the header is ignored.",
         ),
+        key(
+            "telemetry",
+            "endpoint",
+            None,
+            "The OTLP/HTTP receiver traces of runs are sent to, by its base URL (http://collector:4318; /v1/traces is appended). Unset, and with no OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, there are no traces. The variables win over the key.",
+        ),
+        key(
+            "telemetry",
+            "protocol",
+            Some("\"http/protobuf\""),
+            "http/protobuf or http/json. OTEL_EXPORTER_OTLP_PROTOCOL wins over it.",
+        ),
+        key(
+            "telemetry",
+            "service_name",
+            Some("\"replicron\""),
+            "The service.name of the traces. OTEL_SERVICE_NAME wins over it.",
+        ),
+        key(
+            "telemetry",
+            "sample_ratio",
+            Some("1.0"),
+            "The share of runs traced, 0 to 1, by trace id. OTEL_TRACES_SAMPLER wins over it.",
+        ),
     ];
     keys.extend(
         SETTINGS
@@ -428,6 +452,7 @@ mod tests {
             ("database", "[database]"),
             ("daemon", "[daemon]"),
             ("web", "[web]"),
+            ("telemetry", "[telemetry]"),
             ("defaults", "[defaults]"),
             ("notify", "[notify]"),
             ("limit", "[[limit]]"),

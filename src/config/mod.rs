@@ -19,6 +19,7 @@ mod tests;
 mod value;
 
 pub(crate) use self::check::dependent_upcoming;
+pub(crate) use crate::telemetry::traces::TelemetryConfig;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -49,6 +50,8 @@ pub(crate) struct Config {
     pub(crate) daemon: DaemonConfig,
     /// `[web]`.
     pub(crate) web: WebConfig,
+    /// `[telemetry]`.
+    pub(crate) telemetry: TelemetryConfig,
     /// `[defaults]`, as applied to jobs (and to `replicron exec`).
     pub(crate) defaults: Defaults,
     /// Every `[[job]]`, in file order, enabled or not.

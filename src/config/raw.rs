@@ -37,6 +37,16 @@ pub(super) struct RawWeb {
     pub trusted_proxies: Option<S<Vec<String>>>,
 }
 
+/// `[telemetry]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTelemetry {
+    pub endpoint: Option<S<String>>,
+    pub protocol: Option<S<String>>,
+    pub service_name: Option<S<String>>,
+    pub sample_ratio: Option<S<f64>>,
+}
+
 /// The keys a job may take from `[defaults]` or set itself.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

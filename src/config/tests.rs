@@ -643,14 +643,19 @@ fn the_web_token_is_named_never_shown_and_hidden_from_jobs() {
         "{DB}[web]\ntoken_env = \"REPLICRON_TEST_UNSET_TOKEN_VAR\"\n\n[notify]\ncommand = \"true\"\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
     );
     let config = parse(&text).expect("valid");
+    // Nor the headers of the traces' receiver (an API key).
+    let otlp = [
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    ];
     assert_eq!(
         config.jobs[0].hidden_env,
-        ["REPLICRON_TEST_UNSET_TOKEN_VAR"],
+        [otlp[0], otlp[1], "REPLICRON_TEST_UNSET_TOKEN_VAR"],
         "no job inherits the token"
     );
     assert_eq!(
         config.jobs[0].notify.as_ref().expect("notify").hidden_env,
-        ["REPLICRON_TEST_UNSET_TOKEN_VAR"],
+        ["REPLICRON_TEST_UNSET_TOKEN_VAR", otlp[0], otlp[1]],
         "nor does a notifier command"
     );
     let error = config
@@ -1204,4 +1209,48 @@ fn dependencies_name_known_parents_in_no_cycle() {
     if cfg!(feature = "sqlite") {
         parse(&fan_in("0 * * * *", "0 9 * * *")).expect("09:00 is both's");
     }
+}
+
+/// `[telemetry]`: each bad value named by its key and line; good ones kept.
+#[test]
+fn telemetry_keys_are_checked() {
+    for (body, key, needle) in [
+        (
+            "endpoint = \"collector:4318\"",
+            "telemetry.endpoint",
+            "not an http:// or https:// URL",
+        ),
+        (
+            "protocol = \"grpc\"",
+            "telemetry.protocol",
+            "http/protobuf or http/json",
+        ),
+        (
+            "protocol = \"thrift\"",
+            "telemetry.protocol",
+            "not a protocol",
+        ),
+        ("service_name = \" \"", "telemetry.service_name", "empty"),
+        (
+            "sample_ratio = 1.5",
+            "telemetry.sample_ratio",
+            "between 0 and 1",
+        ),
+        ("headers = \"x\"", "telemetry.headers", "unknown field"),
+    ] {
+        one_error(&format!("{DB}[telemetry]\n{body}\n"), 4, None, key, needle);
+    }
+    let config = parse(&format!(
+        "{DB}[telemetry]\nendpoint = \"https://otel.example:4318\"\nprotocol = \"http/json\"\nservice_name = \"cron\"\nsample_ratio = 0.25\n"
+    ))
+    .expect("valid");
+    assert_eq!(
+        config.telemetry,
+        crate::config::TelemetryConfig {
+            endpoint: Some("https://otel.example:4318".into()),
+            protocol: Some("http/json".into()),
+            service_name: Some("cron".into()),
+            sample_ratio: Some(0.25),
+        }
+    );
 }

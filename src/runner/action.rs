@@ -110,6 +110,11 @@ pub struct RunContext {
     pub(crate) started: Arc<std::sync::Mutex<Option<oneshot::Sender<Option<u32>>>>>,
     /// The parameters the run was given (with its job's defaults).
     pub(crate) params: Arc<crate::run::Params>,
+    /// The run's `run` span.
+    pub(crate) span: tracing::Span,
+    /// W3C `traceparent` and `tracestate` of the run's span, when traces
+    /// are on.
+    pub(crate) trace: Option<Arc<(String, String)>>,
 }
 
 impl RunContext {
@@ -134,6 +139,20 @@ impl RunContext {
     /// it was not (`replicron trigger JOB --param NAME=VALUE`).
     pub fn params(&self) -> &std::collections::BTreeMap<String, String> {
         &self.params
+    }
+
+    /// The run's span (`run`: job, instant, fence, run id, attempt,
+    /// trigger, replica). The action already runs inside it; a job that
+    /// spawns tasks of its own parents their spans to it, and with
+    /// OpenTelemetry traces on they join the run's trace.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// The run's W3C trace context (`traceparent`), when replicron sends
+    /// traces: what a job passes on to the services it calls.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.trace.as_deref().map(|(parent, _)| parent.as_str())
     }
 
     /// 1, or more when the run is retried.

@@ -86,6 +86,13 @@ impl Process {
         env.insert("REPLICRON_FENCE".into(), ctx.fence().to_string());
         env.insert("REPLICRON_INSTANCE".into(), ctx.instance().to_string());
         env.insert("REPLICRON_ATTEMPT".into(), ctx.attempt().to_string());
+        // The run's trace, for the job's own spans to join (W3C).
+        if let Some((parent, state)) = ctx.trace.as_deref() {
+            env.insert("TRACEPARENT".into(), parent.clone());
+            if !state.is_empty() {
+                env.insert("TRACESTATE".into(), state.clone());
+            }
+        }
         env
     }
 
@@ -532,6 +539,8 @@ mod tests {
             guard: None,
             started: Arc::new(Mutex::new(Some(started))),
             params: Arc::default(),
+            span: tracing::Span::none(),
+            trace: None,
         };
         (ctx, (stop, leases))
     }

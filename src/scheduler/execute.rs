@@ -98,19 +98,67 @@ impl Going {
 /// Runs the instant `plan` won, with its retries, then releases the lease.
 /// Returns how the last attempt ended (`None` if none could be recorded).
 ///
-/// All of it happens in one `run` span (job, instant, fence, and each
-/// attempt's run id and number once recorded): every line logged for the
-/// run, its action's included, carries them.
+/// All of it happens in one `run` span (job, instant, fence, trigger,
+/// replica, and each attempt's run id and number once recorded, its status
+/// at the end): every line logged for the run, its action's included,
+/// carries them. With traces on, the span is the run's trace: it has a
+/// `claim` child from the claim's sending to its answer, an `attempt`
+/// child per attempt (retries are attempts after the first), each with a
+/// `start` (its start record to its action's start) and an `end` (its end
+/// record).
 pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     let span = tracing::info_span!(
+        parent: None,
         "run",
         job = %plan.work.name,
         instant = %super::fmt_instant(plan.hold.instant()),
         fence = plan.hold.fence(),
+        trigger = %plan.recording.trigger,
+        replica = %engine.instance,
         run_id = tracing::field::Empty,
         attempt = tracing::field::Empty,
+        status = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     );
-    execute_in_span(engine, plan).instrument(span).await
+    if telemetry::traces::enabled() {
+        telemetry::traces::start_run(
+            &span,
+            &plan.work.name,
+            plan.hold.instant(),
+            plan.hold.fence(),
+        );
+        let _claim = tracing::info_span!(
+            parent: &span,
+            "claim",
+            { telemetry::traces::CLAIM_SENT } = plan.claimed.elapsed().as_micros() as i64,
+        );
+    }
+    let parents = plan.recording.parent_runs.clone();
+    let outcome = execute_in_span(engine.clone(), plan)
+        .instrument(span.clone())
+        .await;
+    if let Some(outcome) = &outcome {
+        span.record("status", outcome.status.as_str());
+        if outcome.status != RunStatus::Succeeded {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    if telemetry::traces::enabled() && !parents.is_empty() {
+        link_parents(&engine, &span, parents).await;
+    }
+    outcome
+}
+
+/// Links a dependent job's run span to its parents' runs' spans.
+async fn link_parents(engine: &Engine, span: &tracing::Span, parents: Vec<i64>) {
+    match engine.store.find_runs(parents).await {
+        Ok(rows) => telemetry::traces::link_runs(
+            span,
+            rows.iter()
+                .map(|row| (row.job.as_str(), row.scheduled_at.and_utc(), row.fence)),
+        ),
+        Err(e) => warn!("the parents' runs could not be read to link their traces: {e}"),
+    }
 }
 
 async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
@@ -145,6 +193,13 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
         if attempt > 1 && !pause_before_retry(&engine, settings, held.keeper()).await {
             break;
         }
+        let attempt_span = tracing::info_span!(
+            "attempt",
+            attempt = i64::from(attempt),
+            retry = attempt > 1,
+            run_id = tracing::field::Empty,
+            status = tracing::field::Empty,
+        );
         let outcome = run_attempt(
             &engine,
             &job,
@@ -154,7 +209,12 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
             attempt,
             going.as_deref(),
         )
+        .instrument(attempt_span.clone())
         .await;
+        if let Some((outcome, _)) = &outcome {
+            attempt_span.record("status", outcome.status.as_str());
+        }
+        drop(attempt_span);
         let retryable = matches!(
             outcome,
             Some((
@@ -224,13 +284,21 @@ async fn run_attempt(
     let (fence, due) = (held.hold().fence(), held.hold().instant());
     let keeper = held.keeper();
     let instant = rows.instant();
-    let run_id = rows.start(attempt).await?;
-    tracing::Span::current()
+    let (attempt_span, run_span) = (tracing::Span::current(), rows.span());
+    let starting = tracing::info_span!("start", pid = tracing::field::Empty);
+    let run_id = rows.start(attempt).instrument(starting.clone()).await?;
+    attempt_span.record("run_id", run_id);
+    // As i64: OpenTelemetry has no unsigned integers.
+    run_span
         .record("run_id", run_id)
-        .record("attempt", attempt);
+        .record("attempt", i64::from(attempt));
     // Nothing starts under a lease that is not confirmed after its start
     // record: the record may have waited (a stall) while the lease ran out.
-    if !keeper.confirm_for_start(&engine.store).await {
+    if !keeper
+        .confirm_for_start(&engine.store)
+        .instrument(starting.clone())
+        .await
+    {
         warn!("run not started: its lease could not be confirmed after its start was recorded");
         return Some(
             rows.unstarted(
@@ -259,6 +327,8 @@ async fn run_attempt(
         guard: engine.guard.clone(),
         started: Arc::new(std::sync::Mutex::new(Some(started_tx))),
         params: recording.params.clone(),
+        span: run_span.clone(),
+        trace: telemetry::traces::trace_context(run_span).map(Arc::new),
     };
     let began = Instant::now();
     // The action is called inside the task: a job whose closure panics
@@ -273,6 +343,8 @@ async fn run_attempt(
             if let Some(going) = going {
                 going.begin(engine.clock.now());
             }
+            starting.record("pid", pid.map(i64::from));
+            drop(starting);
             let late = engine.clock.now() - recording.due.unwrap_or(due);
             telemetry::start_lateness(&job.name, late.to_std().unwrap_or_default());
             info!(
@@ -320,6 +392,7 @@ async fn run_attempt(
         },
         ended,
     )
+    .instrument(tracing::info_span!("end", status = status.as_str()))
     .await;
     telemetry::run_finished(&job.name, status, duration, engine.clock.now());
     info!(

@@ -40,6 +40,8 @@ pub(crate) struct RunRows<'e> {
     missed_after: Duration,
     /// The parents' runs whose ends started it (a dependent job's run).
     parent_runs: Vec<i64>,
+    /// The run's span, which the rows' ids are recorded on.
+    span: tracing::Span,
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.
@@ -53,7 +55,8 @@ pub(crate) struct Attempted {
 
 impl<'e> RunRows<'e> {
     /// The rows of `work`'s run under `hold`, recorded as `recording`
-    /// says; `first` is attempt 1's, if the claim recorded it.
+    /// says; `first` is attempt 1's, if the claim recorded it. Made in
+    /// the run's span.
     pub(crate) fn new(
         engine: &'e Engine,
         work: &Work,
@@ -82,7 +85,13 @@ impl<'e> RunRows<'e> {
             attempts_before: recording.attempts_before,
             missed_after: work.settings.missed_after(None),
             parent_runs: recording.parent_runs.clone(),
+            span: tracing::Span::current(),
         }
+    }
+
+    /// The run's span.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// The instant its rows are for (an `exec --once` run's: its start).

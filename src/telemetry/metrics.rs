@@ -130,8 +130,23 @@ fn describe() {
         "replicron_web_sign_ins_total",
         "Sign-ins to this replica's dashboard, by result: ok, refused (not the token), throttled (too many wrong tokens from the address)"
     );
+    describe_counter!(
+        "replicron_trace_spans_exported_total",
+        "Spans of runs the OTLP receiver accepted (only while traces are on)"
+    );
+    describe_counter!(
+        "replicron_trace_spans_dropped_total",
+        "Spans of runs dropped, by reason: queue_full (the exporter's queue had no room), not_accepted (the receiver was down or refused them); only while traces are on"
+    );
     counter!("replicron_database_errors_total").increment(0);
     gauge!("replicron_history_pending_writes").set(0.0);
+    if super::traces::enabled() {
+        counter!("replicron_trace_spans_exported_total").increment(0);
+        for reason in [SpanDrop::QueueFull, SpanDrop::NotAccepted] {
+            counter!("replicron_trace_spans_dropped_total", "reason" => reason.as_str())
+                .increment(0);
+        }
+    }
     for result in ["ok", "refused", "throttled"] {
         counter!("replicron_web_sign_ins_total", "result" => result).increment(0);
     }
@@ -329,6 +344,35 @@ pub(crate) fn clock_offset(estimate: crate::schedule::Offset) {
 /// Whether the database answers.
 pub(crate) fn database_up(up: bool) {
     gauge!("replicron_database_up").set(if up { 1.0 } else { 0.0 });
+}
+
+/// Why spans of runs were dropped.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SpanDrop {
+    /// The exporter's queue had no room.
+    QueueFull,
+    /// The receiver was down, or refused them.
+    NotAccepted,
+}
+
+impl SpanDrop {
+    fn as_str(self) -> &'static str {
+        match self {
+            SpanDrop::QueueFull => "queue_full",
+            SpanDrop::NotAccepted => "not_accepted",
+        }
+    }
+}
+
+/// Spans the OTLP receiver accepted.
+pub(crate) fn spans_exported(spans: usize) {
+    counter!("replicron_trace_spans_exported_total").increment(spans as u64);
+}
+
+/// Spans dropped, and why.
+pub(crate) fn spans_dropped(reason: SpanDrop, spans: usize) {
+    counter!("replicron_trace_spans_dropped_total", "reason" => reason.as_str())
+        .increment(spans as u64);
 }
 
 /// Runs the recorder's housekeeping (histogram windows) now and then.

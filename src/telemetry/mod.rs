@@ -7,6 +7,7 @@
 pub(crate) mod logs;
 pub(crate) mod metrics;
 pub(crate) mod systemd;
+pub(crate) mod traces;
 
 pub(crate) use self::metrics::*;
 pub(crate) use self::systemd::{SystemdState, heartbeat, notify_systemd};

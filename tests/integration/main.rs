@@ -28,5 +28,6 @@ mod proxy;
 mod run_control;
 mod secrets;
 mod support;
+mod traces;
 mod verify;
 mod web;

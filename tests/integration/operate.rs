@@ -19,7 +19,7 @@ use crate::support::{
 };
 use crate::web::free_port;
 
-fn http_get(port: u16, path: &str) -> (u16, String) {
+pub(crate) fn http_get(port: u16, path: &str) -> (u16, String) {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return (0, String::new());
     };

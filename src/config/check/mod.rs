@@ -26,7 +26,7 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 use self::jobs::Settings;
 use super::raw::{
     RawAfter, RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule,
-    RawSettings, RawWeb,
+    RawSettings, RawTelemetry, RawWeb,
 };
 use super::*;
 use crate::schedule::{DstGap, DstRepeat, Rules};
@@ -175,6 +175,7 @@ impl<'t> Checker<'t> {
         let mut database = RawDatabase::default();
         let mut daemon = RawDaemon::default();
         let mut web = RawWeb::default();
+        let mut telemetry = RawTelemetry::default();
         let mut defaults = RawSettings::default();
         let mut notify = RawNotify::default();
         let mut jobs: Vec<(Range<usize>, RawJob)> = Vec::new();
@@ -194,6 +195,11 @@ impl<'t> Checker<'t> {
                         .unwrap_or_default()
                 }
                 "web" => web = self.table(value, Scope::Table("web")).unwrap_or_default(),
+                "telemetry" => {
+                    telemetry = self
+                        .table(value, Scope::Table("telemetry"))
+                        .unwrap_or_default()
+                }
                 "defaults" => {
                     defaults = self
                         .table(value, Scope::Table("defaults"))
@@ -275,6 +281,7 @@ impl<'t> Checker<'t> {
         let database = self.database(database, path, env);
         let daemon = self.daemon(daemon, env);
         let web = self.web(web);
+        let telemetry = self.telemetry(telemetry);
         let defaults = self.settings(defaults, &Settings::default(), Scope::Table("defaults"));
         let notify = self.notify(
             notify,
@@ -313,13 +320,20 @@ impl<'t> Checker<'t> {
         // The variables notifications read secrets from are no job's.
         let mut hidden: Vec<String> = notify.secret_vars();
         hidden.extend(web.token_env.iter().map(|t| t.var.clone()));
+        // Nor the headers the traces' receiver is sent, a key among them.
+        hidden.extend(crate::telemetry::traces::SECRET_VARS.map(String::from));
         for job in &jobs {
             hidden.extend(job.notify.iter().flat_map(|n| n.secret_vars()));
         }
         hidden.sort();
         hidden.dedup();
         // Nor does a notifier command see the web token.
-        let web_vars: Vec<String> = web.token_env.iter().map(|t| t.var.clone()).collect();
+        let web_vars: Vec<String> = web
+            .token_env
+            .iter()
+            .map(|t| t.var.clone())
+            .chain(crate::telemetry::traces::SECRET_VARS.map(String::from))
+            .collect();
         for job in &mut jobs {
             job.hidden_env = hidden.clone();
             if let Some(notify) = &mut job.notify {
@@ -334,6 +348,7 @@ impl<'t> Checker<'t> {
             database: database?,
             daemon,
             web,
+            telemetry,
             defaults: Defaults {
                 lock_at_most_for: defaults.lock_at_most_for,
                 lock_at_least_for: defaults.lock_at_least_for,

@@ -62,6 +62,69 @@ impl Checker<'_> {
         })
     }
 
+    pub(super) fn telemetry(&mut self, raw: RawTelemetry) -> TelemetryConfig {
+        let scope = Some(Scope::Table("telemetry"));
+        let endpoint = raw.endpoint.and_then(|given| {
+            let url = given.get_ref().trim();
+            let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+            let host = url.split_once("://").map(|(_, rest)| rest).unwrap_or("");
+            if matches!(scheme, Some("http" | "https")) && !host.is_empty() && !url.contains(char::is_whitespace) {
+                Some(url.to_string())
+            } else {
+                self.report(
+                    Some(given.span()),
+                    scope,
+                    Some("endpoint"),
+                    format!("{url:?} is not an http:// or https:// URL (the OTLP receiver's, such as http://collector:4318)"),
+                );
+                None
+            }
+        });
+        let protocol = raw.protocol.and_then(|given| {
+            match crate::telemetry::traces::protocol_of(given.get_ref()) {
+                Ok(_) => Some(given.get_ref().trim().to_string()),
+                Err(problem) => {
+                    self.report(Some(given.span()), scope, Some("protocol"), problem);
+                    None
+                }
+            }
+        });
+        let service_name = raw.service_name.and_then(|given| {
+            let name = given.get_ref().trim();
+            if name.is_empty() {
+                self.report(
+                    Some(given.span()),
+                    scope,
+                    Some("service_name"),
+                    "the service's name is empty",
+                );
+                None
+            } else {
+                Some(name.to_string())
+            }
+        });
+        let sample_ratio = raw.sample_ratio.and_then(|given| {
+            let ratio = *given.get_ref();
+            if (0.0..=1.0).contains(&ratio) {
+                Some(ratio)
+            } else {
+                self.report(
+                    Some(given.span()),
+                    scope,
+                    Some("sample_ratio"),
+                    format!("{ratio} is not a share of runs: between 0 and 1 (0.1 traces one run in ten)"),
+                );
+                None
+            }
+        });
+        TelemetryConfig {
+            endpoint,
+            protocol,
+            service_name,
+            sample_ratio,
+        }
+    }
+
     pub(super) fn web(&mut self, raw: RawWeb) -> WebConfig {
         let token_env = raw.token_env.and_then(|given| {
             let line = self.line(&given.span());
