@@ -1585,3 +1585,68 @@ async fn a_dependent_run_nobody_started_is_recorded_missed() {
         ]
     );
 }
+
+/// A library job runs inside its run's span, which its context carries:
+/// with the embedding service's own OpenTelemetry layer, the context's
+/// `traceparent()` names that span, the same for each attempt.
+#[tokio::test(start_paused = true)]
+async fn a_library_job_has_its_runs_span_and_trace_context() {
+    use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("service")));
+    let _subscriber = tracing::subscriber::set_default(subscriber);
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    /// The span's name, the context's traceparent, the span's own, the attempt.
+    type Seen = (String, Option<String>, String, u32);
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let record = seen.clone();
+    let job = Job::new("traced", "* * * * *")
+        .expect("job")
+        .retries(1, Duration::from_secs(1))
+        .run(move |ctx| {
+            let record = record.clone();
+            async move {
+                let span = ctx.span();
+                let name = span.metadata().map(|m| m.name().to_string());
+                let context = span.context();
+                let ids = context.span().span_context().clone();
+                let expected = format!("00-{}-{}-01", ids.trace_id(), ids.span_id());
+                record.lock().expect("seen").push((
+                    name.unwrap_or_default(),
+                    ctx.traceparent().map(str::to_string),
+                    expected,
+                    ctx.attempt(),
+                ));
+                if ctx.attempt() == 1 {
+                    Err("once more".to_string())
+                } else {
+                    Ok(())
+                }
+            }
+        });
+    let replica = replica_of(&db, &clock, "a", job)
+        .build()
+        .await
+        .expect("build");
+    replica
+        .run_until(tokio::time::sleep(Duration::from_secs(45)))
+        .await
+        .expect("runs");
+    let seen = seen.lock().expect("seen").clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (name, traceparent, expected, _) in &seen {
+        assert_eq!(name, "run");
+        assert_eq!(traceparent.as_deref(), Some(expected.as_str()));
+    }
+    assert_eq!(seen[0].1, seen[1].1, "both attempts are in one run span");
+    assert_eq!(
+        seen.iter().map(|s| s.3).collect::<Vec<_>>(),
+        [1, 2],
+        "{seen:?}"
+    );
+}
