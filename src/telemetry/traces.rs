@@ -132,7 +132,11 @@ fn settings(
             file.endpoint.as_deref().map(traces_url)
         },
         protocol,
-        service_name: if env("OTEL_SERVICE_NAME").is_some() {
+        service_name: if env("OTEL_SERVICE_NAME").is_some()
+            || env("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| {
+                a.split(',')
+                    .any(|kv| kv.trim_start().starts_with("service.name="))
+            }) {
             None
         } else {
             Some(
@@ -540,6 +544,11 @@ mod tests {
         let on = settings(&file, env).unwrap().unwrap();
         // Left to the exporter and the SDK, which read the variables.
         assert_eq!(on.endpoint, None);
+        let named = |name: &str| {
+            (name == "OTEL_RESOURCE_ATTRIBUTES")
+                .then(|| "deployment.environment=prod,service.name=billing-cron".to_string())
+        };
+        assert_eq!(settings(&file, named).unwrap().unwrap().service_name, None);
         assert_eq!(on.service_name, None);
         assert!(on.sampler.is_none());
         assert_eq!(on.protocol, Protocol::HttpJson);
