@@ -258,11 +258,27 @@ pub(crate) fn list_instances(conn: &mut DbConnection) -> QueryResult<Vec<Instanc
 }
 
 impl Store {
-    /// [`register`]: the row taken over, if any.
+    /// [`register`]: the row taken over, if any. A refusal (the id is in
+    /// use) is recorded in the audit log.
     pub(crate) async fn register(&self, me: Me) -> Result<Option<InstanceRow>, RegisterError> {
-        self.run(move |conn| Ok(register(conn, &me)))
+        let registering = me.clone();
+        let registered = self
+            .run(move |conn| Ok(register(conn, &registering)))
             .await
-            .map_err(RegisterError::Db)?
+            .map_err(RegisterError::Db)?;
+        if let Err(refused @ RegisterError::InUse { .. }) = &registered {
+            use crate::ops::audit;
+            let actor = audit::Actor {
+                host: me.host.clone(),
+                ..audit::Actor::daemon()
+            };
+            let entry = audit::Entry::new(audit::Action::RefuseReplica, &me.id)
+                .arg("pid", me.pid)
+                .arg("version", me.version.clone());
+            self.audit(&actor, entry, audit::Outcome::Refused(refused.to_string()))
+                .await;
+        }
+        registered
     }
 
     /// [`heartbeat`], then [`prune`], then [`list_instances`].

@@ -14,6 +14,7 @@ use super::{
     parse_rfc3339,
 };
 use crate::history::RunStatus;
+use crate::ops::audit::{Action, Actor, Entry, Outcome};
 use crate::schedule::fmt_instant;
 use crate::scheduler::Job;
 use crate::scheduler::backfill::{self, CONFIRM_ABOVE, Step};
@@ -56,10 +57,30 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     }
     crate::runner::users::check_host(&config)?;
     let pool = open_for_command(&config)?;
+    let runtime = command_runtime()?;
+    let store = crate::db::Store::new(pool.clone());
+    let entry = Entry::new(Action::Backfill, &job.name)
+        .arg("from", crate::history::rfc3339(args.from.naive_utc()))
+        .arg("to", crate::history::rfc3339(args.to.naive_utc()))
+        .arg("only_missing", args.only_missing)
+        .arg("force", args.force)
+        .arg("yes", args.yes);
+    // A refusal from here on is recorded in the audit log (a dry run is
+    // no action).
+    let refuse = |text: String| -> anyhow::Result<ExitCode> {
+        if !args.dry_run {
+            runtime.block_on(store.audit(
+                &Actor::cli(),
+                entry.clone(),
+                Outcome::Refused(text.clone()),
+            ));
+        }
+        usage(text)
+    };
     let now = crate::db::clock::database_now(&mut *pool.get()?)
         .map_err(|e| crate::db::DbError::query("reading the database's time", e))?;
     if let Err(refused) = backfill::check_past(args.to, now) {
-        return usage(refused.to_string());
+        return refuse(refused.to_string());
     }
     let instants = backfill::instants(&job.schedule, args.from, args.to, CONFIRM_ABOVE * 100 + 1);
     if instants.is_empty() {
@@ -72,7 +93,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if instants.len() > CONFIRM_ABOVE && !args.yes {
-        return usage(format!(
+        return refuse(format!(
             "{}: [{}, {}) holds {}{} instants, more than {CONFIRM_ABOVE}: add --yes to run them all",
             job.name,
             fmt_instant(args.from),
@@ -86,7 +107,6 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         ));
     }
     let key = backfill::key(args.from, args.to);
-    let runtime = command_runtime()?;
     let grace = config.daemon.shutdown_grace;
     let scheduled = Job::from_config(&job);
     let failed = runtime.block_on(async {
@@ -95,11 +115,11 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             && let Some(row) = engine.store.find_lock(&job.name).await?
             && let Some(pause) = row.pause_at(engine.store.database_now().await?)
         {
-            return Err(UsageError(format!(
-                "{} is {pause}; add --force to backfill it anyway",
-                job.name
-            ))
-            .into());
+            let text = format!("{} is {pause}; add --force to backfill it anyway", job.name);
+            if !args.dry_run {
+                store.audit(&Actor::cli(), entry.clone(), Outcome::Refused(text.clone())).await;
+            }
+            return Err(UsageError(text).into());
         }
         if args.dry_run {
             for instant in &instants {
@@ -115,6 +135,8 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             }
             return Ok::<_, anyhow::Error>(0);
         }
+        let started = format!("{} instants started from this host", instants.len());
+        store.audit(&Actor::cli(), entry.clone(), Outcome::Done(started)).await;
         let mut progress = Progress::new(instants.len());
         let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let watch = interrupted.clone();

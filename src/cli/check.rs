@@ -26,11 +26,10 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     crate::runner::users::check_host(&config)?;
     // `run` refuses to start without the token; here (often a shell
     // without the unit's environment) that is only said.
-    if let Err(e) = config.web.token(&config.path) {
-        eprintln!(
-            "warning: {}",
-            e.to_string().lines().last().unwrap_or_default()
-        );
+    if let Err(e) = config.web.tokens(&config.path) {
+        for line in e.to_string().lines().skip(1) {
+            eprintln!("warning: {}", line.trim());
+        }
     }
     let (from, clock_note) = match args.from {
         Some(from) => (from, None),

@@ -12,6 +12,7 @@ use super::{
     open_for_command, parse_wait,
 };
 use crate::history::RunStatus;
+use crate::ops::audit::{Action, Actor, Entry, Outcome};
 use crate::scheduler::exec::{self, Executed};
 
 /// Arguments of `exec`.
@@ -50,6 +51,14 @@ pub(super) fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     let pool = open_for_command(&config)?;
     let runtime = command_runtime()?;
     let grace = config.daemon.shutdown_grace;
+    // The program, not its arguments: they may hold secrets.
+    let entry = Entry::new(Action::Exec, name)
+        .arg("once", args.once.clone())
+        .arg(
+            "wait",
+            args.wait.map(|w| humantime::format_duration(w).to_string()),
+        )
+        .arg("program", args.command.first().cloned());
     let executed = runtime.block_on(async {
         let engine = super::run::one_off_engine(pool, grace)?;
         let work = exec::work(name, &args.command, &config.defaults);
@@ -57,6 +66,21 @@ pub(super) fn exec(args: &ExecArgs) -> anyhow::Result<ExitCode> {
             Some(key) => exec::once(&engine, work, key).await,
             None => exec::locked(&engine, work, args.wait).await,
         };
+        let outcome = match &executed {
+            Ok(Executed::Ran(outcome)) => {
+                Outcome::Done(format!("ran here: {}", describe(outcome.as_ref())))
+            }
+            Ok(Executed::RanElsewhere(outcome)) => Outcome::Refused(format!(
+                "already run for this key elsewhere: {}",
+                describe(outcome.as_ref())
+            )),
+            Ok(Executed::NotAcquired) => Outcome::Refused(format!(
+                "lock {name:?} not acquired within {}",
+                humantime::format_duration(args.wait.unwrap_or_default())
+            )),
+            Err(e) => Outcome::Refused(e.to_string()),
+        };
+        engine.store.audit(&Actor::cli(), entry, outcome).await;
         let unwritten = engine.journal.flush(Duration::from_secs(10)).await;
         for write in &unwritten {
             tracing::error!("history write not recorded before exit: {write}");

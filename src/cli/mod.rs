@@ -3,6 +3,7 @@
 //! they are printed with their whole chain and mapped to the exit status
 //! (0 success, 1 runtime failure, 2 invalid usage or config).
 
+mod audit;
 mod backfill;
 mod check;
 mod exec;
@@ -66,6 +67,8 @@ pub(crate) enum Command {
     Status(status::StatusArgs),
     /// List recorded runs, newest first.
     History(history::HistoryArgs),
+    /// List operator actions (the audit log), newest first.
+    Audit(audit::AuditArgs),
     /// Run JOB once now, through its lease, on this host.
     Trigger(trigger::JobArgs),
     /// Run every instant of JOB in a past range once, in order.
@@ -310,6 +313,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => migrate::migrate(&args),
         Command::Run(args) => run::run(&args),
         Command::History(args) => history::history(&args),
+        Command::Audit(args) => audit::audit(&args),
         Command::Status(args) => status::status(&args),
         Command::Trigger(args) => trigger::trigger(&args),
         Command::Backfill(args) => backfill::backfill(&args),

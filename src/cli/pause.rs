@@ -5,6 +5,7 @@
 use super::{ConfigArg, ExitCode, UsageError, find_job, load, open_for_command};
 use crate::history::rfc3339;
 use crate::ops::actions::{self, Refused};
+use crate::ops::audit::Actor;
 
 /// Arguments of `pause`.
 #[derive(Debug, clap::Args)]
@@ -33,27 +34,15 @@ pub(crate) struct ResumeArgs {
     pub(crate) job: String,
 }
 
-/// Who pauses: the login name (`SUDO_USER` first) and this host.
-fn who() -> String {
-    let user = ["SUDO_USER", "USER", "LOGNAME"]
-        .iter()
-        .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
-        .unwrap_or_else(|| "unknown".to_string());
-    let host = hostname::get()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown-host".to_string());
-    format!("{user}@{host}")
-}
-
 pub(super) fn pause(args: &PauseArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     find_job(&config, &args.job)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
     let paused = super::command_runtime()?.block_on(actions::pause(
         &store,
+        &Actor::cli(),
         &args.job,
         args.until.as_deref(),
-        who(),
         args.reason.clone(),
     ));
     match paused {
@@ -76,7 +65,7 @@ pub(super) fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     find_job(&config, &args.job)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
-    if super::command_runtime()?.block_on(actions::resume(&store, &args.job))? {
+    if super::command_runtime()?.block_on(actions::resume(&store, &Actor::cli(), &args.job))? {
         println!(
             "{}: resumed; its next instant runs (the instants of the pause do not)",
             args.job

@@ -31,7 +31,7 @@ pub(crate) struct RunArgs {
 pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     crate::runner::users::check_host(&config)?;
-    let token = config.web.token(&config.path)?;
+    let tokens = config.web.tokens(&config.path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("replicron")
@@ -66,12 +66,12 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| {
                 format!("listening on {listen} for the dashboard, the API and /metrics")
             })?;
-            info!(%listen, actions = token.is_some(), "serving the dashboard at /, the API at /api/v1/, /metrics and /healthz");
+            info!(%listen, actions = !tokens.is_empty(), "serving the dashboard at /, the API at /api/v1/, /metrics and /healthz");
             let web = crate::web::Web {
                 store: scheduler.store().clone(),
                 config: shared.clone(),
                 instance: scheduler.instance_id().to_string(),
-                auth: crate::web::Auth::new(token),
+                auth: crate::web::Auth::new(tokens),
                 metrics: handle,
                 liveness: liveness.clone(),
                 triggers: trigger_tx,

@@ -8,6 +8,7 @@ use super::{
     open_for_command,
 };
 use crate::history::RunStatus;
+use crate::ops::audit::{Action, Actor, Entry, Outcome};
 use crate::scheduler::Job;
 use crate::scheduler::trigger::{Refusal, Started};
 
@@ -63,6 +64,9 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let pool = open_for_command(&config)?;
     let runtime = command_runtime()?;
     let grace = config.daemon.shutdown_grace;
+    let entry = Entry::new(Action::Trigger, &job.name)
+        .arg("force", args.force)
+        .params(&job, &params);
     let ran = runtime.block_on(async {
         let engine = super::run::one_off_engine(pool, grace)?;
         let started = crate::scheduler::trigger::start(
@@ -71,8 +75,26 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
             args.force,
             params,
         )
-        .await?;
-        let ran = match started {
+        .await;
+        let outcome = match &started {
+            Ok(Started::Running { fence, .. }) => {
+                Outcome::Done(format!("started here under lease fence {fence}"))
+            }
+            Ok(Started::Refused(Refusal::Paused(pause))) => Outcome::Refused(format!(
+                "{} is {pause}; add --force to run it anyway",
+                job.name
+            )),
+            Ok(Started::Refused(Refusal::Held)) => Outcome::Refused(format!(
+                "{} is running elsewhere (its lease is held)",
+                job.name
+            )),
+            Ok(Started::Refused(Refusal::NotRunnable)) => {
+                Outcome::Refused(format!("{} has nothing to run here", job.name))
+            }
+            Err(e) => Outcome::Refused(e.to_string()),
+        };
+        engine.store.audit(&Actor::cli(), entry, outcome).await;
+        let ran = match started? {
             Started::Running { handle, .. } => handle.await.ok(),
             Started::Refused(Refusal::Paused(pause)) => return Ok(Err(pause)),
             Started::Refused(Refusal::Held | Refusal::NotRunnable) => None,

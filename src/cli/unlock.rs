@@ -3,6 +3,7 @@
 
 use super::{ConfigArg, ExitCode, load, open_for_command};
 use crate::ops::actions::{self, Refused, Unlocked};
+use crate::ops::audit::Actor;
 
 /// Arguments of `unlock`.
 #[derive(Debug, clap::Args)]
@@ -24,7 +25,12 @@ pub(super) fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
     }
     let config = load(&args.config)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
-    match super::command_runtime()?.block_on(actions::unlock(&store, &args.job, args.force)) {
+    match super::command_runtime()?.block_on(actions::unlock(
+        &store,
+        &Actor::cli(),
+        &args.job,
+        args.force,
+    )) {
         Ok(Unlocked::NotHeld) => println!("{}: not held", args.job),
         Ok(Unlocked::Ended { holder, fence }) => println!(
             "{}: lease of {} (fence {fence}) ended",

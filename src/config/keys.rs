@@ -201,6 +201,12 @@ pub(crate) fn all() -> Vec<Key> {
         ),
         key(
             "web",
+            "tokens",
+            None,
+            "Named bearer tokens, as { ops = \"REPLICRON_OPS_TOKEN\", ci = \"REPLICRON_CI_TOKEN\" }: each name's environment variable holds a token that allows actions like token_env's, and the audit log records the name of the token that acted (token_env's is named default). Names are letters, digits, - and _; each variable must be set when replicron starts; no job inherits them.",
+        ),
+        key(
+            "web",
             "public_url",
             None,
             "The origin browsers reach the dashboard at through a reverse proxy, https://HOST[:PORT] (no path): requests naming that host are answered on a loopback listener, sign-in and forms from that origin are accepted whether the proxy passes Host on or rewrites it, and with https the session cookie is Secure.",
@@ -360,6 +366,12 @@ pub(crate) fn all() -> Vec<Key> {
             "params",
             None,
             "Parameters a run may be given, as [\"DAYS\", \"TENANT=all\"]: replicron trigger JOB --param DAYS=30 (and the API's and dashboard's trigger) passes each to the run as an environment variable, and history records them. A name alone must be given; NAME=VALUE has a default, which scheduled runs get. An undeclared name, a missing one, a value with a NUL byte or over 4 KiB is refused and nothing runs. A job on a schedule gives each a default.",
+        ),
+        key(
+            "job",
+            "secret_params",
+            None,
+            "Which of params hold secrets, as [\"PASSWORD\"]: the audit log writes the values a trigger gives them as [redacted]. Each must be declared in params.",
         ),
         key(
             "job",

@@ -99,8 +99,10 @@ pub(crate) struct DaemonConfig {
 /// `[web]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct WebConfig {
-    /// The variable holding the bearer token that allows actions.
-    pub(crate) token_env: Option<TokenEnv>,
+    /// The variables holding the bearer tokens that allow actions, each
+    /// with its name (`token_env`'s is [`DEFAULT_TOKEN_NAME`]), in name
+    /// order.
+    pub(crate) tokens: Vec<TokenEnv>,
     /// Where browsers reach the dashboard through a reverse proxy.
     pub(crate) public_url: Option<PublicUrl>,
     /// The session cookie's name.
@@ -176,9 +178,18 @@ impl PublicUrl {
     }
 }
 
-/// `[web] token_env`: a variable's name, and its line in the file.
+/// The name of the token of `[web] token_env`, which the audit log and a
+/// session record as who acted.
+pub(crate) const DEFAULT_TOKEN_NAME: &str = "default";
+
+/// `[web] token_env` or an entry of `[web] tokens`: the token's name, the
+/// variable that holds it, and its line in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TokenEnv {
+    /// The token's name.
+    pub(crate) name: String,
+    /// The key that set it: `web.token_env` or `web.tokens.NAME`.
+    pub(crate) key: String,
     /// The variable.
     pub(crate) var: String,
     /// Its line in the file.
@@ -188,13 +199,22 @@ pub(crate) struct TokenEnv {
 /// The session cookie's name unless `[web] cookie_name` says otherwise.
 pub(crate) const DEFAULT_COOKIE: &str = "replicron_session";
 
+/// Whether `name` may name a token of `[web] tokens`.
+pub(crate) fn is_token_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
 /// The shortest token `[web] token_env` may hold.
 const MIN_TOKEN_LEN: usize = 16;
 
 impl Default for WebConfig {
     fn default() -> Self {
         WebConfig {
-            token_env: None,
+            tokens: Vec::new(),
             public_url: None,
             cookie_name: DEFAULT_COOKIE.to_string(),
             cookie_path: "/".to_string(),
@@ -205,13 +225,38 @@ impl Default for WebConfig {
 }
 
 impl WebConfig {
-    /// The bearer token from the process environment, if `[web] token_env`
-    /// is set: an error names the variable (never its value) when it is
-    /// unset or too short.
-    pub(crate) fn token(&self, path: &Path) -> Result<Option<String>, ConfigError> {
-        let Some(token_env) = &self.token_env else {
-            return Ok(None);
-        };
+    /// Each token's name and value, from the process environment: an
+    /// error names the variables (never their values) that are unset or
+    /// too short.
+    pub(crate) fn tokens(&self, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+        let mut tokens = Vec::new();
+        let mut diagnostics = Vec::new();
+        for token_env in &self.tokens {
+            match token_env.value() {
+                Ok(value) => tokens.push((token_env.name.clone(), value)),
+                Err(problem) => diagnostics.push(Diagnostic {
+                    line: token_env.line,
+                    job: None,
+                    key: Some(token_env.key.clone()),
+                    message: problem,
+                }),
+            }
+        }
+        if diagnostics.is_empty() {
+            Ok(tokens)
+        } else {
+            Err(ConfigError {
+                path: path.to_path_buf(),
+                diagnostics,
+            })
+        }
+    }
+}
+
+impl TokenEnv {
+    /// The token, or what is wrong with its variable (never its value).
+    fn value(&self) -> Result<String, String> {
+        let token_env = self;
         let value = std::env::var(&token_env.var).unwrap_or_default();
         let problem = if value.trim().is_empty() {
             format!(
@@ -224,17 +269,9 @@ impl WebConfig {
                 token_env.var
             )
         } else {
-            return Ok(Some(value.trim().to_string()));
+            return Ok(value.trim().to_string());
         };
-        Err(ConfigError {
-            path: path.to_path_buf(),
-            diagnostics: vec![Diagnostic {
-                line: token_env.line,
-                job: None,
-                key: Some("web.token_env".to_string()),
-                message: problem,
-            }],
-        })
+        Err(problem)
     }
 }
 
@@ -304,6 +341,9 @@ pub(crate) struct Job {
     pub(crate) locks: Vec<String>,
     /// The parameters a run may be given, in the file's order.
     pub(crate) params: Vec<params::Param>,
+    /// The parameters whose values are secrets: the audit log writes them
+    /// redacted.
+    pub(crate) secret_params: Vec<String>,
     /// The limits across jobs its runs take a slot of, sorted by name.
     pub(crate) limits: Vec<Limit>,
     /// What an instant that comes while its run is going does.

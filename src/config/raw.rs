@@ -30,6 +30,7 @@ pub(super) struct RawDaemon {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawWeb {
     pub token_env: Option<S<String>>,
+    pub tokens: Option<S<std::collections::BTreeMap<String, String>>>,
     pub public_url: Option<S<String>>,
     pub cookie_name: Option<S<String>>,
     pub cookie_path: Option<S<String>>,
@@ -189,6 +190,7 @@ pub(super) struct RawJob {
     pub run_on: Option<S<String>>,
     pub locks: Option<S<Vec<String>>>,
     pub params: Option<S<Vec<String>>>,
+    pub secret_params: Option<S<Vec<String>>>,
     pub limits: Option<S<Vec<String>>>,
     pub notify: Option<S<RawNotify>>,
 }

@@ -660,7 +660,7 @@ fn the_web_token_is_named_never_shown_and_hidden_from_jobs() {
     );
     let error = config
         .web
-        .token(Path::new("jobs.toml"))
+        .tokens(Path::new("jobs.toml"))
         .expect_err("an unset variable");
     let message = error.to_string();
     assert!(
@@ -670,8 +670,81 @@ fn the_web_token_is_named_never_shown_and_hidden_from_jobs() {
         "{message}"
     );
     assert_eq!(
-        WebConfig::default().token(Path::new("jobs.toml")).ok(),
-        Some(None)
+        WebConfig::default().tokens(Path::new("jobs.toml")).ok(),
+        Some(Vec::new())
+    );
+}
+
+#[test]
+fn tokens_have_names() {
+    let text = format!(
+        "{DB}[web]\ntoken_env = \"REPLICRON_TEST_TOKEN_A\"\ntokens = {{ ops = \"REPLICRON_TEST_TOKEN_B\", ci-runner = \"REPLICRON_TEST_TOKEN_C\" }}\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    );
+    let config = parse(&text).expect("valid");
+    let names: Vec<(&str, &str, &str)> = config
+        .web
+        .tokens
+        .iter()
+        .map(|t| (t.name.as_str(), t.var.as_str(), t.key.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (
+                "ci-runner",
+                "REPLICRON_TEST_TOKEN_C",
+                "web.tokens.ci-runner"
+            ),
+            ("default", "REPLICRON_TEST_TOKEN_A", "web.token_env"),
+            ("ops", "REPLICRON_TEST_TOKEN_B", "web.tokens.ops"),
+        ]
+    );
+    assert_eq!(
+        config.jobs[0].hidden_env,
+        [
+            "REPLICRON_TEST_TOKEN_A",
+            "REPLICRON_TEST_TOKEN_B",
+            "REPLICRON_TEST_TOKEN_C"
+        ],
+        "no job inherits a token"
+    );
+    let message = config
+        .web
+        .tokens(Path::new("jobs.toml"))
+        .expect_err("unset variables")
+        .to_string();
+    for var in ["TOKEN_A", "TOKEN_B", "TOKEN_C"] {
+        assert!(
+            message.contains(&format!("REPLICRON_TEST_{var} is not set")),
+            "{message}"
+        );
+    }
+    for (bad, says) in [
+        (
+            "tokens = { default = \"X\" }",
+            "name of the token of token_env",
+        ),
+        ("tokens = { \"a b\" = \"X\" }", "not a token name"),
+        (
+            "tokens = { ops = \"NOT A NAME\" }",
+            "not an environment variable",
+        ),
+    ] {
+        one_error(&format!("{DB}[web]\n{bad}\n"), 4, None, "web.tokens", says);
+    }
+}
+
+#[test]
+fn secret_params_are_declared_params() {
+    let job = "[[job]]\nname = \"a\"\nschedule = \"@manual\"\ncommand = \"true\"\nparams = [\"USER_NAME\", \"PASSWORD\"]\n";
+    let config = parse(&format!("{DB}{job}secret_params = [\"PASSWORD\"]\n")).expect("valid");
+    assert_eq!(config.jobs[0].secret_params, ["PASSWORD"]);
+    one_error(
+        &format!("{DB}{job}secret_params = [\"TOKEN\"]\n"),
+        8,
+        Some("\"a\""),
+        "secret_params",
+        "\"TOKEN\" is not one of the job's params",
     );
 }
 

@@ -63,6 +63,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-27-000000_run_trigger_and_params",
     "2026-11-27-000001_overlap",
     "2026-11-28-000000_run_parents",
+    "2026-11-29-000000_audit",
 );
 
 #[cfg(feature = "sqlite")]
@@ -79,6 +80,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-27-000000_run_trigger_and_params",
     "2026-11-27-000001_overlap",
     "2026-11-28-000000_run_parents",
+    "2026-11-29-000000_audit",
 );
 
 /// The row of the migration lock.

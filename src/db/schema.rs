@@ -163,6 +163,41 @@ diesel::table! {
         created_at -> Timestamp,
         /// Database time it ends.
         expires_at -> Timestamp,
+        /// The name of the token it was signed in with (NULL for a
+        /// session older than the names).
+        token_name -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    /// Every operator action, done or refused.
+    replicron_audit (id) {
+        /// Auto-increment key.
+        id -> BigInt,
+        /// Database time of the action.
+        acted_at -> Timestamp,
+        /// `cli`, `api`, `dashboard` or `daemon`.
+        via -> Text,
+        /// The Unix user (command line), the token's name (API,
+        /// dashboard), or the daemon's Unix user.
+        who -> Text,
+        /// `SUDO_USER` of a command run through sudo.
+        sudo_user -> Nullable<Text>,
+        /// The command's host, or the replica that served the request.
+        host -> Text,
+        /// The client's address (API, dashboard).
+        address -> Nullable<Text>,
+        /// `pause`, `resume`, `trigger`, `unlock`, `backfill`, `exec`,
+        /// `reload` or `refuse_replica`.
+        action -> Text,
+        /// The job (or `exec` lock, or instance id) acted on.
+        job -> Nullable<Text>,
+        /// The action's arguments, a JSON object, secrets redacted.
+        args -> Nullable<Text>,
+        /// `done` or `refused`.
+        result -> Text,
+        /// What was done, or why it was refused.
+        detail -> Nullable<Text>,
     }
 }
 

@@ -1,10 +1,12 @@
 //! What an operator does to a job's lease row, for `pause`, `resume` and
 //! `unlock` on the command line and the same actions of the dashboard and
 //! API: each checks what it is given, acts, and says what happened as a
-//! value that the caller renders (text, JSON, HTML, an exit status).
+//! value that the caller renders (text, JSON, HTML, an exit status). Each
+//! writes its row of the audit log, done or refused, for its [`Actor`].
 
 use chrono::{DateTime, Utc};
 
+use super::audit::{Action, Actor, Entry, Outcome};
 use crate::config::RESERVED_PREFIX;
 use crate::db::{DbError, Store};
 use crate::history::{RunRow, rfc3339};
@@ -39,14 +41,49 @@ pub(crate) enum Refused {
     Db(#[from] DbError),
 }
 
+/// Records `result` of `entry` for `actor` in the audit log, the text of
+/// a success made by `done`; returns `result`.
+async fn audited<T>(
+    store: &Store,
+    actor: &Actor,
+    entry: Entry,
+    result: Result<T, Refused>,
+    done: impl FnOnce(&T) -> String,
+) -> Result<T, Refused> {
+    let outcome = match &result {
+        Ok(value) => Outcome::Done(done(value)),
+        Err(refused) => Outcome::Refused(refused.to_string()),
+    };
+    store.audit(actor, entry, outcome).await;
+    result
+}
+
 /// Pauses `job` on every replica until `until` (an RFC 3339 time or a
-/// duration from the database's now; `None` until resumed), for `by` and
-/// `reason`. Returns the end of the pause.
+/// duration from the database's now; `None` until resumed), for `actor`
+/// and `reason`. Returns the end of the pause.
 pub(crate) async fn pause(
     store: &Store,
+    actor: &Actor,
     job: &str,
     until: Option<&str>,
-    by: String,
+    reason: Option<String>,
+) -> Result<Option<DateTime<Utc>>, Refused> {
+    let entry = Entry::new(Action::Pause, job)
+        .arg("until", until)
+        .arg("reason", reason.clone());
+    let paused = pause_unaudited(store, actor, job, until, reason).await;
+    audited(store, actor, entry, paused, |until| match until {
+        Some(until) => format!("paused until {}", rfc3339(until.naive_utc())),
+        None => "paused until resumed".to_string(),
+    })
+    .await
+}
+
+async fn pause_unaudited(
+    store: &Store,
+    actor: &Actor,
+    job: &str,
+    until: Option<&str>,
     reason: Option<String>,
 ) -> Result<Option<DateTime<Utc>>, Refused> {
     if let Some(reason) = &reason
@@ -64,13 +101,21 @@ pub(crate) async fn pause(
         }
         None => None,
     };
-    store.pause(job, until, by, reason).await?;
+    store.pause(job, until, actor.label(), reason).await?;
     Ok(until)
 }
 
-/// Resumes `job`; `false` if it was not paused.
-pub(crate) async fn resume(store: &Store, job: &str) -> Result<bool, Refused> {
-    Ok(store.resume(job).await?)
+/// Resumes `job` for `actor`; `false` if it was not paused.
+pub(crate) async fn resume(store: &Store, actor: &Actor, job: &str) -> Result<bool, Refused> {
+    let resumed = store.resume(job).await.map_err(Refused::from);
+    audited(
+        store,
+        actor,
+        Entry::new(Action::Resume, job),
+        resumed,
+        |resumed| if *resumed { "resumed" } else { "not paused" }.to_string(),
+    )
+    .await
 }
 
 /// What `unlock` did.
@@ -87,10 +132,28 @@ pub(crate) enum Unlocked {
     },
 }
 
-/// Ends the lease of `job` (a job's, or an `exec` lock's). A lease whose
-/// run is recorded running is ended only with `force` (its holder then
-/// stops that run).
-pub(crate) async fn unlock(store: &Store, job: &str, force: bool) -> Result<Unlocked, Refused> {
+/// Ends the lease of `job` (a job's, or an `exec` lock's) for `actor`. A
+/// lease whose run is recorded running is ended only with `force` (its
+/// holder then stops that run).
+pub(crate) async fn unlock(
+    store: &Store,
+    actor: &Actor,
+    job: &str,
+    force: bool,
+) -> Result<Unlocked, Refused> {
+    let unlocked = unlock_unaudited(store, job, force).await;
+    let entry = Entry::new(Action::Unlock, job).arg("force", force);
+    audited(store, actor, entry, unlocked, |unlocked| match unlocked {
+        Unlocked::NotHeld => "not held".to_string(),
+        Unlocked::Ended { holder, fence } => format!(
+            "lease of {} (fence {fence}) ended",
+            holder.as_deref().unwrap_or("?")
+        ),
+    })
+    .await
+}
+
+async fn unlock_unaudited(store: &Store, job: &str, force: bool) -> Result<Unlocked, Refused> {
     if job.starts_with(RESERVED_PREFIX) {
         return Err(Refused::Reserved(job.to_string()));
     }

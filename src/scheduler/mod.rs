@@ -47,6 +47,7 @@ pub(crate) use self::missed::check_period as missed_check_period;
 pub(crate) use self::work::{Outcome, Recording, Work};
 use crate::config::{self, DatabaseUrl};
 use crate::db::{Pool, Store};
+use crate::ops::audit;
 use crate::registry;
 use crate::runner::Guard;
 pub use crate::runner::RunContext;
@@ -559,7 +560,12 @@ impl Scheduler {
                 Some(new) = reloads.recv() => {
                     match loops.reload(&engine, new).await {
                         Ok(()) => loops.publish(&engine),
-                        Err(e) => error!("the new jobs could not be applied, the old ones keep running: {e}"),
+                        Err(e) => {
+                            error!("the new jobs could not be applied, the old ones keep running: {e}");
+                            let entry = audit::Entry::fleet(audit::Action::Reload);
+                            let why = format!("the new jobs could not be applied: {e}");
+                            engine.store.audit(&audit::Actor::daemon(), entry, audit::Outcome::Refused(why)).await;
+                        }
                     }
                     if notify_systemd {
                         telemetry::notify_systemd(telemetry::SystemdState::Ready);
@@ -704,7 +710,7 @@ impl Loops {
             .store
             .ensure_rows(added.iter().map(|j| j.name.to_string()).collect())
             .await?;
-        let (mut kept, mut changed, mut removed) = (0, 0, 0);
+        let (mut kept, mut changed, mut removed) = (0, Vec::new(), Vec::new());
         for current in std::mem::take(&mut self.running) {
             match wanted.iter().find(|job| job.name == current.job.name) {
                 Some(job) if job.fingerprint == current.job.fingerprint => {
@@ -712,13 +718,13 @@ impl Loops {
                     self.running.push(current);
                 }
                 Some(job) => {
-                    changed += 1;
+                    changed.push(job.name.to_string());
                     let _ = current.retire.send(true);
                     self.retired.push(current.handle);
                     self.start(engine, job.clone());
                 }
                 None => {
-                    removed += 1;
+                    removed.push(current.job.name.to_string());
                     let _ = current.retire.send(true);
                     self.retired.push(current.handle);
                 }
@@ -731,11 +737,29 @@ impl Loops {
         self.retired.retain(|handle| !handle.is_finished());
         info!(
             added = added.len(),
-            changed,
-            removed,
+            changed = changed.len(),
+            removed = removed.len(),
             unchanged = kept,
             "config reloaded"
         );
+        if !(added.is_empty() && changed.is_empty() && removed.is_empty()) {
+            let added: Vec<String> = added.iter().map(|j| j.name.to_string()).collect();
+            let detail = format!(
+                "{} added, {} changed, {} removed, {kept} unchanged",
+                added.len(),
+                changed.len(),
+                removed.len()
+            );
+            let entry = audit::Entry::fleet(audit::Action::Reload)
+                .arg("signal", "SIGHUP")
+                .arg("added", added)
+                .arg("changed", changed)
+                .arg("removed", removed);
+            engine
+                .store
+                .audit(&audit::Actor::daemon(), entry, audit::Outcome::Done(detail))
+                .await;
+        }
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! History retention across the fleet: now and then one replica (whichever
-//! wins the `replicron.retention` lease) deletes the history older than
-//! `history_retention`, off the tick loops.
+//! wins the `replicron.retention` lease) deletes the history and the audit
+//! log older than `history_retention`, off the tick loops.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +51,7 @@ async fn prune_once(store: &Store, instance: &str, older_than: Duration) -> Resu
         return Ok(0);
     };
     let deleted = retention::prune(store, older_than).await;
+    let audited = retention::prune_audit(store, older_than).await;
     // Pauses that ended before the oldest history kept cover no instant
     // the check for missed instants or `verify` still looks at.
     if let Err(e) = store
@@ -72,8 +73,8 @@ async fn prune_once(store: &Store, instance: &str, older_than: Duration) -> Resu
         warn!("pruning old instant rows failed: {e}");
     }
     let _ = store.release(held, Duration::ZERO).await;
-    if deleted > 0 {
-        info!(deleted, retention = %humantime::format_duration(older_than), "pruned old history");
+    if deleted > 0 || audited > 0 {
+        info!(deleted, audit_rows = audited, retention = %humantime::format_duration(older_than), "pruned old history");
     }
     Ok(deleted)
 }

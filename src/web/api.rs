@@ -14,6 +14,7 @@ use super::auth::{CSRF_HEADER, Caller, same_origin};
 use super::data::{self, Recent};
 use super::{ActionParams, Shared};
 use crate::history::{RunFilter, RunRecord, RunStatus};
+use crate::ops::audit::{Action, Actor, AuditFilter, Via};
 
 /// The largest page of `runs`.
 const MAX_LIMIT: i64 = 1000;
@@ -112,6 +113,63 @@ pub(super) async fn runs(State(web): State<Shared>, Query(query): Query<RunsQuer
     }
 }
 
+/// `audit`'s query.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct AuditQuery {
+    pub(crate) job: Option<String>,
+    pub(crate) action: Option<String>,
+    pub(crate) who: Option<String>,
+    pub(crate) since: Option<String>,
+    pub(crate) until: Option<String>,
+    pub(crate) limit: Option<String>,
+    pub(crate) cursor: Option<String>,
+}
+
+impl AuditQuery {
+    /// The filter it asks for, or what is wrong with it.
+    pub(crate) fn filter(&self, now: chrono::DateTime<chrono::Utc>) -> Result<AuditFilter, String> {
+        let runs = RunsQuery {
+            job: self.job.clone(),
+            since: self.since.clone(),
+            limit: self.limit.clone(),
+            cursor: self.cursor.clone(),
+            ..Default::default()
+        }
+        .filter(now)?;
+        let given = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
+        let until = match given(&self.until) {
+            None => None,
+            Some(text) => {
+                Some(data::parse_since(&text, now).map_err(|e| e.replacen("since=", "until=", 1))?)
+            }
+        };
+        Ok(AuditFilter {
+            job: runs.job,
+            action: given(&self.action).map(|a| Action::parse(&a)).transpose()?,
+            who: given(&self.who),
+            since: runs.since,
+            until,
+            before_id: runs.before_id,
+            limit: runs.limit,
+        })
+    }
+}
+
+pub(super) async fn audit(State(web): State<Shared>, Query(query): Query<AuditQuery>) -> Response {
+    let now = match web.store.database_now().await {
+        Ok(now) => now,
+        Err(e) => return unavailable(e),
+    };
+    let filter = match query.filter(now) {
+        Ok(filter) => filter,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match data::audit(&web.store, filter).await {
+        Ok(page) => Json(page).into_response(),
+        Err(e) => unavailable(e),
+    }
+}
+
 pub(super) async fn run(State(web): State<Shared>, Path(id): Path<String>) -> Response {
     let Ok(id) = id.parse::<i64>() else {
         return error(StatusCode::BAD_REQUEST, format!("{id:?} is not a run id"));
@@ -159,9 +217,11 @@ pub(super) async fn act(
     path: Result<Path<(String, super::Action)>, axum::extract::rejection::PathRejection>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     body: Bytes,
 ) -> Response {
     let caller = super::caller(&web, &headers).await;
+    let client = web.client(peer.map(|peer| peer.0.0.ip()), &headers);
     match &caller {
         Caller::ReadOnly => {
             return error(
@@ -188,7 +248,7 @@ pub(super) async fn act(
                 );
             }
         }
-        Caller::Bearer => {}
+        Caller::Bearer(_) => {}
     }
     let (name, action) = match super::action_path(path) {
         Ok(path) => path,
@@ -198,8 +258,13 @@ pub(super) async fn act(
         Ok(params) => params,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let by = format!("api@{}", web.instance);
-    match super::act(&web, &name, action, &params, &by).await {
+    let actor = Actor::web(
+        Via::Api,
+        caller.token_name().unwrap_or("?"),
+        &web.instance,
+        client.to_string(),
+    );
+    match super::act(&web, &name, action, &params, &actor).await {
         Ok((status, message)) => (status, Json(json!({ "message": message }))).into_response(),
         Err((status, message)) => error(status, message),
     }

@@ -1,12 +1,14 @@
-//! Who may act: the bearer token of `[web] token_env`, shown either in an
+//! Who may act: a bearer token of `[web] token_env` or `[web] tokens`,
+//! each known by its name (the audit log's who), shown either in an
 //! `Authorization: Bearer` header (scripts) or, in a browser, once to the
 //! sign-in form, which opens a session ([`super::sessions`]): a random id
 //! in a cookie, stored (hashed) in the database with the replica that
 //! issued it, its own CSRF token and its expiry; sign-out deletes it. A
 //! browser's POSTs carry the session's CSRF token and must come from the
-//! dashboard's own origin. The messages a page shows after an action are
-//! signed with an HMAC-SHA256 keyed by the token. Comparisons of secrets
-//! run in constant time.
+//! dashboard's own origin; a session carries the name of the token that
+//! signed it in. The messages a page shows after an action are signed with
+//! an HMAC-SHA256 keyed by the tokens. Comparisons of secrets run in
+//! constant time.
 
 use axum::http::{HeaderMap, header};
 
@@ -43,16 +45,21 @@ pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 
 type Hmac = hmac::Hmac<Sha256>;
 
-/// The token, if actions are on.
+/// The tokens by name; actions are on if there is one.
 #[derive(Clone)]
 pub(crate) struct Auth {
-    token: Option<String>,
+    tokens: Vec<(String, String)>,
+    /// What messages are signed with: every token, length-prefixed.
+    key: Option<String>,
 }
 
 impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Auth")
-            .field("actions", &self.token.is_some())
+            .field(
+                "tokens",
+                &self.tokens.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -64,13 +71,22 @@ pub(crate) enum Caller {
     ReadOnly,
     /// No or a wrong credential.
     Anonymous,
-    /// The right bearer token in `Authorization`.
-    Bearer,
+    /// A right bearer token in `Authorization`: its name.
+    Bearer(String),
     /// A browser with a live session of this replica's.
     Session(super::sessions::Session),
 }
 
 impl Caller {
+    /// The name of the token it acts with, if it may act.
+    pub(crate) fn token_name(&self) -> Option<&str> {
+        match self {
+            Caller::Bearer(name) => Some(name),
+            Caller::Session(session) => Some(session.token_name.as_deref().unwrap_or("?")),
+            Caller::ReadOnly | Caller::Anonymous => None,
+        }
+    }
+
     /// Whether `given` is its session's CSRF token (constant time).
     pub(crate) fn is_csrf(&self, given: &str) -> bool {
         match self {
@@ -107,18 +123,34 @@ fn keyed(key: &str, label: &str) -> Option<Hmac> {
 }
 
 impl Auth {
-    /// Actions allowed with `token`; none without.
-    pub(crate) fn new(token: Option<String>) -> Self {
-        Auth { token }
+    /// Actions allowed with each of `tokens` (name, token); none without.
+    pub(crate) fn new(tokens: Vec<(String, String)>) -> Self {
+        let key = (!tokens.is_empty()).then(|| {
+            tokens
+                .iter()
+                .map(|(name, token)| format!("{}:{name}:{}:{token}", name.len(), token.len()))
+                .collect::<String>()
+        });
+        Auth { tokens, key }
     }
 
     /// Whether actions are on.
     pub(crate) fn actions(&self) -> bool {
-        self.token.is_some()
+        self.key.is_some()
     }
 
     fn mac(&self, label: &str) -> Option<Hmac> {
-        keyed(self.token.as_ref()?, label)
+        keyed(self.key.as_ref()?, label)
+    }
+
+    /// `text` with every token in it written as
+    /// [`crate::ops::audit::REDACTED`].
+    pub(crate) fn redact(&self, text: &str) -> String {
+        self.tokens
+            .iter()
+            .fold(text.to_string(), |text, (_, token)| {
+                text.replace(token.as_str(), crate::ops::audit::REDACTED)
+            })
     }
 
     fn signed(&self, label: &str) -> Option<String> {
@@ -132,14 +164,34 @@ impl Auth {
         }
     }
 
-    /// Whether `given` is the token (constant time: both are MACed).
-    pub(crate) fn is_token(&self, given: &str) -> bool {
-        match (self.mac("token"), keyed(given.trim(), "token")) {
-            (Some(mine), Some(theirs)) => {
-                mine.verify_slice(&theirs.finalize().into_bytes()).is_ok()
+    /// `entry` with every token in its arguments' text redacted.
+    pub(crate) fn redact_entry(
+        &self,
+        mut entry: crate::ops::audit::Entry,
+    ) -> crate::ops::audit::Entry {
+        fn walk(auth: &Auth, value: &mut serde_json::Value) {
+            match value {
+                serde_json::Value::String(text) => *text = auth.redact(text),
+                serde_json::Value::Object(map) => map.values_mut().for_each(|v| walk(auth, v)),
+                serde_json::Value::Array(items) => items.iter_mut().for_each(|v| walk(auth, v)),
+                _ => {}
             }
-            _ => false,
         }
+        entry.args.values_mut().for_each(|v| walk(self, v));
+        entry
+    }
+
+    /// The name of the token `given` is, if it is one (constant time:
+    /// both are MACed, and every token is compared).
+    pub(crate) fn token_name(&self, given: &str) -> Option<&str> {
+        let theirs = keyed(given.trim(), "token")?.finalize().into_bytes();
+        let mut found = None;
+        for (name, token) in &self.tokens {
+            if keyed(token, "token").is_some_and(|mine| mine.verify_slice(&theirs).is_ok()) {
+                found = Some(name.as_str());
+            }
+        }
+        found
     }
 
     /// `text`'s signature for the page of `job` on replica `instance`,
@@ -185,10 +237,9 @@ impl Auth {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token)
         {
-            return Credential::Known(if self.is_token(bearer) {
-                Caller::Bearer
-            } else {
-                Caller::Anonymous
+            return Credential::Known(match self.token_name(bearer) {
+                Some(name) => Caller::Bearer(name.to_string()),
+                None => Caller::Anonymous,
             });
         }
         let session = headers
@@ -241,9 +292,23 @@ mod tests {
 
     #[test]
     fn tokens_messages_and_credentials() {
-        let auth = Auth::new(Some("correct-horse-battery-staple".to_string()));
-        assert!(auth.is_token("correct-horse-battery-staple"));
-        assert!(!auth.is_token("correct-horse-battery-stapl"));
+        let auth = Auth::new(vec![
+            ("ci".to_string(), "a-token-for-the-ci-runs".to_string()),
+            (
+                "default".to_string(),
+                "correct-horse-battery-staple".to_string(),
+            ),
+        ]);
+        assert_eq!(
+            auth.token_name("correct-horse-battery-staple"),
+            Some("default")
+        );
+        assert_eq!(auth.token_name("a-token-for-the-ci-runs"), Some("ci"));
+        assert_eq!(auth.token_name("correct-horse-battery-stapl"), None);
+        assert_eq!(
+            auth.redact("reason: correct-horse-battery-staple"),
+            "reason: [redacted]"
+        );
         // Messages a page shows are its own.
         let expires = unix_now() + 60;
         let signature = auth
@@ -292,10 +357,10 @@ mod tests {
         );
         assert_eq!(
             auth.credential(&headers, COOKIE),
-            Credential::Known(Caller::Bearer)
+            Credential::Known(Caller::Bearer("default".to_string()))
         );
 
-        let off = Auth::new(None);
+        let off = Auth::new(Vec::new());
         assert_eq!(
             off.credential(&headers, COOKIE),
             Credential::Known(Caller::ReadOnly)
@@ -304,11 +369,13 @@ mod tests {
         let session = Caller::Session(super::super::sessions::Session {
             id: "id".to_string(),
             csrf: "0123abcd".to_string(),
+            token_name: Some("ci".to_string()),
         });
+        assert_eq!(session.token_name(), Some("ci"));
         assert!(
             session.is_csrf("0123abcd") && !session.is_csrf("0123abce") && !session.is_csrf("")
         );
-        assert!(!Caller::Bearer.is_csrf("0123abcd"));
+        assert!(!Caller::Bearer("ci".to_string()).is_csrf("0123abcd"));
     }
 
     #[test]

@@ -391,6 +391,36 @@ pub(crate) async fn runs(store: &Store, mut filter: RunFilter) -> Result<RunPage
     Ok(RunPage { runs, next_cursor })
 }
 
+/// A page of the audit log: `entries`, newest first, and the cursor of the
+/// next page if there is one.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct AuditPage {
+    /// The rows.
+    pub(crate) entries: Vec<crate::ops::audit::AuditRecord>,
+    /// Pass as `cursor` for the next page.
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// The page of the audit log `filter` asks for.
+pub(crate) async fn audit(
+    store: &Store,
+    mut filter: crate::ops::audit::AuditFilter,
+) -> Result<AuditPage, DbError> {
+    // One more than the page: whether another page follows.
+    let limit = filter.limit.max(0) as usize;
+    filter.limit += 1;
+    let mut rows = store.list_audit(filter).await?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = more
+        .then(|| rows.last().map(|r| r.id.to_string()))
+        .flatten();
+    Ok(AuditPage {
+        entries: rows.into_iter().map(Into::into).collect(),
+        next_cursor,
+    })
+}
+
 /// A since time: RFC 3339, or a duration before `now` (`1h`, `30m`).
 pub(crate) fn parse_since(text: &str, now: DateTime<Utc>) -> Result<NaiveDateTime, String> {
     let since = match DateTime::parse_from_rfc3339(text) {

@@ -31,6 +31,7 @@ pub(crate) use self::auth::Auth;
 use crate::config::Config;
 use crate::db::Store;
 use crate::ops::actions::{self, Refused, Unlocked};
+use crate::ops::audit;
 use crate::scheduler::trigger::{self, Answer, Refusal};
 use crate::telemetry::Liveness;
 
@@ -175,6 +176,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/jobs/{name}", get(pages::job))
         .route("/jobs/{name}/{action}", post(pages::act))
         .route("/runs/{id}", get(pages::run))
+        .route("/audit", get(pages::audit))
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/logout", post(pages::logout))
         .route("/api/v1/jobs", get(api::jobs))
@@ -183,6 +185,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/api/v1/runs", get(api::runs))
         .route("/api/v1/runs/{id}", get(api::run))
         .route("/api/v1/instances", get(api::instances))
+        .route("/api/v1/audit", get(api::audit))
         .route("/api/v1/notifications", get(api::notifications))
         .route("/api/v1/openapi.json", get(api::openapi))
         .route("/metrics", get(metrics))
@@ -337,7 +340,7 @@ async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         axum::Json(serde_json::json!({
-            "error": "not found: try /, /api/v1/jobs, /metrics or /healthz"
+            "error": "not found: try /, /audit, /api/v1/jobs, /api/v1/audit, /metrics or /healthz"
         })),
     )
         .into_response()
@@ -491,13 +494,70 @@ async fn backfill_of(
     })
 }
 
-/// Carries out `action` on `name` for `by`.
+impl Action {
+    /// The audit log's name of it.
+    fn audited(self) -> audit::Action {
+        match self {
+            Action::Trigger => audit::Action::Trigger,
+            Action::Pause => audit::Action::Pause,
+            Action::Resume => audit::Action::Resume,
+            Action::Unlock => audit::Action::Unlock,
+            Action::Backfill => audit::Action::Backfill,
+        }
+    }
+}
+
+/// What the audit log says `action` was given (secrets redacted): what
+/// the operations layer does not record itself (trigger, backfill).
+fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> audit::Entry {
+    let entry = audit::Entry::new(action.audited(), name).arg("force", params.force);
+    let entry = match action {
+        Action::Trigger => match web.config().job(name) {
+            Some(job) => entry.params(job, params.params.iter().map(|(n, v)| (n, v))),
+            None => entry,
+        },
+        Action::Backfill => entry
+            .arg("from", params.from.clone())
+            .arg("to", params.to.clone())
+            .arg("only_missing", params.only_missing),
+        Action::Pause => entry
+            .arg("until", params.until.clone())
+            .arg("reason", params.reason.clone()),
+        Action::Resume | Action::Unlock => entry,
+    };
+    web.auth.redact_entry(entry)
+}
+
+/// Carries out `action` on `name` for `actor`, and records it in the audit
+/// log (pause, resume and unlock through the operations layer, which
+/// records them itself; the rest here).
 pub(crate) async fn act(
     web: &Web,
     name: &str,
     action: Action,
     params: &ActionParams,
-    by: &str,
+    actor: &audit::Actor,
+) -> Acted {
+    let acted = act_unaudited(web, name, action, params, actor).await;
+    let recorded_by_ops = matches!(action, Action::Resume | Action::Unlock)
+        || (action == Action::Pause && web.config().job(name).is_some());
+    if !recorded_by_ops {
+        let outcome = match &acted {
+            Ok((_, done)) => audit::Outcome::Done(web.auth.redact(done)),
+            Err((_, why)) => audit::Outcome::Refused(web.auth.redact(why)),
+        };
+        let entry = audit_entry(web, name, action, params);
+        web.store.audit(actor, entry, outcome).await;
+    }
+    acted
+}
+
+async fn act_unaudited(
+    web: &Web,
+    name: &str,
+    action: Action,
+    params: &ActionParams,
+    actor: &audit::Actor,
 ) -> Acted {
     let config = web.config();
     let job = config.job(name);
@@ -600,8 +660,13 @@ pub(crate) async fn act(
                 .as_deref()
                 .map(str::trim)
                 .filter(|u| !u.is_empty());
-            let reason = params.reason.clone().filter(|r| !r.trim().is_empty());
-            let until = actions::pause(&web.store, name, until, by.to_string(), reason)
+            // A token pasted into a reason is not stored.
+            let reason = params
+                .reason
+                .as_deref()
+                .filter(|r| !r.trim().is_empty())
+                .map(|r| web.auth.redact(r));
+            let until = actions::pause(&web.store, actor, name, until, reason)
                 .await
                 .map_err(refused)?;
             Ok((
@@ -616,13 +681,16 @@ pub(crate) async fn act(
             ))
         }
         Action::Resume => {
-            if actions::resume(&web.store, name).await.map_err(refused)? {
+            if actions::resume(&web.store, actor, name)
+                .await
+                .map_err(refused)?
+            {
                 Ok((StatusCode::OK, format!("{name}: resumed")))
             } else {
                 Ok((StatusCode::OK, format!("{name}: not paused")))
             }
         }
-        Action::Unlock => match actions::unlock(&web.store, name, params.force).await {
+        Action::Unlock => match actions::unlock(&web.store, actor, name, params.force).await {
             Ok(Unlocked::NotHeld) => Ok((StatusCode::OK, format!("{name}: not held"))),
             Ok(Unlocked::Ended { holder, fence }) => Ok((
                 StatusCode::OK,

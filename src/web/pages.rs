@@ -17,6 +17,7 @@ use super::auth::{Caller, same_origin};
 use super::data::{self, CHART_RUNS, InstanceView, JobView, Recent};
 use super::{ActionParams, Shared};
 use crate::history::{RunFilter, RunRecord, RunStatus};
+use crate::ops::audit::{Actor, Via};
 
 /// Seconds between a page's refreshes.
 const REFRESH: u32 = 5;
@@ -212,11 +213,12 @@ fn page(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup)
             body {
                 header {
                     a href="/" { "replicron" }
+                    a href="/audit" id="nav-audit" { "audit log" }
                     span { "replica " code { (web.instance) } }
                     span class="meta" {
                         @match caller {
                             Caller::ReadOnly => "read-only (no [web] token_env)",
-                            Caller::Session(_) | Caller::Bearer => {
+                            Caller::Session(_) | Caller::Bearer(_) => {
                                 "signed in · "
                                 form method="post" action="/logout" {
                                     input type="hidden" name="csrf" value=(csrf);
@@ -358,6 +360,9 @@ pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> R
     .into_response()
 }
 
+/// How many of a job's last actions its page shows.
+const AUDIT_ON_JOB_PAGE: i64 = 10;
+
 /// A job page's query: the runs' page, and the message of an action just
 /// taken (signed, so that a link cannot put its own words there).
 #[derive(Debug, Default, Deserialize)]
@@ -405,7 +410,7 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
             @match caller {
                 Caller::ReadOnly => p class="muted" { "Read-only: set [web] token_env to trigger, pause, resume and unlock from here." },
                 Caller::Anonymous => p { a href={"/login?next=/jobs/" (encode(&job.name))} { "Sign in" } " to trigger, pause, resume or unlock." },
-                Caller::Session(_) | Caller::Bearer => {
+                Caller::Session(_) | Caller::Bearer(_) => {
                     @if job.in_config {
                         form method="post" action=(action("trigger")) {
                             input type="hidden" name="csrf" value=(csrf);
@@ -455,6 +460,102 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
             }
         }
     }
+}
+
+/// The rows of the audit log, newest first.
+fn audit_table(entries: &[crate::ops::audit::AuditRecord]) -> Markup {
+    html! {
+        table id="audit" {
+            thead { tr { th { "At" } th { "Via" } th { "Who" } th { "From" } th { "Action" } th { "Job" } th { "Arguments" } th { "Result" } } }
+            tbody {
+                @if entries.is_empty() { tr { td colspan="8" class="muted" { "No actions recorded." } } }
+                @for e in entries {
+                    tr class="audit" data-action=(e.action) data-result=(e.result) {
+                        td class="nowrap" { (e.acted_at) }
+                        td { (e.via) }
+                        td { (e.who) @if let Some(sudo) = &e.sudo_user { br; span class="muted" { "sudo by " (sudo) } } }
+                        td { @if let Some(address) = &e.address { (address) br; span class="muted" { "via " (e.host) } } @else { (e.host) } }
+                        td { (e.action) }
+                        td { @if let Some(job) = &e.job { a href={"/audit?job=" (encode(job))} { (job) } } @else { "-" } }
+                        td { code { (e.args_text()) } }
+                        td {
+                            @if e.result == "done" { span class="badge s-succeeded" { "done" } } @else { span class="badge s-failed" { (e.result) } }
+                            @if let Some(detail) = &e.detail { br; span class="muted" { (detail) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `/audit`: the audit log, filtered as `/api/v1/audit` is.
+pub(super) async fn audit(
+    State(web): State<Shared>,
+    Query(query): Query<super::api::AuditQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = super::caller(&web, &headers).await;
+    let now = match web.store.database_now().await {
+        Ok(now) => now,
+        Err(e) => return unavailable(&web, &caller, e),
+    };
+    let filter = match query.filter(now) {
+        Ok(filter) => filter,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                layout(
+                    &web,
+                    "audit log",
+                    false,
+                    &caller,
+                    html! { h1 { "Audit log" } p class="problem" { (e) } },
+                ),
+            )
+                .into_response();
+        }
+    };
+    let page = match data::audit(&web.store, filter.clone()).await {
+        Ok(page) => page,
+        Err(e) => return unavailable(&web, &caller, e),
+    };
+    let mut next = String::new();
+    for (key, value) in [
+        ("job", &query.job),
+        ("action", &query.action),
+        ("who", &query.who),
+        ("since", &query.since),
+        ("until", &query.until),
+        ("limit", &query.limit),
+    ] {
+        if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+            next.push_str(&format!("{key}={}&", encode(value)));
+        }
+    }
+    layout(
+        &web,
+        "audit log",
+        false,
+        &caller,
+        html! {
+            h1 { "Audit log" @if let Some(job) = &filter.job { " of " a href={"/jobs/" (encode(job))} { (job) } } }
+            p class="muted" { "Every operator action, from the command line, the API and the dashboard, done or refused; pruned with the history." }
+            form method="get" action="/audit" {
+                input type="text" name="job" placeholder="job" size="12" value=(query.job.clone().unwrap_or_default());
+                " " input type="text" name="action" placeholder="action" size="10" value=(query.action.clone().unwrap_or_default());
+                " " input type="text" name="who" placeholder="who" size="10" value=(query.who.clone().unwrap_or_default());
+                " " input type="text" name="since" placeholder="since (1d, RFC 3339)" size="16" value=(query.since.clone().unwrap_or_default());
+                " " input type="text" name="until" placeholder="until" size="16" value=(query.until.clone().unwrap_or_default());
+                " " button type="submit" { "Filter" }
+            }
+            (audit_table(&page.entries))
+            @if let Some(cursor) = &page.next_cursor {
+                p { a href={"/audit?" (next) "cursor=" (cursor)} { "Older actions →" } }
+            }
+        },
+    )
+    .into_response()
 }
 
 fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
@@ -522,13 +623,24 @@ pub(super) async fn job(
         Err(e) => return unavailable(&web, &caller, e),
     };
     let now = overview.now;
+    let actions = data::audit(
+        &web.store,
+        crate::ops::audit::AuditFilter {
+            job: Some(name.clone()),
+            limit: AUDIT_ON_JOB_PAGE,
+            ..Default::default()
+        },
+    )
+    .await
+    .map(|page| page.entries)
+    .unwrap_or_default();
     layout(
         &web,
         &name,
         // Not while its forms may be being filled in, nor on older pages.
         query.before.is_none()
             && query.msg.is_none()
-            && !matches!(caller, Caller::Session(_) | Caller::Bearer),
+            && !matches!(caller, Caller::Session(_) | Caller::Bearer(_)),
         &caller,
         html! {
             h1 { span class={"dot s-" (job_state(job))} {} (job.name) }
@@ -595,6 +707,9 @@ pub(super) async fn job(
             @if let Some(cursor) = &page.next_cursor {
                 p { a href={"/jobs/" (encode(&name)) "?before=" (cursor)} { "Older runs →" } }
             }
+            h2 { "Actions" }
+            (audit_table(&actions))
+            p { a href={"/audit?job=" (encode(&name))} id="job-audit" { "Every action on " (name) " →" } }
         },
     )
     .into_response()
@@ -759,7 +874,7 @@ pub(super) async fn login(
         )
             .into_response();
     }
-    if !web.auth.is_token(&form.token) {
+    let Some(token_name) = web.auth.token_name(&form.token).map(str::to_string) else {
         let wait = web.throttle.failed(client);
         crate::telemetry::sign_in("refused");
         warn!(
@@ -769,19 +884,19 @@ pub(super) async fn login(
         );
         return (
             StatusCode::UNAUTHORIZED,
-            login_page(&web, &caller, &next, Some("That is not the token.")),
+            login_page(&web, &caller, &next, Some("That is not a token.")),
         )
             .into_response();
-    }
+    };
     web.throttle.succeeded(client);
     match web
         .store
-        .create_session(&web.instance, super::auth::SESSION_LIFE)
+        .create_session(&web.instance, &token_name, super::auth::SESSION_LIFE)
         .await
     {
         Ok((cookie, _)) => {
             crate::telemetry::sign_in("ok");
-            info!(client = %client, "signed in");
+            info!(client = %client, token = %token_name, "signed in");
             (
                 [(
                     header::SET_COOKIE,
@@ -846,9 +961,11 @@ pub(super) async fn act(
     State(web): State<Shared>,
     path: Result<Path<(String, super::Action)>, axum::extract::rejection::PathRejection>,
     headers: HeaderMap,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     body: axum::body::Bytes,
 ) -> Response {
     let caller = super::caller(&web, &headers).await;
+    let client = web.client(peer.map(|peer| peer.0.0.ip()), &headers);
     let refused = |status: StatusCode, text: &str| {
         let page = layout(
             &web,
@@ -874,7 +991,7 @@ pub(super) async fn act(
             );
         }
         Caller::Anonymous => return refused(StatusCode::UNAUTHORIZED, "Sign in first."),
-        Caller::Session(_) | Caller::Bearer => {}
+        Caller::Session(_) | Caller::Bearer(_) => {}
     }
     let params: ActionParams = match serde_urlencoded::from_bytes(&body) {
         Ok(params) => ActionParams {
@@ -890,8 +1007,8 @@ pub(super) async fn act(
     };
     // A bearer token cannot come from a cross-site form; a session must
     // show its page's CSRF token.
-    let csrf_ok =
-        caller == Caller::Bearer || params.csrf.as_deref().is_some_and(|c| caller.is_csrf(c));
+    let csrf_ok = matches!(caller, Caller::Bearer(_))
+        || params.csrf.as_deref().is_some_and(|c| caller.is_csrf(c));
     if !csrf_ok || !same_origin(&headers, web.public.as_ref()) {
         return refused(
             StatusCode::FORBIDDEN,
@@ -902,8 +1019,13 @@ pub(super) async fn act(
         Ok(path) => path,
         Err((status, message)) => return refused(status, &message),
     };
-    let by = format!("web@{}", web.instance);
-    let (message, bad) = match super::act(&web, &name, action, &params, &by).await {
+    let actor = Actor::web(
+        Via::Dashboard,
+        caller.token_name().unwrap_or("?"),
+        &web.instance,
+        client.to_string(),
+    );
+    let (message, bad) = match super::act(&web, &name, action, &params, &actor).await {
         Ok((_, message)) => (message, false),
         Err((_, message)) => (message, true),
     };

@@ -20,6 +20,9 @@ pub(crate) struct Session {
     pub(crate) id: String,
     /// Its CSRF token.
     pub(crate) csrf: String,
+    /// The name of the token it was signed in with (`None`: a session
+    /// issued before tokens had names).
+    pub(crate) token_name: Option<String>,
 }
 
 fn random_hex() -> String {
@@ -32,11 +35,13 @@ fn key_of(cookie: &str) -> String {
     crate::text::hex(&Sha256::digest(cookie.trim().as_bytes()))
 }
 
-/// Issues a session for `instance` for `life`: the cookie's value and the
-/// session. Rows that have expired go at the same time.
+/// Issues a session for `instance` for `life`, signed in with the token
+/// named `token_name`: the cookie's value and the session. Rows that have
+/// expired go at the same time.
 fn create(
     conn: &mut DbConnection,
     instance: &str,
+    token_name: &str,
     life: Duration,
 ) -> QueryResult<(String, Session)> {
     diesel::delete(sessions::replicron_web_sessions)
@@ -46,6 +51,7 @@ fn create(
     let session = Session {
         id: key_of(&cookie),
         csrf: random_hex(),
+        token_name: Some(token_name.to_string()),
     };
     diesel::insert_into(sessions::replicron_web_sessions)
         .values((
@@ -54,6 +60,7 @@ fn create(
             sessions::csrf.eq(&session.csrf),
             sessions::created_at.eq(DbNow),
             sessions::expires_at.eq(DbNowPlus::new(life)),
+            sessions::token_name.eq(token_name),
         ))
         .execute(conn)?;
     Ok((cookie, session))
@@ -62,14 +69,18 @@ fn create(
 /// The live session of `instance` the cookie value `cookie` names.
 fn find(conn: &mut DbConnection, instance: &str, cookie: &str) -> QueryResult<Option<Session>> {
     let id = key_of(cookie);
-    let csrf = sessions::replicron_web_sessions
-        .select(sessions::csrf)
+    let found = sessions::replicron_web_sessions
+        .select((sessions::csrf, sessions::token_name))
         .filter(sessions::id.eq(&id))
         .filter(sessions::instance.eq(instance))
         .filter(sessions::expires_at.gt(DbNow))
-        .first::<String>(conn)
+        .first::<(String, Option<String>)>(conn)
         .optional()?;
-    Ok(csrf.map(|csrf| Session { id, csrf }))
+    Ok(found.map(|(csrf, token_name)| Session {
+        id,
+        csrf,
+        token_name,
+    }))
 }
 
 /// Ends the session with row key `id`.
@@ -84,11 +95,12 @@ impl Store {
     pub(crate) async fn create_session(
         &self,
         instance: &str,
+        token_name: &str,
         life: Duration,
     ) -> Result<(String, Session), DbError> {
-        let instance = instance.to_string();
+        let (instance, token_name) = (instance.to_string(), token_name.to_string());
         self.call("creating a sign-in session", move |conn| {
-            create(conn, &instance, life)
+            create(conn, &instance, &token_name, life)
         })
         .await
     }

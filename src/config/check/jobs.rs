@@ -633,6 +633,7 @@ impl Checker<'_> {
         let locks_at = raw.locks.as_ref().map(Spanned::span);
         let mut locks = self.locks(raw.locks, scope);
         let params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
+        let secret_params = self.secret_params(raw.secret_params, params.as_deref(), scope);
         let limits_at = raw.limits.as_ref().map(Spanned::span);
         let mut limits = self.job_limits(raw.limits, file.limits, scope);
         if run_on == RunOn::Every {
@@ -692,10 +693,39 @@ impl Checker<'_> {
             run_on,
             locks,
             params: params?,
+            secret_params,
             limits,
             overlap: settings.overlap,
             after: None,
         })
+    }
+
+    /// `secret_params`: names of `params` (the audit log redacts their
+    /// values).
+    fn secret_params(
+        &mut self,
+        raw: Option<Spanned<Vec<String>>>,
+        params: Option<&[Param]>,
+        scope: Scope<'_>,
+    ) -> Vec<String> {
+        let Some(raw) = raw else {
+            return Vec::new();
+        };
+        let span = raw.span();
+        let names = raw.into_inner();
+        if let Some(params) = params {
+            for name in &names {
+                if !params.iter().any(|p| &p.name == name) {
+                    self.report(
+                        Some(span.clone()),
+                        Some(scope),
+                        Some("secret_params"),
+                        format!("{name:?} is not one of the job's params"),
+                    );
+                }
+            }
+        }
+        names
     }
 
     /// `params`: well-formed names, each once, none that the job's `env`

@@ -319,7 +319,7 @@ impl<'t> Checker<'t> {
         let dependencies_hold = self.resolve_after(declared, &mut jobs);
         // The variables notifications read secrets from are no job's.
         let mut hidden: Vec<String> = notify.secret_vars();
-        hidden.extend(web.token_env.iter().map(|t| t.var.clone()));
+        hidden.extend(web.tokens.iter().map(|t| t.var.clone()));
         // Nor the headers the traces' receiver is sent, a key among them.
         hidden.extend(crate::telemetry::traces::SECRET_VARS.map(String::from));
         for job in &jobs {
@@ -329,7 +329,7 @@ impl<'t> Checker<'t> {
         hidden.dedup();
         // Nor does a notifier command see the web token.
         let web_vars: Vec<String> = web
-            .token_env
+            .tokens
             .iter()
             .map(|t| t.var.clone())
             .chain(crate::telemetry::traces::SECRET_VARS.map(String::from))

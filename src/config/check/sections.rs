@@ -126,17 +126,21 @@ impl Checker<'_> {
     }
 
     pub(super) fn web(&mut self, raw: RawWeb) -> WebConfig {
-        let token_env = raw.token_env.and_then(|given| {
-            let line = self.line(&given.span());
-            let var = given.get_ref().trim();
-            let valid = !var.is_empty()
+        let mut tokens: Vec<TokenEnv> = Vec::new();
+        let is_var = |var: &str| {
+            !var.is_empty()
                 && !var.starts_with(|c: char| c.is_ascii_digit())
-                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if valid {
-                Some(TokenEnv {
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if let Some(given) = raw.token_env {
+            let var = given.get_ref().trim();
+            if is_var(var) {
+                tokens.push(TokenEnv {
+                    name: crate::config::DEFAULT_TOKEN_NAME.to_string(),
+                    key: "web.token_env".to_string(),
                     var: var.to_string(),
-                    line: Some(line),
-                })
+                    line: Some(self.line(&given.span())),
+                });
             } else {
                 self.report(
                     Some(given.span()),
@@ -147,9 +151,46 @@ impl Checker<'_> {
                         given.get_ref()
                     ),
                 );
-                None
             }
-        });
+        }
+        if let Some(given) = raw.tokens {
+            let span = given.span();
+            let line = self.line(&span);
+            for (name, var) in given.into_inner() {
+                let problem = if !crate::config::is_token_name(&name) {
+                    Some(format!(
+                        "{name:?} is not a token name (letters, digits, - and _, at most 64)"
+                    ))
+                } else if name == crate::config::DEFAULT_TOKEN_NAME {
+                    Some(format!(
+                        "{name:?} is the name of the token of token_env: name this one otherwise"
+                    ))
+                } else if !is_var(var.trim()) {
+                    Some(format!(
+                        "{name}: {var:?} is not an environment variable's name (letters, digits and _)"
+                    ))
+                } else {
+                    None
+                };
+                match problem {
+                    Some(problem) => {
+                        self.report(
+                            Some(span.clone()),
+                            Some(Scope::Table("web")),
+                            Some("tokens"),
+                            problem,
+                        );
+                    }
+                    None => tokens.push(TokenEnv {
+                        key: format!("web.tokens.{name}"),
+                        name,
+                        var: var.trim().to_string(),
+                        line: Some(line),
+                    }),
+                }
+            }
+        }
+        tokens.sort_by(|a, b| a.name.cmp(&b.name));
         let public_url = raw.public_url.and_then(|given| {
             match crate::config::PublicUrl::parse(given.get_ref()) {
                 Ok(url) => Some(url),
@@ -242,7 +283,7 @@ impl Checker<'_> {
             }
         }
         WebConfig {
-            token_env,
+            tokens,
             public_url,
             cookie_name,
             cookie_path,
