@@ -5,6 +5,7 @@
 #[path = "../support/databases.rs"]
 mod databases;
 
+mod audit;
 mod backends;
 mod campaign;
 mod check;

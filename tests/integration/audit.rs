@@ -1,0 +1,252 @@
+//! The audit log, on every backend: each operator action, from the command
+//! line (a real process, whose Unix user and SUDO_USER are who acted) and
+//! from the API (whose token's name is), writes one row, a refused one is
+//! recorded refused, and no secret is in any row.
+
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use crate::support::{Replica, TestDb, backend_test, binary, text, wait_until};
+use crate::web::{free_port, get_json, http, post_json};
+
+const DEFAULT_TOKEN: &str = "the-default-token-0123456789";
+const CI_TOKEN: &str = "the-ci-token-abcdefghijklmnop";
+const SECRET: &str = "hunter2-is-a-secret";
+
+/// `replicron ARGS[0] --config CONFIG ARGS[1..]` run through sudo by
+/// alice, as far as the process can tell: its code, stdout and stderr.
+fn as_alice(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec![args[0], "--config", config.to_str().expect("utf-8")];
+    all.extend_from_slice(&args[1..]);
+    let output = Command::new(binary())
+        .args(&all)
+        .env_remove("REPLICRON_DATABASE_URL")
+        .env("SUDO_USER", "alice")
+        .output()
+        .expect("the replicron binary runs");
+    let (out, err) = text(&output);
+    (output.status.code().unwrap_or(-1), out, err)
+}
+
+/// The audit log as `replicron audit --format json` reads it, with `filter`.
+fn audit(config: &std::path::Path, filter: &[&str]) -> Vec<Value> {
+    let mut args = vec!["audit", "--format", "json", "--limit", "500"];
+    args.extend_from_slice(filter);
+    let (code, out, err) = as_alice(config, &args);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<Vec<Value>>(&out).expect("JSON")
+}
+
+/// The rows of `action` by `via`, oldest first.
+fn rows<'a>(all: &'a [Value], via: &str, action: &str) -> Vec<&'a Value> {
+    all.iter()
+        .rev()
+        .filter(|r| r["via"] == via && r["action"] == action)
+        .collect()
+}
+
+fn jobs(port: u16) -> String {
+    format!(
+        "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+         [web]\ntoken_env = \"REPLICRON_TEST_AUDIT_DEFAULT\"\ntokens = {{ ci = \"REPLICRON_TEST_AUDIT_CI\" }}\n\n\
+         [[job]]\nname = \"load\"\nschedule = \"@manual\"\ncommand = 'true'\n\
+         params = [\"TENANT\", \"PASSWORD=none\"]\nsecret_params = [\"PASSWORD\"]\n\n\
+         [[job]]\nname = \"hourly\"\nschedule = \"0 * * * *\"\ncommand = 'true'\n"
+    )
+}
+
+backend_test! {
+    fn every_action_writes_one_row_with_who_and_no_secret(db: &TestDb) {
+        let port = free_port();
+        let config = db.config(&jobs(port));
+        let unix_user = String::from_utf8(
+            Command::new("id").arg("-un").output().expect("id").stdout,
+        )
+        .expect("utf-8")
+        .trim()
+        .to_string();
+        let (code, _, err) = as_alice(&config, &["migrate"]);
+        assert_eq!(code, 0, "{err}");
+
+        // The command line.
+        let cli = |args: &[&str], expected: i32| {
+            let (code, out, err) = as_alice(&config, args);
+            assert_eq!(code, expected, "{args:?}: {out}{err}");
+        };
+        cli(&["pause", "hourly", "--reason", "maintenance"], 0);
+        cli(&["pause", "hourly", "--until", "2001-01-01T00:00:00Z"], 2);
+        cli(&["resume", "hourly"], 0);
+        let tenant = "--param=TENANT=acme";
+        let password = format!("--param=PASSWORD={SECRET}");
+        cli(&["trigger", "load", tenant, &password], 0);
+        cli(&["unlock", "load"], 0);
+        cli(&["unlock", "--force", "load"], 0);
+        cli(&["unlock", "nothing"], 1);
+        let now = chrono::Utc::now();
+        let from = (now - chrono::TimeDelta::hours(2)).format("%Y-%m-%dT%H:00:00Z").to_string();
+        let to = (now - chrono::TimeDelta::hours(1)).format("%Y-%m-%dT%H:00:00Z").to_string();
+        cli(&["backfill", "hourly", "--from", &from, "--to", &to], 0);
+        cli(&["exec", "--lock", "mutex", "--", "true", SECRET], 0);
+        cli(&["exec", "--lock", "mutex", "--once", "k1", "--", "true"], 0);
+        cli(&["exec", "--lock", "mutex", "--once", "k1", "--", "true"], 0);
+
+        // The API, with two named tokens.
+        let replica = Replica::start(
+            &config,
+            "audited",
+            None,
+            &[
+                ("REPLICRON_TEST_AUDIT_DEFAULT", DEFAULT_TOKEN),
+                ("REPLICRON_TEST_AUDIT_CI", CI_TOKEN),
+            ],
+        );
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        let ci = format!("Bearer {CI_TOKEN}");
+        let default = format!("Bearer {DEFAULT_TOKEN}");
+        let api = |path: &str, token: &str, body: &str, expected: u16| {
+            let (code, answer) = post_json(
+                port,
+                path,
+                &[("Authorization", token), ("Content-Type", "application/json")],
+                body,
+            );
+            assert_eq!(code, expected, "{path}: {answer}");
+        };
+        // A token pasted into a reason is not stored.
+        api(
+            "/api/v1/jobs/hourly/pause",
+            &ci,
+            &format!(r#"{{"reason": "by {CI_TOKEN}"}}"#),
+            200,
+        );
+        api("/api/v1/jobs/hourly/resume", &default, "", 200);
+        api(
+            "/api/v1/jobs/load/trigger",
+            &ci,
+            &format!(r#"{{"params": {{"TENANT": "acme", "PASSWORD": "{SECRET}"}}}}"#),
+            202,
+        );
+        api("/api/v1/jobs/load/trigger", &ci, r#"{"params": {"NOPE": "1"}}"#, 400);
+        api("/api/v1/jobs/nothing/trigger", &ci, "", 404);
+        wait_until("the triggered run to end", Duration::from_secs(20), || {
+            let (_, page) = get_json(port, "/api/v1/runs?job=load&status=running");
+            page["runs"].as_array().is_some_and(Vec::is_empty)
+        });
+        api("/api/v1/jobs/load/unlock", &ci, r#"{"force": true}"#, 200);
+        api(
+            "/api/v1/jobs/hourly/backfill",
+            &ci,
+            &format!(r#"{{"from": "{from}", "to": "{to}"}}"#),
+            202,
+        );
+
+        // The daemon: a reload that changed jobs, a replica refused.
+        let text = std::fs::read_to_string(&config).expect("config");
+        std::fs::write(
+            &config,
+            format!("{text}\n[[job]]\nname = \"added\"\nschedule = \"@daily\"\ncommand = 'true'\n"),
+        )
+        .expect("config");
+        replica.signal(Signal::SIGHUP);
+        replica.wait_for_log("config reloaded", Duration::from_secs(20));
+        let mut twin = Replica::start(
+            &config,
+            "audited",
+            None,
+            &[
+                ("REPLICRON_TEST_AUDIT_DEFAULT", DEFAULT_TOKEN),
+                ("REPLICRON_TEST_AUDIT_CI", CI_TOKEN),
+            ],
+        );
+        twin.wait_exit(Duration::from_secs(20)).expect("refused");
+
+        let all = audit(&config, &[]);
+        let whole = serde_json::to_string(&all).expect("JSON");
+        for secret in [SECRET, DEFAULT_TOKEN, CI_TOKEN] {
+            assert!(!whole.contains(secret), "{secret} in the audit log: {whole}");
+        }
+        let count = |via: &str, action: &str| rows(&all, via, action).len();
+        for (action, n) in [
+            ("pause", 2),
+            ("resume", 1),
+            ("trigger", 1),
+            ("unlock", 3),
+            ("backfill", 1),
+            ("exec", 3),
+        ] {
+            assert_eq!(count("cli", action), n, "cli {action}: {whole}");
+        }
+        for (action, n) in [("pause", 1), ("resume", 1), ("trigger", 3), ("unlock", 1), ("backfill", 1)] {
+            assert_eq!(count("api", action), n, "api {action}: {whole}");
+        }
+        assert_eq!(count("daemon", "reload"), 1, "{whole}");
+        assert_eq!(count("daemon", "refuse_replica"), 1, "{whole}");
+
+        // Who, from where, what, and the result.
+        for row in all.iter().filter(|r| r["via"] == "cli") {
+            assert_eq!(row["who"], unix_user.as_str(), "{row}");
+            assert_eq!(row["sudo_user"], "alice", "{row}");
+            assert!(row["address"].is_null(), "{row}");
+        }
+        for row in all.iter().filter(|r| r["via"] == "api") {
+            let expected = if row["action"] == "resume" { "default" } else { "ci" };
+            assert_eq!(row["who"], expected, "{row}");
+            assert_eq!(row["host"], "audited", "{row}");
+            assert_eq!(row["address"], "127.0.0.1", "{row}");
+        }
+        let result = |via: &str, action: &str| -> Vec<String> {
+            rows(&all, via, action)
+                .iter()
+                .map(|r| r["result"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        assert_eq!(result("cli", "pause"), ["done", "refused"]);
+        assert_eq!(result("cli", "unlock"), ["done", "done", "refused"]);
+        assert_eq!(result("cli", "exec"), ["done", "done", "refused"]);
+        assert_eq!(result("api", "trigger"), ["done", "refused", "refused"]);
+        let pause = rows(&all, "cli", "pause")[0];
+        assert_eq!(pause["args"]["reason"], "maintenance");
+        assert_eq!(pause["job"], "hourly");
+        let refused = rows(&all, "cli", "pause")[1];
+        assert!(refused["detail"].as_str().is_some_and(|d| d.contains("not in the future")), "{refused}");
+        let trigger = rows(&all, "cli", "trigger")[0];
+        assert_eq!(trigger["args"]["params"]["TENANT"], "acme");
+        assert_eq!(trigger["args"]["params"]["PASSWORD"], "[redacted]");
+        assert_eq!(rows(&all, "cli", "unlock")[1]["args"]["force"], true);
+        assert_eq!(rows(&all, "cli", "exec")[1]["args"]["once"], "k1");
+        let api_trigger = rows(&all, "api", "trigger")[0];
+        assert_eq!(api_trigger["args"]["params"]["PASSWORD"], "[redacted]");
+        assert_eq!(rows(&all, "api", "pause")[0]["args"]["reason"], "by [redacted]");
+        let reload = rows(&all, "daemon", "reload")[0];
+        assert_eq!(reload["args"]["added"], serde_json::json!(["added"]));
+        let twin_row = rows(&all, "daemon", "refuse_replica")[0];
+        assert_eq!((twin_row["job"].as_str(), twin_row["result"].as_str()), (Some("audited"), Some("refused")));
+
+        // The filters.
+        assert_eq!(audit(&config, &["--job", "load", "--action", "trigger"]).len(), 3);
+        assert_eq!(audit(&config, &["--who", "alice"]).len(), all.iter().filter(|r| r["via"] == "cli").count());
+        assert_eq!(audit(&config, &["--who", "ci"]).len(), 6);
+        assert_eq!(audit(&config, &["--since", "1h"]).len(), all.len());
+        assert!(audit(&config, &["--until", "1h"]).is_empty());
+        let (code, _, err) = as_alice(&config, &["audit", "--since", "yesterday"]);
+        assert_eq!(code, 2, "{err}");
+
+        // The API and the dashboard read it.
+        let (code, page) = get_json(port, "/api/v1/audit?who=ci&action=trigger&limit=2");
+        assert_eq!(code, 200, "{page}");
+        assert_eq!(page["entries"].as_array().map(Vec::len), Some(2), "{page}");
+        assert!(page["next_cursor"].is_string(), "{page}");
+        let (code, page) = get_json(port, "/api/v1/audit?action=stop");
+        assert_eq!(code, 400, "{page}");
+        let (code, _, body) = http(port, "GET", "/audit?job=load", &[], "");
+        assert_eq!(code, 200);
+        assert!(body.contains("Audit log") && body.contains("[redacted]") && !body.contains(SECRET), "{body}");
+        let (code, _, body) = http(port, "GET", "/jobs/load", &[], "");
+        assert_eq!(code, 200);
+        assert!(body.contains("id=\"job-audit\"") && body.contains("href=\"/audit\""), "{body}");
+        replica.signal(Signal::SIGTERM);
+    }
+}
