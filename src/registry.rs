@@ -267,7 +267,7 @@ impl Store {
             .await
             .map_err(RegisterError::Db)?;
         if let Err(refused @ RegisterError::InUse { .. }) = &registered {
-            use crate::ops::audit;
+            use crate::db::audit;
             let actor = audit::Actor {
                 host: me.host.clone(),
                 ..audit::Actor::daemon()

@@ -3,7 +3,7 @@
 
 use super::table::print_table;
 use super::{ConfigArg, ExitCode, OutputFormat, UsageError, load, open_for_command};
-use crate::ops::audit::{Action, AuditFilter, AuditRecord};
+use crate::db::audit::{Action, AuditFilter, AuditRecord};
 
 /// Arguments of `audit`.
 #[derive(Debug, clap::Args)]

@@ -13,8 +13,8 @@ use super::{
     ConfigArg, ExitCode, UsageError, command_runtime, describe, find_job, load, open_for_command,
     parse_rfc3339,
 };
+use crate::db::audit::{Action, Actor, Entry, Outcome};
 use crate::history::RunStatus;
-use crate::ops::audit::{Action, Actor, Entry, Outcome};
 use crate::schedule::fmt_instant;
 use crate::scheduler::Job;
 use crate::scheduler::backfill::{self, CONFIRM_ABOVE, Step};

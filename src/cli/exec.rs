@@ -11,8 +11,8 @@ use super::{
     ConfigArg, ExitCode, UsageError, command_runtime, describe, exit_code_of, load,
     open_for_command, parse_wait,
 };
+use crate::db::audit::{Action, Actor, Entry, Outcome};
 use crate::history::RunStatus;
-use crate::ops::audit::{Action, Actor, Entry, Outcome};
 use crate::scheduler::exec::{self, Executed};
 
 /// Arguments of `exec`.

@@ -3,9 +3,9 @@
 //! (no reload). A paused job's instants are neither run nor missed.
 
 use super::{ConfigArg, ExitCode, UsageError, find_job, load, open_for_command};
+use crate::db::audit::Actor;
 use crate::history::rfc3339;
 use crate::ops::actions::{self, Refused};
-use crate::ops::audit::Actor;
 
 /// Arguments of `pause`.
 #[derive(Debug, clap::Args)]

@@ -7,8 +7,8 @@ use super::{
     ConfigArg, ExitCode, UsageError, command_runtime, describe, exit_code_of, find_job, load,
     open_for_command,
 };
+use crate::db::audit::{Actor, Outcome};
 use crate::history::RunStatus;
-use crate::ops::audit::{Action, Actor, Entry, Outcome};
 use crate::scheduler::Job;
 use crate::scheduler::trigger::{Refusal, Started};
 
@@ -64,9 +64,7 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let pool = open_for_command(&config)?;
     let runtime = command_runtime()?;
     let grace = config.daemon.shutdown_grace;
-    let entry = Entry::new(Action::Trigger, &job.name)
-        .arg("force", args.force)
-        .params(&job, &params);
+    let entry = crate::ops::actions::trigger_entry(&job, args.force, &params);
     let ran = runtime.block_on(async {
         let engine = super::run::one_off_engine(pool, grace)?;
         let started = crate::scheduler::trigger::start(

@@ -2,8 +2,8 @@
 //! for `--force` while the holder's run is recorded running.
 
 use super::{ConfigArg, ExitCode, load, open_for_command};
+use crate::db::audit::Actor;
 use crate::ops::actions::{self, Refused, Unlocked};
-use crate::ops::audit::Actor;
 
 /// Arguments of `unlock`.
 #[derive(Debug, clap::Args)]

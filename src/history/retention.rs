@@ -25,7 +25,7 @@ pub(crate) async fn prune(store: &Store, older_than: Duration) -> usize {
 pub(crate) async fn prune_audit(store: &Store, older_than: Duration) -> usize {
     in_batches("audit log retention", || {
         store.call("pruning the audit log", move |conn| {
-            crate::ops::audit::prune(conn, older_than, BATCH)
+            crate::db::audit::prune(conn, older_than, BATCH)
         })
     })
     .await

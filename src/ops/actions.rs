@@ -6,8 +6,8 @@
 
 use chrono::{DateTime, Utc};
 
-use super::audit::{Action, Actor, Entry, Outcome};
 use crate::config::RESERVED_PREFIX;
+use crate::db::audit::{Action, Actor, Entry, Outcome, REDACTED};
 use crate::db::{DbError, Store};
 use crate::history::{RunRow, rfc3339};
 
@@ -39,6 +39,33 @@ pub(crate) enum Refused {
     /// The database did not answer.
     #[error(transparent)]
     Db(#[from] DbError),
+}
+
+/// What the audit log says a trigger of `job` was given: `force`, and its
+/// parameters, the values of those the job declares in `secret_params`
+/// written as [`REDACTED`]. The command line and the web record the same.
+pub(crate) fn trigger_entry<'p>(
+    job: &crate::config::Job,
+    force: bool,
+    params: impl IntoIterator<Item = (&'p String, &'p String)>,
+) -> Entry {
+    let params: serde_json::Map<String, serde_json::Value> = params
+        .into_iter()
+        .map(|(name, value)| {
+            let shown = if job.secret_params.contains(name) {
+                REDACTED
+            } else {
+                value
+            };
+            (name.clone(), serde_json::Value::String(shown.to_string()))
+        })
+        .collect();
+    let entry = Entry::new(Action::Trigger, &job.name).arg("force", force);
+    if params.is_empty() {
+        entry
+    } else {
+        entry.arg("params", serde_json::Value::Object(params))
+    }
 }
 
 /// Records `result` of `entry` for `actor` in the audit log, the text of

@@ -5,6 +5,5 @@
 //! HTML.
 
 pub(crate) mod actions;
-pub(crate) mod audit;
 pub(crate) mod fleet;
 pub(crate) mod verify;

@@ -13,8 +13,8 @@ use serde_json::json;
 use super::auth::{CSRF_HEADER, Caller, same_origin};
 use super::data::{self, Recent};
 use super::{ActionParams, Shared};
+use crate::db::audit::{Action, Actor, AuditFilter, Via};
 use crate::history::{RunFilter, RunRecord, RunStatus};
-use crate::ops::audit::{Action, Actor, AuditFilter, Via};
 
 /// The largest page of `runs`.
 const MAX_LIMIT: i64 = 1000;

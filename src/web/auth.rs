@@ -144,12 +144,12 @@ impl Auth {
     }
 
     /// `text` with every token in it written as
-    /// [`crate::ops::audit::REDACTED`].
+    /// [`crate::db::audit::REDACTED`].
     pub(crate) fn redact(&self, text: &str) -> String {
         self.tokens
             .iter()
             .fold(text.to_string(), |text, (_, token)| {
-                text.replace(token.as_str(), crate::ops::audit::REDACTED)
+                text.replace(token.as_str(), crate::db::audit::REDACTED)
             })
     }
 
@@ -167,8 +167,8 @@ impl Auth {
     /// `entry` with every token in its arguments' text redacted.
     pub(crate) fn redact_entry(
         &self,
-        mut entry: crate::ops::audit::Entry,
-    ) -> crate::ops::audit::Entry {
+        mut entry: crate::db::audit::Entry,
+    ) -> crate::db::audit::Entry {
         fn walk(auth: &Auth, value: &mut serde_json::Value) {
             match value {
                 serde_json::Value::String(text) => *text = auth.redact(text),

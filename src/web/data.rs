@@ -396,7 +396,7 @@ pub(crate) async fn runs(store: &Store, mut filter: RunFilter) -> Result<RunPage
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct AuditPage {
     /// The rows.
-    pub(crate) entries: Vec<crate::ops::audit::AuditRecord>,
+    pub(crate) entries: Vec<crate::db::audit::AuditRecord>,
     /// Pass as `cursor` for the next page.
     pub(crate) next_cursor: Option<String>,
 }
@@ -404,7 +404,7 @@ pub(crate) struct AuditPage {
 /// The page of the audit log `filter` asks for.
 pub(crate) async fn audit(
     store: &Store,
-    mut filter: crate::ops::audit::AuditFilter,
+    mut filter: crate::db::audit::AuditFilter,
 ) -> Result<AuditPage, DbError> {
     // One more than the page: whether another page follows.
     let limit = filter.limit.max(0) as usize;

@@ -30,8 +30,8 @@ use tracing::warn;
 pub(crate) use self::auth::Auth;
 use crate::config::Config;
 use crate::db::Store;
+use crate::db::audit;
 use crate::ops::actions::{self, Refused, Unlocked};
-use crate::ops::audit;
 use crate::scheduler::trigger::{self, Answer, Refusal};
 use crate::telemetry::Liveness;
 
@@ -513,7 +513,9 @@ fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> 
     let entry = audit::Entry::new(action.audited(), name).arg("force", params.force);
     let entry = match action {
         Action::Trigger => match web.config().job(name) {
-            Some(job) => entry.params(job, params.params.iter().map(|(n, v)| (n, v))),
+            Some(job) => {
+                actions::trigger_entry(job, params.force, params.params.iter().map(|(n, v)| (n, v)))
+            }
             None => entry,
         },
         Action::Backfill => entry

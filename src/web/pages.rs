@@ -16,8 +16,8 @@ use tracing::{info, warn};
 use super::auth::{Caller, same_origin};
 use super::data::{self, CHART_RUNS, InstanceView, JobView, Recent};
 use super::{ActionParams, Shared};
+use crate::db::audit::{Actor, Via};
 use crate::history::{RunFilter, RunRecord, RunStatus};
-use crate::ops::audit::{Actor, Via};
 
 /// Seconds between a page's refreshes.
 const REFRESH: u32 = 5;
@@ -463,7 +463,7 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
 }
 
 /// The rows of the audit log, newest first.
-fn audit_table(entries: &[crate::ops::audit::AuditRecord]) -> Markup {
+fn audit_table(entries: &[crate::db::audit::AuditRecord]) -> Markup {
     html! {
         table id="audit" {
             thead { tr { th { "At" } th { "Via" } th { "Who" } th { "From" } th { "Action" } th { "Job" } th { "Arguments" } th { "Result" } } }
@@ -625,7 +625,7 @@ pub(super) async fn job(
     let now = overview.now;
     let actions = data::audit(
         &web.store,
-        crate::ops::audit::AuditFilter {
+        crate::db::audit::AuditFilter {
             job: Some(name.clone()),
             limit: AUDIT_ON_JOB_PAGE,
             ..Default::default()

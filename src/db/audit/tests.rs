@@ -174,7 +174,7 @@ backend_test! {
                 let store = store.clone();
                 async move {
                     store
-                        .call("pruning", move |conn| crate::ops::audit::prune(conn, older_than, 500))
+                        .call("pruning", move |conn| crate::db::audit::prune(conn, older_than, 500))
                         .await
                         .expect("prune")
                 }
@@ -200,9 +200,11 @@ fn secret_parameters_are_redacted() {
         ("TENANT".to_string(), "acme".to_string()),
         ("PASSWORD".to_string(), "hunter2-hunter2".to_string()),
     ];
-    let entry = Entry::new(Action::Trigger, "load")
-        .arg("force", false)
-        .params(&config.jobs[0], given.iter().map(|(n, v)| (n, v)));
+    let entry = crate::ops::actions::trigger_entry(
+        &config.jobs[0],
+        false,
+        given.iter().map(|(n, v)| (n, v)),
+    );
     let args = serde_json::Value::Object(entry.args).to_string();
     assert_eq!(
         args,

@@ -5,7 +5,9 @@
 //! Each says who, from where, when (database time), what (the action, its
 //! job and its arguments) and the result: done, or refused and why. A value
 //! that is a secret (a parameter declared in `secret_params`, a token) is
-//! written as [`REDACTED`]. Rows go with the history's retention.
+//! written as [`REDACTED`] by whoever builds the [`Entry`]. Rows go with
+//! the history's retention. The operations layer (`ops::actions`) records
+//! pause, resume and unlock here for the command line and the web alike.
 
 use std::time::Duration;
 
@@ -14,10 +16,9 @@ use diesel::prelude::*;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::db::clock::{DbNow, DbNowPlus};
-use crate::db::schema::replicron_audit::dsl as audit;
-use crate::db::{DbConnection, DbError, Store};
-use crate::history::rfc3339;
+use super::clock::{DbNow, DbNowPlus};
+use super::schema::replicron_audit::dsl as audit;
+use super::{DbConnection, DbError, Store};
 
 /// What a secret is written as.
 pub(crate) const REDACTED: &str = "[redacted]";
@@ -231,31 +232,6 @@ impl Entry {
         }
         self
     }
-
-    /// A trigger's parameters, as given: the values of those `job`
-    /// declares secret are [`REDACTED`].
-    pub(crate) fn params<'p>(
-        self,
-        job: &crate::config::Job,
-        given: impl IntoIterator<Item = (&'p String, &'p String)>,
-    ) -> Entry {
-        let params: Map<String, Value> = given
-            .into_iter()
-            .map(|(name, value)| {
-                let shown = if job.secret_params.iter().any(|s| s == name) {
-                    REDACTED
-                } else {
-                    value
-                };
-                (name.clone(), Value::String(shown.to_string()))
-            })
-            .collect();
-        if params.is_empty() {
-            self
-        } else {
-            self.arg("params", Value::Object(params))
-        }
-    }
 }
 
 /// How it ended.
@@ -364,7 +340,10 @@ impl From<AuditRow> for AuditRecord {
         };
         AuditRecord {
             id: row.id,
-            acted_at: rfc3339(row.acted_at),
+            acted_at: row
+                .acted_at
+                .and_utc()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             via: row.via,
             who: row.who,
             sudo_user: row.sudo_user,
