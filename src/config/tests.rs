@@ -702,6 +702,8 @@ fn tokens_have_names() {
     assert_eq!(
         config.jobs[0].hidden_env,
         [
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
             "REPLICRON_TEST_TOKEN_A",
             "REPLICRON_TEST_TOKEN_B",
             "REPLICRON_TEST_TOKEN_C"
