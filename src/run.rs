@@ -197,6 +197,12 @@ pub(crate) enum Event {
     /// An instant not run because a shared lock of the job stayed held,
     /// recorded `skipped`.
     Skipped,
+    /// A run still going `warn_after` after its attempt started (it goes
+    /// on); once per run.
+    LongRunning,
+    /// A run whose action started more than `late_after` after it was due
+    /// (its instant plus its jitter delay).
+    LateStart,
     /// The first success after a failed, timed-out, lost, abandoned or
     /// missed instant.
     Recovered,
@@ -204,7 +210,7 @@ pub(crate) enum Event {
 
 impl Event {
     /// Every event, in the order the documentation lists them.
-    pub(crate) const ALL: [Event; 8] = [
+    pub(crate) const ALL: [Event; 10] = [
         Event::Failed,
         Event::TimedOut,
         Event::LostLock,
@@ -212,6 +218,8 @@ impl Event {
         Event::Abandoned,
         Event::Missed,
         Event::Skipped,
+        Event::LongRunning,
+        Event::LateStart,
         Event::Recovered,
     ];
 
@@ -225,6 +233,8 @@ impl Event {
             Event::Abandoned => "abandoned",
             Event::Missed => "missed",
             Event::Skipped => "skipped",
+            Event::LongRunning => "long_running",
+            Event::LateStart => "late_start",
             Event::Recovered => "recovered",
         }
     }

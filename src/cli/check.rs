@@ -78,6 +78,18 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
                 humantime::format_duration(jitter.to_std().unwrap_or_default())
             );
         }
+        if let Some(after) = job.warn_after {
+            println!(
+                "  warn      after {} (a run still going then is told of once as long_running; it goes on)",
+                humantime::format_duration(after)
+            );
+        }
+        if let Some(after) = job.late_after {
+            println!(
+                "  late      after {} (a run starting later than that after it was due is told of as late_start)",
+                humantime::format_duration(after)
+            );
+        }
         if !job.locks.is_empty() {
             println!("  locks     {}", job.locks.join(" "));
         }

@@ -35,7 +35,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 16] = [
+const SETTINGS: [(&str, Option<&str>, &str); 18] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -97,6 +97,16 @@ const SETTINGS: [(&str, Option<&str>, &str); 16] = [
         "An instant that no replica claimed this long after its time is recorded missed in the history (and notified), by one replica of the fleet. Unset: the larger of 1m and a tenth of the job's interval; 0s turns the check off.",
     ),
     (
+        "warn_after",
+        None,
+        "A run still going this long after its attempt started is told of once as long_running (logged, counted in replicron_runs_long_running_total, notified if notify.on has it) by the replica that holds it, with its replica and run id; it is not stopped. Once per run: a retry of the same instant is not told of again. Must be shorter than timeout. Unset or 0s: never.",
+    ),
+    (
+        "late_after",
+        None,
+        "A run whose action starts (its process is spawned) more than this after it was due, its instant plus the job's jitter delay (a dependent job's run: its parents' end), is told of as late_start (logged, counted in replicron_runs_late_start_total, notified if notify.on has it) by the replica that starts it. Only for runs its schedule or its parents started, at their first attempt. Unset or 0s: never.",
+    ),
+    (
         "overlap",
         Some("\"skip\""),
         "What an instant that comes while the job's run is going does, wherever that run is. \"skip\": it is an overrun, not run. \"queue\": it waits, on any replica, and starts when that run ends, however long that takes; at most one instant waits, later ones are overruns. \"replace\": the running run is asked to stop through the database (its holder learns at its next keep-alive, every third of lock_at_most_for), gets SIGTERM, then SIGKILL after kill_grace, and is recorded replaced; the new instant starts once the old run's lease is released or has ended. \"allow\": up to max_concurrent runs of the job at once across the fleet, each instant still once. Not for run_on = \"every\" jobs.",
@@ -124,14 +134,14 @@ const NOTIFY: [(&str, Option<&str>, &str); 7] = [
     (
         "on",
         Some(
-            "[\"failed\", \"timed_out\", \"lost_lock\", \"error\", \"abandoned\", \"missed\", \"skipped\"]",
+            "[\"failed\", \"timed_out\", \"lost_lock\", \"error\", \"abandoned\", \"missed\", \"skipped\", \"long_running\", \"late_start\"]",
         ),
-        "Which events are sent: failed, timed_out, lost_lock, error (could not start), abandoned, missed, skipped (a shared lock stayed held), recovered (the first success after any of the others).",
+        "Which events are sent: failed, timed_out, lost_lock, error (could not start), abandoned, missed, skipped (a shared lock stayed held), long_running (still going after warn_after; the run goes on), late_start (started more than late_after after it was due), recovered (the first success after a failed, timed_out, lost_lock, error, abandoned, missed or skipped run).",
     ),
     (
         "webhook",
         None,
-        "An http(s) URL POSTed a JSON document per event: text, event, job, scheduled_at, status, exit_code, attempt, instance, duration_seconds, output (its tail) and history_id. ${VAR} is read from replicron's environment.",
+        "An http(s) URL POSTed a JSON document per event: text, event, job, scheduled_at, status, exit_code, attempt, instance, duration_seconds (for long_running: how long it had run), late_seconds (for late_start: how late it started), output (its tail), history_id and trigger. ${VAR} is read from replicron's environment.",
     ),
     (
         "webhook_headers",
@@ -141,7 +151,7 @@ const NOTIFY: [(&str, Option<&str>, &str); 7] = [
     (
         "command",
         None,
-        "Run per event: a shell line, or a program and its arguments as an array. It gets REPLICRON_EVENT, REPLICRON_JOB, REPLICRON_SCHEDULED_AT, REPLICRON_STATUS, REPLICRON_EXIT_CODE, REPLICRON_ATTEMPT, REPLICRON_INSTANCE, REPLICRON_RUN_ID, REPLICRON_TRIGGER and REPLICRON_TEXT, and the output's tail on stdin.",
+        "Run per event: a shell line, or a program and its arguments as an array. It gets REPLICRON_EVENT, REPLICRON_JOB, REPLICRON_SCHEDULED_AT, REPLICRON_STATUS, REPLICRON_EXIT_CODE, REPLICRON_ATTEMPT, REPLICRON_INSTANCE, REPLICRON_RUN_ID, REPLICRON_TRIGGER, REPLICRON_LATE_SECONDS (late_start) and REPLICRON_TEXT, and the output's tail on stdin.",
     ),
     (
         "ping_url",

@@ -327,6 +327,13 @@ pub(crate) struct Job {
     /// `missed`; `None`: the larger of a minute and a tenth of the job's
     /// interval; zero: never.
     pub(crate) missed_after: Option<Duration>,
+    /// A run still going this long after its attempt started is notified
+    /// once as `long_running`, and goes on; `None`: never.
+    pub(crate) warn_after: Option<Duration>,
+    /// A run whose action starts more than this after it was due (its
+    /// instant plus its jitter delay) is notified as `late_start`; `None`:
+    /// never.
+    pub(crate) late_after: Option<Duration>,
     /// Where its notifications go, if anywhere.
     pub(crate) notify: Option<std::sync::Arc<notify::Notify>>,
     /// Variables of replicron's environment its runs do not see (the ones

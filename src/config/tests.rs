@@ -540,6 +540,58 @@ fn jitter_must_be_shorter_than_the_shortest_interval() {
 }
 
 #[test]
+fn warn_after_and_late_after_are_durations_and_warn_after_is_shorter_than_timeout() {
+    let config = parse(&format!(
+        "{DB}\n[defaults]\nwarn_after = \"20m\"\nlate_after = \"2m\"\n\n\
+         [[job]]\nname = \"nightly\"\nschedule = \"@daily\"\ncommand = \"true\"\n\n\
+         [[job]]\nname = \"quiet\"\nschedule = \"@daily\"\ncommand = \"true\"\n\
+         warn_after = \"0s\"\nlate_after = \"30s\"\n"
+    ))
+    .expect("valid");
+    let (nightly, quiet) = (&config.jobs[0], &config.jobs[1]);
+    assert_eq!(nightly.warn_after, Some(Duration::from_secs(20 * 60)));
+    assert_eq!(nightly.late_after, Some(Duration::from_secs(120)));
+    assert_eq!(quiet.warn_after, None, "0s turns it off");
+    assert_eq!(quiet.late_after, Some(Duration::from_secs(30)));
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nwarn_after = \"soon\""),
+        8,
+        Some("\"j\""),
+        "warn_after",
+        "soon",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\nlate_after = \"-1m\""),
+        8,
+        Some("\"j\""),
+        "late_after",
+        "-1m",
+    );
+    let error = one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\ntimeout = \"10m\"\nwarn_after = \"10m\""),
+        9,
+        Some("\"j\""),
+        "warn_after",
+        "must be shorter than timeout (10m)",
+    );
+    assert!(
+        error.contains("never") || error.contains("stopped before"),
+        "{error}"
+    );
+    // From [defaults]: reported at the job's timeout that undercuts it.
+    one_error(
+        &format!(
+            "{DB}\n[defaults]\nwarn_after = \"20m\"\n\n[[job]]\nname = \"short\"\n\
+             schedule = \"@daily\"\ncommand = \"true\"\ntimeout = \"15m\"\n"
+        ),
+        11,
+        Some("\"short\""),
+        "timeout",
+        "warn_after (20m) must be shorter than timeout (15m)",
+    );
+}
+
+#[test]
 fn user_and_group_are_names_or_ids_and_a_group_needs_a_user() {
     let config = parse(&job(
         "schedule = \"@daily\"\ncommand = \"true\"\nuser = \"www-data\"\ngroup = \"adm\"",

@@ -49,8 +49,11 @@ pub(crate) struct Notice {
     pub(crate) attempt: i32,
     /// The replica that ran it (or, for a missed instant, recorded it).
     pub(crate) instance: String,
-    /// How long it ran, where known.
+    /// How long it ran, where known (for `long_running`: how long it had
+    /// been running).
     pub(crate) duration_seconds: Option<f64>,
+    /// For `late_start`: how long after it was due it started.
+    pub(crate) late_seconds: Option<f64>,
     /// The tail of its output.
     pub(crate) output: String,
     /// Its row in `replicron_runs`.
@@ -91,6 +94,21 @@ impl Notice {
             Event::Abandoned => format!(
                 "replicron: {job} at {scheduled_at} was abandoned: its replica {instance} vanished"
             ),
+            Event::LongRunning => format!(
+                "replicron: {job} at {scheduled_at} is still running{after} on {instance}{run}",
+                after = duration
+                    .map(|d| format!(" after {}", rounded(d)))
+                    .unwrap_or_default(),
+                run = history_id
+                    .map(|id| format!(" (run {id})"))
+                    .unwrap_or_default(),
+            ),
+            Event::LateStart => format!(
+                "replicron: {job} at {scheduled_at} started late on {instance}{run}",
+                run = history_id
+                    .map(|id| format!(" (run {id})"))
+                    .unwrap_or_default(),
+            ),
             _ => format!(
                 "replicron: {job} {status}{code} at {scheduled_at} on {instance}",
                 status = status.as_str()
@@ -110,10 +128,20 @@ impl Notice {
             attempt,
             instance: instance.to_string(),
             duration_seconds: duration.map(|d| d.as_secs_f64()),
+            late_seconds: None,
             output: output[start..].to_string(),
             history_id,
             trigger: Trigger::Schedule.as_str(),
         }
+    }
+
+    /// This notice of a run that started `late` after it was due
+    /// (`late_start`); its text says how late.
+    pub(crate) fn late_by(mut self, late: Duration) -> Notice {
+        self.late_seconds = Some(late.as_secs_f64());
+        self.text
+            .push_str(&format!(", {} after it was due", rounded(late)));
+        self
     }
 
     /// This notice of a run that `trigger` started; its text says so
@@ -125,6 +153,16 @@ impl Notice {
         }
         self
     }
+}
+
+/// `d` for people: to the second, or to the millisecond under one.
+fn rounded(d: Duration) -> String {
+    let d = if d >= Duration::from_secs(1) {
+        Duration::from_secs(d.as_secs())
+    } else {
+        Duration::from_millis(d.as_millis() as u64)
+    };
+    humantime::format_duration(d).to_string()
 }
 
 /// A ping of a run, in the healthchecks.io convention.
@@ -486,6 +524,43 @@ mod tests {
         assert_eq!(Event::defaults().len(), Event::ALL.len() - 1);
         assert_eq!(Event::of_status(RunStatus::Killed), None);
         assert_eq!(Event::of_status(RunStatus::Missed), Some(Event::Missed));
+    }
+
+    #[test]
+    fn long_and_late_runs_are_told_with_their_replica_and_run() {
+        let instant = DateTime::from_timestamp(1_800_000_000, 0).expect("time");
+        let notice = |event| {
+            Notice::new(
+                event,
+                "nightly",
+                instant,
+                RunStatus::Running,
+                None,
+                1,
+                "web-2",
+                Some(Duration::from_secs(20 * 60)).filter(|_| event == Event::LongRunning),
+                "",
+                Some(7),
+            )
+        };
+        let long = notice(Event::LongRunning);
+        assert_eq!(
+            long.text,
+            "replicron: nightly at 2027-01-15T08:00:00.000Z is still running after 20m on web-2 (run 7)"
+        );
+        let late = notice(Event::LateStart).late_by(Duration::from_millis(125_400));
+        assert_eq!(
+            late.text,
+            "replicron: nightly at 2027-01-15T08:00:00.000Z started late on web-2 (run 7), 2m 5s after it was due"
+        );
+        let json = serde_json::to_value(&late).expect("json");
+        assert_eq!(json["event"], "late_start");
+        assert_eq!(json["status"], "running");
+        assert_eq!(json["late_seconds"], 125.4);
+        assert_eq!(
+            serde_json::to_value(&long).expect("json")["duration_seconds"],
+            1200.0
+        );
     }
 
     #[test]

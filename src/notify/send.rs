@@ -273,6 +273,13 @@ async fn run(
                 .map(|id| id.to_string())
                 .unwrap_or_default(),
         )
+        .env(
+            "REPLICRON_LATE_SECONDS",
+            notice
+                .late_seconds
+                .map(|late| format!("{late:.3}"))
+                .unwrap_or_default(),
+        )
         .env("REPLICRON_TEXT", &notice.text)
         .env("REPLICRON_TRIGGER", notice.trigger)
         .stdin(Stdio::piped())

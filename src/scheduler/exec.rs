@@ -46,6 +46,8 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             retries: 0,
             retry_backoff: Duration::from_secs(1),
             missed_after: None,
+            warn_after: None,
+            late_after: None,
             notify: None,
             gates: Vec::new(),
             overlap: crate::config::Overlap::Skip,

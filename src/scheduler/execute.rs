@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, error, info, warn};
 
 use super::Phase;
+use super::alerts::{RunAlerts, Started};
 use super::engine::Engine;
 use super::job::JobSettings;
 use super::run_lease::{Hold, RunLease};
@@ -189,6 +190,7 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
         Err(why) => last = rows.skipped(&why.to_string()).await,
     }
     let attempts = if last.is_some() { 0 } else { attempts };
+    let alerts = RunAlerts::default();
     for attempt in 1..=attempts {
         if attempt > 1 && !pause_before_retry(&engine, settings, held.keeper()).await {
             break;
@@ -208,6 +210,7 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
             &rows,
             attempt,
             going.as_deref(),
+            &alerts,
         )
         .instrument(attempt_span.clone())
         .await;
@@ -272,6 +275,10 @@ async fn pause_before_retry(engine: &Engine, settings: &JobSettings, keeper: &mu
 
 /// One attempt; returns how it ended, or `None` if it could not be
 /// recorded (and so was not run).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "what one attempt of a run is made of"
+)]
 async fn run_attempt(
     engine: &Arc<Engine>,
     job: &Work,
@@ -280,6 +287,7 @@ async fn run_attempt(
     rows: &RunRows<'_>,
     attempt: u32,
     going: Option<&Going>,
+    alerts: &RunAlerts,
 ) -> Option<(Outcome, Attempted)> {
     let (fence, due) = (held.hold().fence(), held.hold().instant());
     let keeper = held.keeper();
@@ -337,6 +345,7 @@ async fn run_attempt(
     // The run counts as started when its action says so (a process once it
     // is spawned): that is when lateness is what the job feels. A run that
     // ends before saying so (it could not start) is not logged as started.
+    let mut watching = None;
     let ended_at_once = tokio::select! {
         biased;
         Ok(pid) = started_rx => {
@@ -353,6 +362,13 @@ async fn run_attempt(
                 "run started"
             );
             engine.notifier.ping(&job.name, Ping::Start, run_id);
+            watching = alerts.started(engine, job, Started {
+                run_id,
+                attempt,
+                instant,
+                trigger: recording.trigger,
+                late: late.to_std().unwrap_or_default(),
+            });
             None
         }
         joined = &mut task => Some(ending_of(joined)),
@@ -361,6 +377,8 @@ async fn run_attempt(
         Some(ending) => (None, ending),
         None => watch_run(engine, job, rows, keeper, &mut task, &stop, run_id).await,
     };
+    // Ended: not long-running from now on.
+    drop(watching);
     // Over, though its end is still to be checked and recorded (which may
     // wait for the database).
     if let Some(going) = going {

@@ -81,6 +81,10 @@ pub(crate) struct JobSettings {
     pub(crate) retry_backoff: Duration,
     /// See [`Job::missed_after`]; `None`: the default.
     pub(crate) missed_after: Option<Duration>,
+    /// See [`Job::warn_after`]; `None`: never.
+    pub(crate) warn_after: Option<Duration>,
+    /// See [`Job::late_after`]; `None`: never.
+    pub(crate) late_after: Option<Duration>,
     /// The shared locks and limits a run takes a slot of after the job's
     /// own lease, in this order (by their rows' names, the same for every
     /// job, so that no two runs each hold one and wait for the other's).
@@ -154,6 +158,8 @@ impl Default for JobSettings {
             retries: config::DEFAULT_RETRIES,
             retry_backoff: config::DEFAULT_RETRY_BACKOFF,
             missed_after: None,
+            warn_after: None,
+            late_after: None,
             notify: None,
             gates: Vec::new(),
             overlap: config::Overlap::Skip,
@@ -271,6 +277,26 @@ impl Job {
         self
     }
 
+    /// A run still going this long after its attempt started is told of
+    /// once as `long_running` (logged, counted in
+    /// `replicron_runs_long_running_total`, and notified where the job's
+    /// notifications ask for it) and goes on; a retry of it is not told of
+    /// again. Must be shorter than the timeout. Default: never; zero turns
+    /// it off.
+    pub fn warn_after(mut self, after: Duration) -> Job {
+        self.settings.warn_after = Some(after).filter(|after| !after.is_zero());
+        self
+    }
+
+    /// A run whose action starts more than this after it was due (its
+    /// instant plus its jitter delay) is told of as `late_start` (logged,
+    /// counted in `replicron_runs_late_start_total`, and notified where the
+    /// job's notifications ask for it). Default: never; zero turns it off.
+    pub fn late_after(mut self, after: Duration) -> Job {
+        self.settings.late_after = Some(after).filter(|after| !after.is_zero());
+        self
+    }
+
     /// What a run does: an async function of its [`RunContext`]. `Ok` is
     /// recorded `succeeded`, an error `failed` with its text as the run's
     /// output; a panic is recorded `failed` and the scheduler goes on.
@@ -319,6 +345,8 @@ impl Job {
                 retries: job.retries,
                 retry_backoff: job.retry_backoff,
                 missed_after: job.missed_after,
+                warn_after: job.warn_after,
+                late_after: job.late_after,
                 notify: job.notify.clone(),
                 gates: Gate::of(job),
                 overlap: job.overlap,
@@ -352,6 +380,17 @@ impl Job {
             if value.is_zero() {
                 return fail(key, "must be greater than zero".to_string());
             }
+        }
+        if let Some(warn_after) = s.warn_after.filter(|after| *after >= s.timeout) {
+            return fail(
+                "warn_after",
+                format!(
+                    "{} must be shorter than timeout ({}): the run is stopped before it would be \
+                     told of as long-running",
+                    humantime::format_duration(warn_after),
+                    humantime::format_duration(s.timeout)
+                ),
+            );
         }
         if s.retries > 0 && s.retry_backoff.is_zero() {
             return fail("retry_backoff", "must be greater than zero".to_string());

@@ -13,6 +13,7 @@
 //! `docs/design.md#failure-handling` describe what these loops guarantee.
 
 pub(crate) mod after;
+mod alerts;
 pub(crate) mod backfill;
 mod claimer;
 pub(crate) mod clock_sync;

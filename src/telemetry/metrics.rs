@@ -60,6 +60,14 @@ fn describe() {
         "replicron_runs_total",
         "Run attempts that ended on this replica, by status"
     );
+    describe_counter!(
+        "replicron_runs_long_running_total",
+        "Runs this replica held that were still going warn_after after their attempt started (once per run; the run goes on)"
+    );
+    describe_counter!(
+        "replicron_runs_late_start_total",
+        "Runs this replica started more than late_after after they were due (their instant plus the job's jitter delay)"
+    );
     describe_histogram!(
         "replicron_run_duration_seconds",
         Unit::Seconds,
@@ -177,6 +185,8 @@ pub(crate) fn register_job(job: &str) {
         }
     }
     counter!("replicron_lease_extensions_failed_total", "job" => job.to_string()).increment(0);
+    counter!("replicron_runs_long_running_total", "job" => job.to_string()).increment(0);
+    counter!("replicron_runs_late_start_total", "job" => job.to_string()).increment(0);
     gauge!("replicron_last_success_timestamp_seconds", "job" => job.to_string()).increment(0.0);
     counter!("replicron_missed_instants_total", "job" => job.to_string()).increment(0);
     gauge!("replicron_job_paused", "job" => job.to_string()).increment(0.0);
@@ -290,6 +300,16 @@ pub(crate) fn skipped(job: &str, reason: Skip, count: usize) {
 pub(crate) fn start_lateness(job: &str, late: Duration) {
     histogram!("replicron_start_lateness_seconds", "job" => job.to_string())
         .record(late.as_secs_f64());
+}
+
+/// A run still going `warn_after` after its attempt started.
+pub(crate) fn long_running(job: &str) {
+    counter!("replicron_runs_long_running_total", "job" => job.to_string()).increment(1);
+}
+
+/// A run that started more than `late_after` after it was due.
+pub(crate) fn late_start(job: &str) {
+    counter!("replicron_runs_late_start_total", "job" => job.to_string()).increment(1);
 }
 
 /// The job's last success: when a run of it ended well, and at start as

@@ -23,6 +23,12 @@ pub(super) struct Settings {
     pub(super) jitter: Duration,
     /// Where `jitter` was set (in `[defaults]` or the job), for errors.
     pub(super) jitter_at: Option<Range<usize>>,
+    /// A run still going this long after its start is told of (unset or
+    /// zero: never).
+    pub(super) warn_after: Option<Duration>,
+    /// A run whose action starts this long after it was due is told of
+    /// (unset or zero: never).
+    pub(super) late_after: Option<Duration>,
     pub(super) overlap: Overlap,
     pub(super) dst_gap: DstGap,
     pub(super) dst_repeat: DstRepeat,
@@ -44,6 +50,8 @@ impl Default for Settings {
             missed_after: None,
             jitter: Duration::ZERO,
             jitter_at: None,
+            warn_after: None,
+            late_after: None,
             overlap: Overlap::Skip,
             dst_gap: DstGap::Shift,
             dst_repeat: DstRepeat::First,
@@ -210,6 +218,15 @@ impl Checker<'_> {
             settings.jitter = jitter;
             settings.jitter_at = raw.jitter.as_ref().map(Spanned::span);
         }
+        for (value, key, slot) in [
+            (&raw.warn_after, "warn_after", &mut settings.warn_after),
+            (&raw.late_after, "late_after", &mut settings.late_after),
+        ] {
+            if let Some(after) = self.duration(value.as_ref(), scope, key, Zero::Allowed) {
+                *slot = Some(after).filter(|after| !after.is_zero());
+            }
+        }
+        self.warn_before_timeout(&raw, &settings, scope);
         self.overlap(&raw, &mut settings, scope);
         if let Some(gap) = &raw.dst_gap {
             match DstGap::parse(gap.get_ref()) {
@@ -303,6 +320,34 @@ impl Checker<'_> {
             );
         }
         settings
+    }
+
+    /// `warn_after` must be shorter than `timeout`, or it never fires: the
+    /// run is stopped first. Checked where either is written, so that a
+    /// mistake in `[defaults]` is reported once.
+    fn warn_before_timeout(&mut self, raw: &RawSettings, settings: &Settings, scope: Scope<'_>) {
+        let Some(warn_after) = settings.warn_after else {
+            return;
+        };
+        if warn_after < settings.timeout {
+            return;
+        }
+        let (span, key) = match (&raw.warn_after, &raw.timeout) {
+            (Some(value), _) => (value.span(), "warn_after"),
+            (None, Some(value)) => (value.span(), "timeout"),
+            (None, None) => return,
+        };
+        self.report(
+            Some(span),
+            Some(scope),
+            Some(key),
+            format!(
+                "warn_after ({}) must be shorter than timeout ({}): the run is stopped before it \
+                 would be told of as long-running",
+                humantime::format_duration(warn_after),
+                humantime::format_duration(settings.timeout)
+            ),
+        );
     }
 
     /// `schedule` with the job's jitter, which must be shorter than its
@@ -687,6 +732,8 @@ impl Checker<'_> {
             retries: settings.retries,
             retry_backoff: settings.retry_backoff,
             missed_after: settings.missed_after,
+            warn_after: settings.warn_after,
+            late_after: settings.late_after,
             notify: notify.is_set().then(|| std::sync::Arc::new(notify)),
             hidden_env: Vec::new(),
             run_as,
