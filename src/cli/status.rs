@@ -111,6 +111,9 @@ struct JobStatus {
     fence: i64,
     paused: Option<PauseStatus>,
     last_run: Option<RunRecord>,
+    /// Whether its last run is long-running or started late.
+    #[serde(flatten)]
+    alerts: fleet::Alerts,
     problem: Option<fleet::Problem>,
 }
 
@@ -208,6 +211,7 @@ fn job_rows(
                     reason: pause.reason.clone(),
                     text: pause.to_string(),
                 }),
+                alerts: fleet::Alerts::of(job, state.last(), now),
                 last_run: last.map(RunRecord::from),
                 problem: state.problem.clone(),
             }
@@ -251,6 +255,10 @@ fn print_tables(report: &Report) {
             let last = r.last_run.as_ref().map_or("never".to_string(), |run| {
                 format!("{} at {} on {}", run.status, run.started_at, run.instance)
             });
+            let last = match r.alerts.describe() {
+                Some(alerts) => format!("{last} ({})", alerts.to_uppercase()),
+                None => last,
+            };
             let next = match (r.enabled, &r.next) {
                 (_, _) if r.paused.is_some() => {
                     format!("PAUSED: {}", r.paused.as_ref().map_or("", |p| &p.text))

@@ -92,6 +92,61 @@ pub(crate) struct JobState {
     pub(crate) running: Option<(usize, u32)>,
 }
 
+/// Whether a job's runs are late or long, by its `late_after` and
+/// `warn_after`, from the history (the fleet's view): what `status`, the
+/// dashboard and the API show beside the notifications.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub(crate) struct Alerts {
+    /// Its last run is still running, longer than `warn_after` since its
+    /// attempt's row started: for how many seconds.
+    pub(crate) long_running_seconds: Option<f64>,
+    /// Its last run, a scheduled first attempt, started more than
+    /// `late_after` after it was due (its instant plus its jitter delay):
+    /// by how many seconds.
+    pub(crate) late_start_seconds: Option<f64>,
+}
+
+impl Alerts {
+    /// What `last`, the newest run of `job`, says at `now`.
+    pub(crate) fn of(job: Option<&Job>, last: Option<&RunBrief>, now: DateTime<Utc>) -> Alerts {
+        let (Some(job), Some(last)) = (job, last) else {
+            return Alerts::default();
+        };
+        let seconds = |d: chrono::TimeDelta| d.num_milliseconds() as f64 / 1000.0;
+        let beyond = |after: Option<Duration>, d: chrono::TimeDelta| {
+            after
+                .and_then(|after| chrono::TimeDelta::from_std(after).ok())
+                .filter(|after| d > *after)
+                .map(|_| seconds(d))
+        };
+        let started = last.started_at.and_utc();
+        let running = (last.status == RunStatus::Running).then(|| now - started);
+        let due = job.schedule.start_of(last.scheduled_at.and_utc());
+        let scheduled = last.triggered_by == crate::history::Trigger::Schedule && last.attempt == 1;
+        Alerts {
+            long_running_seconds: running.and_then(|d| beyond(job.warn_after, d)),
+            late_start_seconds: scheduled
+                .then(|| beyond(job.late_after, started - due))
+                .flatten(),
+        }
+    }
+
+    /// As the tables say it: `long-running 25m`, `started 3m late`.
+    pub(crate) fn describe(&self) -> Option<String> {
+        let human = |s: f64| humantime::format_duration(Duration::from_secs(s as u64)).to_string();
+        let said: Vec<String> = [
+            self.long_running_seconds
+                .map(|s| format!("long-running {}", human(s))),
+            self.late_start_seconds
+                .map(|s| format!("started {} late", human(s))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!said.is_empty()).then(|| said.join(", "))
+    }
+}
+
 /// A shared lock of the jobs.
 #[derive(Debug)]
 pub(crate) struct LockState {
@@ -566,7 +621,7 @@ mod tests {
 
     use chrono::{DateTime, NaiveDateTime, TimeDelta, Utc};
 
-    use super::{Problem, Seen};
+    use super::{Alerts, Problem, Seen};
     use crate::config::{Config, Environment};
     use crate::history::{RunBrief, RunStatus};
     use crate::lease::LockRow;
@@ -626,6 +681,47 @@ mod tests {
             triggered_by: Default::default(),
             params: None,
         }
+    }
+
+    /// A running run past `warn_after` is long-running, one under it is
+    /// not, nor a finished one; a scheduled first attempt that started more
+    /// than `late_after` after its instant plus jitter started late, one on
+    /// time did not, nor a manual run nor a retry, however late.
+    #[test]
+    fn long_and_late_runs_are_shown_from_the_history() {
+        let text = "[database]\nurl = \"sqlite:///tmp/replicron-fleet-test.db\"\n\n\
+                    [[job]]\nname = \"report\"\nschedule = \"0 * * * *\"\ncommand = \"true\"\n\
+                    warn_after = \"20m\"\nlate_after = \"2m\"\n";
+        let config =
+            Config::parse(Path::new("jobs.toml"), text, &Environment::default()).expect("valid");
+        let job = config.job("report");
+        let of = |run: &RunBrief| Alerts::of(job, Some(run), now());
+        assert_eq!(
+            of(&run(RunStatus::Running, 1, 25 * 60)).long_running_seconds,
+            Some(1500.0)
+        );
+        assert_eq!(of(&run(RunStatus::Running, 1, 15 * 60)), Alerts::default());
+        assert_eq!(
+            of(&run(RunStatus::Succeeded, 1, 25 * 60)),
+            Alerts::default()
+        );
+        let mut late = run(RunStatus::Succeeded, 1, 600);
+        late.scheduled_at = ago(600 + 180);
+        assert_eq!(of(&late).late_start_seconds, Some(180.0));
+        assert_eq!(of(&late).describe().as_deref(), Some("started 3m late"));
+        let mut on_time = late.clone();
+        on_time.scheduled_at = ago(600 + 60);
+        assert_eq!(of(&on_time), Alerts::default());
+        let mut manual = late.clone();
+        manual.triggered_by = crate::history::Trigger::Manual;
+        assert_eq!(of(&manual), Alerts::default());
+        let mut retry = late.clone();
+        retry.attempt = 2;
+        assert_eq!(of(&retry), Alerts::default());
+        assert_eq!(
+            Alerts::of(config.job("report"), None, now()),
+            Alerts::default()
+        );
     }
 
     fn replica(alive: bool) -> Instance {

@@ -44,6 +44,9 @@ pub(crate) struct JobView {
     pub(crate) running_runs: Option<usize>,
     /// Its newest run, without output.
     pub(crate) last_run: Option<RunRecord>,
+    /// Whether that run is long-running or started late.
+    #[serde(flatten)]
+    pub(crate) alerts: fleet::Alerts,
     /// Live replicas that define it differently ("r1 has 1a2b…; r2 has …").
     pub(crate) drift: Option<String>,
     /// What an operator should look at, as `status` says it.
@@ -79,6 +82,12 @@ pub(crate) struct Definition {
     pub(crate) lock_at_most_for_seconds: f64,
     /// The longest delay of a run after its instant, in seconds.
     pub(crate) jitter_seconds: f64,
+    /// A run still going this long after its attempt started is told of
+    /// as `long_running`, in seconds (`None`: never).
+    pub(crate) warn_after_seconds: Option<f64>,
+    /// A run starting more than this after it was due is told of as
+    /// `late_start`, in seconds (`None`: never).
+    pub(crate) late_after_seconds: Option<f64>,
     /// Retries of a failed run.
     pub(crate) retries: u32,
     /// The parameters a triggered run may be given.
@@ -241,6 +250,8 @@ fn definition(config: &Config, job: &crate::config::Job) -> Definition {
         timeout_seconds: job.timeout.as_secs_f64(),
         lock_at_most_for_seconds: job.lock_at_most_for.as_secs_f64(),
         jitter_seconds: job.schedule.jitter().num_milliseconds() as f64 / 1000.0,
+        warn_after_seconds: job.warn_after.map(|d| d.as_secs_f64()),
+        late_after_seconds: job.late_after.map(|d| d.as_secs_f64()),
         retries: job.retries,
         overlap: job.overlap.to_string(),
         params: job
@@ -360,6 +371,7 @@ fn job_view(
             fence: l.fence,
         }),
         last_run: state.last().map(RunRecord::from),
+        alerts: fleet::Alerts::of(job, state.last(), now),
         drift: drift.get(&state.name).map(|d| d.describe()),
         problem: state.problem.clone(),
         recent: state.recent.iter().map(RunRecord::from).collect(),

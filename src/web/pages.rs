@@ -277,6 +277,7 @@ fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
                                 a href={"/runs/" (run.id)} { (status_badge(run.status)) }
                                 " " (since(now, &run.started_at)) br;
                                 span class="muted" { (duration(run.duration_seconds)) " on " (run.instance) }
+                                @if let Some(alerts) = job.alerts.describe() { br; span class="problem alerts" { (alerts) } }
                             } @else { span class="muted" { "never ran" } }
                         }
                         td { (chart(&job.recent, false)) }
@@ -678,6 +679,14 @@ pub(super) async fn job(
                     @if !d.limits.is_empty() { dt { "Limits" } dd { (d.limits.join(", ")) } }
                     dt { "Overlap" } dd { (d.overlap) }
                     dt { "Timeout" } dd { (duration(Some(d.timeout_seconds))) ", lease " (duration(Some(d.lock_at_most_for_seconds))) ", retries " (d.retries) }
+                    @if d.warn_after_seconds.is_some() || d.late_after_seconds.is_some() {
+                        dt { "Alerts" } dd id="alerts" {
+                            @if let Some(w) = d.warn_after_seconds { "long_running after " (duration(Some(w))) }
+                            @if d.warn_after_seconds.is_some() && d.late_after_seconds.is_some() { ", " }
+                            @if let Some(l) = d.late_after_seconds { "late_start after " (duration(Some(l))) }
+                            @if let Some(alerts) = job.alerts.describe() { " · " span class="problem" { "its last run: " (alerts) } }
+                        }
+                    }
                 } @else {
                     dt { "Definition" } dd { "not in the job file (a lease row is left)" }
                 }
