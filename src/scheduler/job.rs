@@ -385,8 +385,8 @@ impl Job {
             return fail(
                 "warn_after",
                 format!(
-                    "{} must be shorter than timeout ({}): the run is stopped before it would be \
-                     told of as long-running",
+                    "{} must be shorter than timeout ({}): it would never fire (the run is \
+                     stopped first)",
                     humantime::format_duration(warn_after),
                     humantime::format_duration(s.timeout)
                 ),

@@ -342,8 +342,8 @@ impl Checker<'_> {
             Some(scope),
             Some(key),
             format!(
-                "warn_after ({}) must be shorter than timeout ({}): the run is stopped before it \
-                 would be told of as long-running",
+                "warn_after ({}) must be shorter than timeout ({}): it would never fire (the run is \
+                 stopped first)",
                 humantime::format_duration(warn_after),
                 humantime::format_duration(settings.timeout)
             ),
