@@ -151,10 +151,11 @@ mod tests {
 
     use chrono::{DateTime, TimeDelta, Utc};
 
-    use crate::history::{RunFilter, RunRow, RunStatus, list_runs};
+    use crate::history::{RunRow, RunStatus};
     use crate::notify::Notify;
     use crate::run::Event;
     use crate::schedule::TokioClock;
+    use crate::scheduler::tests::runs_of;
     use crate::scheduler::{Job, Scheduler};
     use crate::testing::{TestDb, backend_test};
 
@@ -165,21 +166,6 @@ mod tests {
         text.lines()
             .find_map(|line| line.strip_prefix(&prefix))
             .map_or(0, |n| n.trim().parse().expect("a count"))
-    }
-
-    /// Every run of `job`, oldest first.
-    fn runs_of(db: &TestDb, job: &str) -> Vec<RunRow> {
-        let mut rows = list_runs(
-            &mut db.connect(),
-            &RunFilter {
-                job: Some(job.to_string()),
-                limit: 1000,
-                ..Default::default()
-            },
-        )
-        .expect("history");
-        rows.reverse();
-        rows
     }
 
     /// Two replicas; a job whose attempts run 30 minutes each, the first

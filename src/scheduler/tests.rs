@@ -55,7 +55,7 @@ async fn side_by_side(one: SchedulerBuilder, two: SchedulerBuilder, span: Durati
     b.expect("runs");
 }
 
-fn runs_of(db: &TestDb, job: &str) -> Vec<RunRow> {
+pub(super) fn runs_of(db: &TestDb, job: &str) -> Vec<RunRow> {
     let mut rows = list_runs(
         &mut db.connect(),
         &RunFilter {
