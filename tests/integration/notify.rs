@@ -468,3 +468,70 @@ fn the_rules_file_passes_promtool() {
         );
     }
 }
+
+backend_test! {
+    /// Two replicas, a job whose runs take 3 s with `warn_after = "1s"`
+    /// and one whose runs take no time with the same: each slow run
+    /// reaches the webhook once as `long_running`, from the replica that
+    /// holds it, with its run id and `status` running, and is not stopped
+    /// (it succeeds, after its 3 s); the fast job's runs never do.
+    fn a_long_run_is_told_once_by_the_replica_that_holds_it(db: &TestDb) {
+        let server = HookServer::start(Answer::Ok);
+        let config = db.config(&format!(
+            "[notify]\n\
+             webhook = \"{hook}\"\n\
+             on = [\"long_running\", \"late_start\"]\n\
+             timeout = \"5s\"\n\n\
+             [[job]]\nname = \"slow\"\nschedule = \"*/5 * * * * *\"\ncommand = 'sleep 3'\n\
+             warn_after = \"1s\"\ntimeout = \"20s\"\n\n\
+             [[job]]\nname = \"fast\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n\
+             warn_after = \"1s\"\n",
+            hook = server.url("/hook"),
+        ));
+        let replicas: Vec<Replica> = ["n1", "n2"]
+            .iter()
+            .map(|id| Replica::start(&config, id, None, &[]))
+            .collect();
+        for replica in &replicas {
+            replica.wait_for_log("replicron started", Duration::from_secs(20));
+        }
+        std::thread::sleep(Duration::from_secs(12));
+        stop_all(replicas);
+
+        let hooks: Vec<serde_json::Value> = server.to("/hook").iter().map(|h| h.json()).collect();
+        assert!(
+            hooks.iter().all(|h| h["job"] == "slow" && h["event"] == "long_running"),
+            "{hooks:?}"
+        );
+        let slow = history_json(&config, "slow");
+        // The runs that ran their 3 s (not one the shutdown stopped).
+        let whole: Vec<&serde_json::Value> =
+            slow.iter().filter(|r| r["status"] == "succeeded").collect();
+        assert!(!whole.is_empty(), "{slow:?}");
+        for row in &whole {
+            let duration = row["duration_seconds"].as_f64().expect("duration");
+            assert!(duration >= 2.9, "not stopped: {row}");
+            let told: Vec<&serde_json::Value> =
+                hooks.iter().filter(|h| h["history_id"] == row["id"]).collect();
+            assert_eq!(told.len(), 1, "{row}: {hooks:?}");
+            let body = told[0];
+            assert_eq!(body["instance"], row["instance"], "{body}");
+            assert_eq!(body["status"], "running", "{body}");
+            assert_eq!(body["scheduled_at"], row["scheduled_at"], "{body}");
+            assert_eq!(body["duration_seconds"], 1.0, "{body}");
+            assert!(
+                body["text"].as_str().is_some_and(|t| t.contains("is still running after 1s")),
+                "{body}"
+            );
+        }
+        let ids: std::collections::BTreeSet<String> =
+            hooks.iter().map(|h| h["history_id"].to_string()).collect();
+        assert_eq!(ids.len(), hooks.len(), "a run told of twice: {hooks:?}");
+        eprintln!(
+            "{:?}: {} slow runs, {} long_running webhooks",
+            db.kind,
+            slow.len(),
+            hooks.len()
+        );
+    }
+}
