@@ -475,6 +475,7 @@ backend_test! {
     /// reaches the webhook once as `long_running`, from the replica that
     /// holds it, with its run id and `status` running, and is not stopped
     /// (it succeeds, after its 3 s); the fast job's runs never do.
+    /// `status` shows the slow run as long-running while it goes.
     fn a_long_run_is_told_once_by_the_replica_that_holds_it(db: &TestDb) {
         let server = HookServer::start(Answer::Ok);
         let config = db.config(&format!(
@@ -495,7 +496,29 @@ backend_test! {
         for replica in &replicas {
             replica.wait_for_log("replicron started", Duration::from_secs(20));
         }
-        std::thread::sleep(Duration::from_secs(12));
+        let started = std::time::Instant::now();
+        // status shows a slow run past its warn_after while it runs, and
+        // exits 0 for it: it is no problem.
+        let mut shown = serde_json::Value::Null;
+        crate::support::wait_until("status shows a long-running run", Duration::from_secs(12), || {
+            let (code, out, err) = crate::support::run(&config, &["status", "--format", "json"]);
+            let Ok(report) = serde_json::from_str::<serde_json::Value>(&out) else {
+                return false;
+            };
+            let slow = report["jobs"].as_array().into_iter().flatten().find(|j| j["job"] == "slow");
+            match slow.filter(|j| j["long_running_seconds"].as_f64().is_some()) {
+                Some(job) => {
+                    assert_eq!(code, 0, "{out}{err}");
+                    shown = job.clone();
+                    true
+                }
+                None => false,
+            }
+        });
+        assert!(shown["long_running_seconds"].as_f64().is_some_and(|s| s > 1.0), "{shown}");
+        assert_eq!(shown["last_run"]["status"], "running", "{shown}");
+        assert!(shown["late_start_seconds"].is_null(), "{shown}");
+        std::thread::sleep(Duration::from_secs(12).saturating_sub(started.elapsed()));
         stop_all(replicas);
 
         let hooks: Vec<serde_json::Value> = server.to("/hook").iter().map(|h| h.json()).collect();

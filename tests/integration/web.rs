@@ -205,6 +205,14 @@ backend_test! {
         // jobs/{name}
         let (code, job) = get_json(port, "/api/v1/jobs/fine");
         assert_eq!((code, job["name"].as_str()), (200, Some("fine")), "{job}");
+        for (key, value) in [
+            ("long_running_seconds", job.get("long_running_seconds")),
+            ("late_start_seconds", job.get("late_start_seconds")),
+            ("warn_after_seconds", job["definition"].get("warn_after_seconds")),
+            ("late_after_seconds", job["definition"].get("late_after_seconds")),
+        ] {
+            assert_eq!(value, Some(&Value::Null), "{key}: {job}");
+        }
         assert_eq!(get_json(port, "/api/v1/jobs/nope").0, 404);
 
         // runs: filters by job and status, and never output.
