@@ -381,7 +381,7 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "secret_params",
             None,
-            "Which of params hold secrets, as [\"PASSWORD\"]: the audit log writes the values a trigger gives them as [redacted]. Each must be declared in params.",
+            "Which of params hold secrets, as [\"PASSWORD\"]: the run gets their values, while its history rows (history, the API, the dashboard) and the audit log write them as [redacted]. Each must be declared in params.",
         ),
         key(
             "job",

@@ -137,9 +137,22 @@ pub(crate) fn params_of(column: Option<&str>) -> Params {
         .unwrap_or_default()
 }
 
-/// Parameters as the column records them: `None` for none.
-pub(crate) fn params_column(params: &Params) -> Option<String> {
-    (!params.is_empty()).then(|| serde_json::to_string(params).unwrap_or_default())
+/// Parameters as the column records them: `None` for none. The values of
+/// the parameters named in `secret` are written `[redacted]`: the run was given them, its rows and whoever reads them
+/// are not.
+pub(crate) fn params_column(params: &Params, secret: &[String]) -> Option<String> {
+    let shown: std::collections::BTreeMap<&str, &str> = params
+        .iter()
+        .map(|(name, value)| {
+            let value = if secret.contains(name) {
+                crate::db::audit::REDACTED
+            } else {
+                value.as_str()
+            };
+            (name.as_str(), value)
+        })
+        .collect();
+    (!shown.is_empty()).then(|| serde_json::to_string(&shown).unwrap_or_default())
 }
 
 /// RFC 3339, UTC, milliseconds: how replicron writes every time.

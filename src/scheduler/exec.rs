@@ -51,6 +51,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             notify: None,
             gates: Vec::new(),
             overlap: crate::config::Overlap::Skip,
+            secret_params: Vec::new(),
         },
         action: Arc::new(Process {
             command: Command::Exec {

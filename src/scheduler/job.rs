@@ -93,6 +93,9 @@ pub(crate) struct JobSettings {
     pub(crate) notify: Option<Arc<crate::notify::Notify>>,
     /// What an instant that comes while its run is going does.
     pub(crate) overlap: config::Overlap,
+    /// The parameters whose values are secrets (`secret_params`): given to
+    /// the run, written `[redacted]` in its history rows.
+    pub(crate) secret_params: Vec<String>,
 }
 
 /// A shared lock or a limit across jobs: lease rows, one per slot, of which
@@ -163,6 +166,7 @@ impl Default for JobSettings {
             notify: None,
             gates: Vec::new(),
             overlap: config::Overlap::Skip,
+            secret_params: Vec::new(),
         }
     }
 }
@@ -350,6 +354,7 @@ impl Job {
                 notify: job.notify.clone(),
                 gates: Gate::of(job),
                 overlap: job.overlap,
+                secret_params: job.secret_params.clone(),
             },
             action: Some(Arc::new(process)),
             run_on: job.run_on,

@@ -79,7 +79,10 @@ impl<'e> RunRows<'e> {
                 },
                 lease_row: hold.row().map(str::to_string),
                 trigger: recording.trigger,
-                params: crate::history::params_column(&recording.params),
+                params: crate::history::params_column(
+                    &recording.params,
+                    &work.settings.secret_params,
+                ),
             },
             first,
             attempts_before: recording.attempts_before,

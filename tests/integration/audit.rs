@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::support::{Replica, TestDb, backend_test, binary, text, wait_until};
+use crate::support::{Replica, TestDb, backend_test, binary, history_json, text, wait_until};
 use crate::web::{free_port, get_json, http, post_json};
 
 const DEFAULT_TOKEN: &str = "the-default-token-0123456789";
@@ -52,7 +52,7 @@ fn jobs(port: u16) -> String {
     format!(
         "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
          [web]\ntoken_env = \"REPLICRON_TEST_AUDIT_DEFAULT\"\ntokens = {{ ci = \"REPLICRON_TEST_AUDIT_CI\" }}\n\n\
-         [[job]]\nname = \"load\"\nschedule = \"@manual\"\ncommand = 'true'\n\
+         [[job]]\nname = \"load\"\nschedule = \"@manual\"\ncommand = 'test \"$PASSWORD\" != \"[redacted]\"'\n\
          params = [\"TENANT\", \"PASSWORD=none\"]\nsecret_params = [\"PASSWORD\"]\n\n\
          [[job]]\nname = \"hourly\"\nschedule = \"0 * * * *\"\ncommand = 'true'\n"
     )
@@ -168,6 +168,20 @@ backend_test! {
         for secret in [SECRET, DEFAULT_TOKEN, CI_TOKEN] {
             assert!(!whole.contains(secret), "{secret} in the audit log: {whole}");
         }
+        // Nor in the history: the runs were given the value (they succeed
+        // only then), their rows say [redacted].
+        wait_until("the triggered runs to end", Duration::from_secs(20), || {
+            let runs = history_json(&config, "load");
+            !runs.is_empty() && runs.iter().all(|r| r["status"] != "running")
+        });
+        let runs = history_json(&config, "load");
+        let history = serde_json::to_string(&runs).expect("JSON");
+        assert!(!history.contains(SECRET), "the secret in history: {history}");
+        assert!(history.contains("[redacted]"), "{history}");
+        assert!(
+            runs.iter().all(|r| r["status"] == "succeeded"),
+            "{history}"
+        );
         let count = |via: &str, action: &str| rows(&all, via, action).len();
         for (action, n) in [
             ("pause", 2),
