@@ -19,7 +19,25 @@ use crate::support::{
 };
 use crate::web::free_port;
 
-pub(crate) fn http_get(port: u16, path: &str) -> (u16, String) {
+/// The sum of `metric`'s samples whose label `label.0` is `label.1`, on the
+/// replica's `/metrics` at `port`.
+pub(crate) fn metric_total(port: u16, metric: &str, label: (&str, &str)) -> f64 {
+    let (code, body) = http_get(port, "/metrics");
+    assert_eq!(code, 200);
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric && s.labels.get(label.0) == Some(label.1))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            _ => 0.0,
+        })
+        .sum()
+}
+
+fn http_get(port: u16, path: &str) -> (u16, String) {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return (0, String::new());
     };
@@ -576,24 +594,7 @@ fn healthz_follows_the_database_and_metrics_count(kind: Kind) {
             http_get(port, "/healthz").0 == 200
         });
 
-        let count_runs = || -> f64 {
-            let (code, body) = http_get(port, "/metrics");
-            assert_eq!(code, 200);
-            let lines = body.lines().map(|l| Ok(l.to_string()));
-            let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
-            scrape
-                .samples
-                .iter()
-                .filter(|s| {
-                    s.metric == "replicron_runs_total"
-                        && s.labels.get("status") == Some("succeeded")
-                })
-                .map(|s| match s.value {
-                    prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
-                    _ => 0.0,
-                })
-                .sum()
-        };
+        let count_runs = || metric_total(port, "replicron_runs_total", ("status", "succeeded"));
         wait_until("a run counted", Duration::from_secs(10), || {
             count_runs() >= 1.0
         });

@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use crate::hooks::{Answer, HookServer};
-use crate::operate::http_get;
+use crate::operate::metric_total;
 use crate::support::{Replica, TestDb, history_json, wait_until};
 use crate::web::free_port;
 
@@ -293,22 +293,12 @@ fn a_receiver_that_is_down_delays_no_run() {
     let env = [("OTEL_BSP_SCHEDULE_DELAY", "200")];
     let replicas = vec![Replica::start(&config, "solo", None, &env)];
     replicas[0].wait_for_log("replicron started", Duration::from_secs(20));
-    let dropped = || -> f64 {
-        let (_, body) = http_get(metrics, "/metrics");
-        let lines = body.lines().map(|l| Ok(l.to_string()));
-        let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
-        scrape
-            .samples
-            .iter()
-            .filter(|s| {
-                s.metric == "replicron_trace_spans_dropped_total"
-                    && s.labels.get("reason") == Some("not_accepted")
-            })
-            .map(|s| match s.value {
-                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
-                _ => 0.0,
-            })
-            .sum()
+    let dropped = || {
+        metric_total(
+            metrics,
+            "replicron_trace_spans_dropped_total",
+            ("reason", "not_accepted"),
+        )
     };
     std::thread::sleep(Duration::from_secs(6));
     wait_until("dropped spans counted", Duration::from_secs(20), || {
