@@ -350,7 +350,7 @@ mod the_dashboard_in_a_browser {
             assert!(flash.contains("paused on every replica"), "{flash}");
             let paused = paused_in_database(&config);
             assert_eq!(paused["reason"], "from the page", "{paused}");
-            assert_eq!(paused["by"], "web@web-browser", "{paused}");
+            assert_eq!(paused["by"], "token default@web-browser", "{paused}");
             let paused_page = save(&client, &format!("{kind}-job-paused")).await;
             step("paused from the page");
             client

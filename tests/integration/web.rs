@@ -306,7 +306,7 @@ backend_test! {
         let status: Value = serde_json::from_str(&status).expect("status JSON");
         let row = status["jobs"].as_array().expect("jobs").iter().find(|j| j["job"] == "on-demand").cloned().expect("on-demand");
         assert_eq!(row["paused"]["reason"], "maintenance", "status exit {code}: {row}");
-        assert_eq!(row["paused"]["by"], "api@web-api", "{row}");
+        assert_eq!(row["paused"]["by"], "token default@web-api", "{row}");
         let (_, job) = get_json(port, "/api/v1/jobs/on-demand");
         assert_eq!(job["paused"]["reason"], "maintenance", "{job}");
         // A paused job is triggered only with force.
