@@ -29,3 +29,18 @@ impl TestDb {
         crate::db::establish(&self.database_url()).expect("connect")
     }
 }
+
+/// Every run of `job` in `db`'s history, oldest first.
+pub(crate) fn runs_of(db: &TestDb, job: &str) -> Vec<crate::history::RunRow> {
+    let mut rows = crate::history::list_runs(
+        &mut db.connect(),
+        &crate::history::RunFilter {
+            job: Some(job.to_string()),
+            limit: 100_000,
+            ..Default::default()
+        },
+    )
+    .expect("history");
+    rows.reverse();
+    rows
+}

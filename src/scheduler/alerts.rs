@@ -154,10 +154,10 @@ mod tests {
     use crate::history::{RunRow, RunStatus};
     use crate::notify::Notify;
     use crate::run::Event;
+    #[cfg(feature = "sqlite")]
     use crate::schedule::TokioClock;
-    use crate::scheduler::tests::runs_of;
     use crate::scheduler::{Job, Scheduler};
-    use crate::testing::{TestDb, backend_test};
+    use crate::testing::{TestDb, backend_test, runs_of};
 
     /// How often `metric` counted `job` in this process.
     fn counted(metric: &str, job: &str) -> u64 {
@@ -174,6 +174,7 @@ mod tests {
     /// (by the replica that holds it, not once per replica nor per
     /// attempt), and is not stopped: both its attempts run to their end.
     /// The fast run is never told of. On a paused clock.
+    #[cfg(feature = "sqlite")]
     #[tokio::test(start_paused = true)]
     async fn a_long_run_is_told_of_once_and_goes_on() {
         let _ = crate::telemetry::install();

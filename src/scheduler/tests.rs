@@ -11,9 +11,9 @@ use std::time::Duration;
 use chrono::{DateTime, DurationRound as _, TimeDelta, Utc};
 
 use super::{Job, Scheduler, SchedulerBuilder};
-use crate::history::{RunFilter, RunRow, RunStatus, Trigger, list_runs};
+use crate::history::{RunRow, RunStatus, Trigger};
 use crate::schedule::{Clock, TokioClock};
-use crate::testing::TestDb;
+use crate::testing::{TestDb, runs_of};
 
 fn utc(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
@@ -31,7 +31,6 @@ fn config_of(text: &str) -> crate::config::Config {
     .expect("config")
 }
 
-/// Every run of `job`, oldest first.
 /// A replica `id` with one job, on `db` and the test's virtual `clock`.
 fn replica_of(db: &TestDb, clock: &Arc<TokioClock>, id: &str, job: Job) -> SchedulerBuilder {
     Scheduler::builder(db.url.as_str())
@@ -53,20 +52,6 @@ async fn side_by_side(one: SchedulerBuilder, two: SchedulerBuilder, span: Durati
     );
     a.expect("runs");
     b.expect("runs");
-}
-
-pub(super) fn runs_of(db: &TestDb, job: &str) -> Vec<RunRow> {
-    let mut rows = list_runs(
-        &mut db.connect(),
-        &RunFilter {
-            job: Some(job.to_string()),
-            limit: 100_000,
-            ..Default::default()
-        },
-    )
-    .expect("history");
-    rows.reverse();
-    rows
 }
 
 /// A job that panics at every run, beside one that counts: each panic is
