@@ -1574,8 +1574,35 @@ async fn a_dependent_run_nobody_started_is_recorded_missed() {
 /// A library job runs inside its run's span, which its context carries:
 /// with the embedding service's own OpenTelemetry layer, the context's
 /// `traceparent()` names that span, the same for each attempt.
+///
+/// In a process of its own: `tracing` caches whether a span is wanted
+/// across the threads of a process, and the other tests, with no
+/// subscriber, race with this one's.
+#[test]
+fn a_library_job_has_its_runs_span_and_trace_context() {
+    let me = std::env::current_exe().expect("the test binary");
+    let output = std::process::Command::new(me)
+        .args([
+            "--exact",
+            "scheduler::tests::library_span_child",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .output()
+        .expect("run the test binary");
+    assert!(
+        output.status.success() && String::from_utf8_lossy(&output.stdout).contains("1 passed"),
+        "{:?}\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The child the test above starts (hence ignored on its own).
 #[tokio::test(start_paused = true)]
-async fn a_library_job_has_its_runs_span_and_trace_context() {
+#[ignore = "a child process of a_library_job_has_its_runs_span_and_trace_context, which runs it"]
+async fn library_span_child() {
     use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     use tracing_subscriber::layer::SubscriberExt as _;
