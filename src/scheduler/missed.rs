@@ -291,6 +291,11 @@ async fn dependent_instants(
             }
         }
     }
+    // A parent's run may be recorded up to LATE_LIMIT after its instant (a
+    // replica that claimed it late, a node that stalled its write), after
+    // the runs of its later instants: the mark stays behind what may still
+    // appear, so that such an instant is checked once it does.
+    let mark = mark.min(now - crate::schedule::LATE_LIMIT).max(from);
     Ok((instants, mark))
 }
 

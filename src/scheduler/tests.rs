@@ -1571,6 +1571,78 @@ async fn a_dependent_run_nobody_started_is_recorded_missed() {
     );
 }
 
+/// A parent's run recorded after the runs of its later instants (its
+/// replica claimed it late, or its database node held the write) is not
+/// passed over: the dependent job, which ran the later instant first, has
+/// the earlier one recorded `missed` once its parent's run is seen, never
+/// left neither run nor accounted for. On a paused clock, the parent's runs
+/// written by the test as another replica would.
+#[tokio::test(start_paused = true)]
+async fn a_parent_run_recorded_late_is_missed_not_forgotten() {
+    use crate::db::schema::replicron_runs::dsl as runs;
+    use diesel::prelude::*;
+
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"*/10 * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nafter = [\"a\"]\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let b = config.jobs.iter().find(|j| j.name == "b").expect("b");
+    let replica = Scheduler::builder(db.url.as_str())
+        .clock(clock.clone())
+        .instance_id("one")
+        .job(Job::from_config(b).run(|_| async { Ok::<(), String>(()) }))
+        .build()
+        .await
+        .expect("build");
+    // a's run of `instant`, ended `ended` after its start at `start`.
+    let parent_ran = |instant: &str, start: &str| {
+        let mut conn = db.connect();
+        let id = run_left_by(&mut conn, "a", utc(instant), "elsewhere", 1, None);
+        let start = utc(start);
+        diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+            .set((
+                runs::started_at.eq(start.naive_utc()),
+                runs::finished_at.eq(Some((start + TimeDelta::seconds(1)).naive_utc())),
+                runs::status.eq(RunStatus::Succeeded),
+            ))
+            .execute(&mut conn)
+            .expect("end");
+    };
+    let writes = async {
+        // 00:03:00's run is seen first; b runs it.
+        tokio::time::sleep(Duration::from_secs(152)).await;
+        parent_ran("2027-03-01T00:03:00Z", "2027-03-01T00:03:00Z");
+        // 00:02:50's, claimed 8 s late, is seen only afterwards (its
+        // node held the write), after the check for missed instants
+        // went past 00:02:50.
+        tokio::time::sleep(Duration::from_secs(13)).await;
+        parent_ran("2027-03-01T00:02:50Z", "2027-03-01T00:02:58Z");
+    };
+    let (ran, ()) = tokio::join!(
+        replica.run_until(tokio::time::sleep(Duration::from_secs(5 * 60))),
+        writes
+    );
+    ran.expect("runs");
+    let mut b_rows = runs_of(&db, "b");
+    b_rows.sort_by_key(|r| r.scheduled_at);
+    let b: Vec<(String, RunStatus)> = b_rows
+        .iter()
+        .map(|r| (r.scheduled_at.format("%H:%M:%S").to_string(), r.status))
+        .collect();
+    assert_eq!(
+        b,
+        [
+            ("00:02:50".to_string(), RunStatus::Missed),
+            ("00:03:00".to_string(), RunStatus::Succeeded),
+        ]
+    );
+}
+
 /// A library job runs inside its run's span, which its context carries:
 /// with the embedding service's own OpenTelemetry layer, the context's
 /// `traceparent()` names that span, the same for each attempt.
