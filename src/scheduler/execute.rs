@@ -355,7 +355,8 @@ async fn run_attempt(
             starting.record("pid", pid.map(i64::from));
             drop(starting);
             let late = engine.clock.now() - recording.due.unwrap_or(due);
-            telemetry::start_lateness(&job.name, late.to_std().unwrap_or_default());
+            let late_by = late.to_std().unwrap_or_default();
+            telemetry::start_lateness(&job.name, late_by);
             info!(
                 pid,
                 late_ms = late.num_milliseconds(),
@@ -367,7 +368,7 @@ async fn run_attempt(
                 attempt,
                 instant,
                 trigger: recording.trigger,
-                late: late.to_std().unwrap_or_default(),
+                late: late_by,
             });
             None
         }

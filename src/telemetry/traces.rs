@@ -374,7 +374,7 @@ impl SpanProcessor for Gate {
 impl Gate {
     /// A `claim` span starts when its claim was sent, and so does its run.
     fn claimed_at(&self, span: &mut SpanData) {
-        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let claims = || self.claims.lock().unwrap_or_else(|e| e.into_inner());
         match span.name.as_ref() {
             "claim" => {
                 let sent = span.attributes.iter().find_map(|a| match a.value {
@@ -386,11 +386,11 @@ impl Gate {
                         .end_time
                         .checked_sub(Duration::from_micros(us.max(0) as u64))
                         .unwrap_or(span.start_time);
-                    claims.insert(span.parent_span_id, span.start_time);
+                    claims().insert(span.parent_span_id, span.start_time);
                 }
             }
             "run" => {
-                if let Some(sent) = claims.remove(&span.span_context.span_id()) {
+                if let Some(sent) = claims().remove(&span.span_context.span_id()) {
                     span.start_time = span.start_time.min(sent);
                 }
             }
