@@ -269,6 +269,12 @@ pub(crate) fn all() -> Vec<Key> {
             Some("1.0"),
             "The share of runs traced, 0 to 1, by trace id. OTEL_TRACES_SAMPLER wins over it.",
         ),
+        key(
+            "telemetry",
+            "trace_url",
+            None,
+            "A trace viewer's URL of one trace, with {trace_id} (and optionally {span_id}, the run span's) in it, such as http://jaeger:16686/trace/{trace_id}: the dashboard links each run to its trace. Only runs the sample_ratio keeps have one, and only those get the link.",
+        ),
     ];
     keys.extend(
         SETTINGS

@@ -46,6 +46,7 @@ pub(super) struct RawTelemetry {
     pub protocol: Option<S<String>>,
     pub service_name: Option<S<String>>,
     pub sample_ratio: Option<S<f64>>,
+    pub trace_url: Option<S<String>>,
 }
 
 /// The keys a job may take from `[defaults]` or set itself.

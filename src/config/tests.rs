@@ -1361,11 +1361,21 @@ fn telemetry_keys_are_checked() {
             "between 0 and 1",
         ),
         ("headers = \"x\"", "telemetry.headers", "unknown field"),
+        (
+            "trace_url = \"http://jaeger:16686/trace/\"",
+            "telemetry.trace_url",
+            "no {trace_id}",
+        ),
+        (
+            "trace_url = \"jaeger/{trace_id}\"",
+            "telemetry.trace_url",
+            "not an http:// or https:// URL",
+        ),
     ] {
         one_error(&format!("{DB}[telemetry]\n{body}\n"), 4, None, key, needle);
     }
     let config = parse(&format!(
-        "{DB}[telemetry]\nendpoint = \"https://otel.example:4318\"\nprotocol = \"http/json\"\nservice_name = \"cron\"\nsample_ratio = 0.25\n"
+        "{DB}[telemetry]\nendpoint = \"https://otel.example:4318\"\nprotocol = \"http/json\"\nservice_name = \"cron\"\nsample_ratio = 0.25\ntrace_url = \"http://jaeger:16686/trace/{{trace_id}}\"\n"
     ))
     .expect("valid");
     assert_eq!(
@@ -1375,6 +1385,7 @@ fn telemetry_keys_are_checked() {
             protocol: Some("http/json".into()),
             service_name: Some("cron".into()),
             sample_ratio: Some(0.25),
+            trace_url: Some("http://jaeger:16686/trace/{trace_id}".into()),
         }
     );
 }

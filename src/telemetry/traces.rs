@@ -44,6 +44,9 @@ pub(crate) struct TelemetryConfig {
     pub(crate) service_name: Option<String>,
     /// The share of runs traced, 0 to 1 (default all).
     pub(crate) sample_ratio: Option<f64>,
+    /// A trace viewer's URL of a trace, `{trace_id}` (and `{span_id}`, the
+    /// run span's) in it: the dashboard links each run to its trace.
+    pub(crate) trace_url: Option<String>,
 }
 
 /// Spans waiting for the exporter at most; past it, a span is dropped.
@@ -441,6 +444,72 @@ pub(crate) fn run_ids(job: &str, instant: DateTime<Utc>, fence: i64) -> (TraceId
     (TraceId::from_bytes(trace), SpanId::from_bytes(span))
 }
 
+/// `[telemetry] trace_url` as written, trimmed, if it is an http(s) URL
+/// with `{trace_id}` in it; else why not.
+pub(crate) fn check_trace_url(url: &str) -> Result<String, String> {
+    let url = url.trim();
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(rest)
+            if !rest.is_empty()
+                && !rest.starts_with(['/', '{'])
+                && !url.contains(char::is_whitespace) =>
+        {
+            if url.contains("{trace_id}") {
+                Ok(url.to_string())
+            } else {
+                Err(format!(
+                    "{url:?} has no {{trace_id}}: a trace viewer's URL of one trace, such as http://jaeger:16686/trace/{{trace_id}}"
+                ))
+            }
+        }
+        _ => Err(format!(
+            "{url:?} is not an http:// or https:// URL (a trace viewer's, such as http://jaeger:16686/trace/{{trace_id}})"
+        )),
+    }
+}
+
+/// Whether a run with trace id `trace` is traced under `[telemetry]
+/// sample_ratio` (unset: every run), as the exporter's sampler decides it
+/// (a run span is a root: its trace id alone decides).
+fn kept(file: &TelemetryConfig, trace: TraceId) -> bool {
+    use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample as _};
+    let Some(ratio) = file.sample_ratio else {
+        return true;
+    };
+    let decision = Sampler::TraceIdRatioBased(ratio)
+        .should_sample(
+            None,
+            trace,
+            "run",
+            &opentelemetry::trace::SpanKind::Internal,
+            &[],
+            &[],
+        )
+        .decision;
+    decision == SamplingDecision::RecordAndSample
+}
+
+/// The trace viewer's URL of a run's trace (`[telemetry] trace_url`, its
+/// `{trace_id}` and `{span_id}` filled in), if one is set and the run's
+/// trace is one `sample_ratio` keeps.
+pub(crate) fn trace_link(
+    file: &TelemetryConfig,
+    job: &str,
+    instant: DateTime<Utc>,
+    fence: i64,
+) -> Option<String> {
+    let template = file.trace_url.as_deref()?;
+    let (trace, span) = run_ids(job, instant, fence);
+    kept(file, trace).then(|| {
+        template
+            .replace("{trace_id}", &trace.to_string())
+            .replace("{span_id}", &span.to_string())
+    })
+}
+
 /// Starts `span` (a run's, a root) with its run's ids, when traces are on.
 pub(crate) fn start_run(span: &tracing::Span, job: &str, instant: DateTime<Utc>, fence: i64) {
     if PROVIDER.get().is_none() {
@@ -529,6 +598,7 @@ mod tests {
             protocol: Some("http/protobuf".into()),
             service_name: Some("cron".into()),
             sample_ratio: Some(0.5),
+            trace_url: None,
         };
         let env = |name: &str| {
             match name {
@@ -571,5 +641,76 @@ mod tests {
         assert_ne!(run_ids("a", at, 1), run_ids("b", at, 1));
         let (trace, span) = run_ids("a", at, 1);
         assert!(trace != TraceId::INVALID && span != SpanId::INVALID);
+    }
+
+    #[test]
+    fn a_trace_url_needs_http_and_a_trace_id() {
+        assert_eq!(
+            check_trace_url(" http://jaeger:16686/trace/{trace_id} ").as_deref(),
+            Ok("http://jaeger:16686/trace/{trace_id}")
+        );
+        assert!(check_trace_url("https://tempo.example/explore?t={trace_id}&s={span_id}").is_ok());
+        for (bad, needle) in [
+            ("jaeger:16686/trace/{trace_id}", "not an http"),
+            ("ftp://jaeger/{trace_id}", "not an http"),
+            ("http://", "not an http"),
+            ("http://jaeger/trace/ {trace_id}", "not an http"),
+            ("http://jaeger:16686/trace/", "no {trace_id}"),
+        ] {
+            let problem = check_trace_url(bad).expect_err(bad);
+            assert!(problem.contains(needle), "{bad}: {problem}");
+        }
+    }
+
+    #[test]
+    fn a_runs_trace_link_is_its_ids_in_the_template() {
+        let instant = "2026-11-27T10:00:00Z".parse().unwrap();
+        let (trace, span) = run_ids("backup", instant, 7);
+        let mut file = TelemetryConfig::default();
+        assert_eq!(trace_link(&file, "backup", instant, 7), None);
+        file.trace_url = Some("http://jaeger:16686/trace/{trace_id}?uiFind={span_id}".into());
+        assert_eq!(
+            trace_link(&file, "backup", instant, 7).as_deref(),
+            Some(format!("http://jaeger:16686/trace/{trace}?uiFind={span}").as_str())
+        );
+        assert_eq!(trace.to_string().len(), 32);
+        assert_eq!(span.to_string().len(), 16);
+    }
+
+    /// With a sample ratio, a run gets a link exactly when the exporter's
+    /// sampler keeps its trace.
+    #[test]
+    fn only_sampled_runs_get_a_trace_link() {
+        use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample as _};
+        let instant: DateTime<Utc> = "2026-11-27T10:00:00Z".parse().unwrap();
+        let mut file = TelemetryConfig {
+            trace_url: Some("http://v/{trace_id}".into()),
+            sample_ratio: Some(0.0),
+            ..TelemetryConfig::default()
+        };
+        assert!((0..50).all(|fence| trace_link(&file, "j", instant, fence).is_none()));
+        file.sample_ratio = Some(1.0);
+        assert!((0..50).all(|fence| trace_link(&file, "j", instant, fence).is_some()));
+        file.sample_ratio = Some(0.3);
+        let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(0.3)));
+        let mut linked = 0;
+        for fence in 0..1000 {
+            let (trace, _) = run_ids("j", instant, fence);
+            let sampled = sampler
+                .should_sample(
+                    None,
+                    trace,
+                    "run",
+                    &opentelemetry::trace::SpanKind::Internal,
+                    &[],
+                    &[],
+                )
+                .decision
+                == SamplingDecision::RecordAndSample;
+            let link = trace_link(&file, "j", instant, fence);
+            assert_eq!(link.is_some(), sampled, "fence {fence}");
+            linked += usize::from(sampled);
+        }
+        assert!((200..400).contains(&linked), "{linked} of 1000 kept at 0.3");
     }
 }

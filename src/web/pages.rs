@@ -559,7 +559,23 @@ pub(super) async fn audit(
     .into_response()
 }
 
-fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
+/// The trace viewer's URL of `run`'s trace (`[telemetry] trace_url`), if
+/// one is set and its trace is sampled.
+fn trace_href(telemetry: &crate::config::TelemetryConfig, run: &RunRecord) -> Option<String> {
+    let instant = DateTime::parse_from_rfc3339(&run.scheduled_at).ok()?;
+    crate::telemetry::traces::trace_link(
+        telemetry,
+        &run.job,
+        instant.with_timezone(&Utc),
+        run.fence,
+    )
+}
+
+fn runs_table(
+    runs: &[RunRecord],
+    now: DateTime<Utc>,
+    telemetry: &crate::config::TelemetryConfig,
+) -> Markup {
     html! {
         table id="runs" {
             thead { tr { th { "Run" } th { "Instant" } th { "Attempt" } th { "Trigger" } th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" } } }
@@ -567,7 +583,10 @@ fn runs_table(runs: &[RunRecord], now: DateTime<Utc>) -> Markup {
                 @if runs.is_empty() { tr { td colspan="9" class="muted" { "No runs yet." } } }
                 @for run in runs {
                     tr class="run" data-status=(run.status.as_str()) {
-                        td class="num" { a href={"/runs/" (run.id)} { (run.id) } }
+                        td class="num" {
+                            a href={"/runs/" (run.id)} { (run.id) }
+                            @if let Some(href) = trace_href(telemetry, run) { br; a class="trace" href=(href) rel="noreferrer" { "trace" } }
+                        }
                         td { (run.scheduled_at) }
                         td class="num" { (run.attempt) }
                         td { (run.triggered_by.as_str()) }
@@ -712,7 +731,7 @@ pub(super) async fn job(
             }
             (action_forms(job, &caller))
             h2 { "Runs" }
-            (runs_table(&page.runs, now))
+            (runs_table(&page.runs, now, &config.telemetry))
             @if let Some(cursor) = &page.next_cursor {
                 p { a href={"/jobs/" (encode(&name)) "?before=" (cursor)} { "Older runs →" } }
             }
@@ -786,6 +805,9 @@ pub(super) async fn run(
                 dt { "Finished" } dd { (run.finished_at.clone().unwrap_or_else(|| "-".to_string())) }
                 dt { "Duration" } dd { (duration(run.duration_seconds)) }
                 dt { "Exit code" } dd { @if let Some(c) = run.exit_code { (c) } @else { "-" } }
+                @if let Some(href) = trace_href(&web.config().telemetry, &run) {
+                    dt { "Trace" } dd { a id="trace" class="trace" href=(href) rel="noreferrer" { "trace of run " (run.id) } }
+                }
             }
             h2 { "Output (its tail, as kept in the history)" }
             pre class="output" id="output" { (run.output.clone().unwrap_or_default()) }

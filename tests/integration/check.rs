@@ -213,6 +213,43 @@ fn unknown_keys_are_named_with_their_line() {
     );
 }
 
+/// `[telemetry] trace_url` must be a trace viewer's http(s) URL with
+/// `{trace_id}`: a bad one is named with its key and line.
+#[test]
+fn a_trace_url_without_its_trace_id_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (url, needle) in [
+        ("http://jaeger:16686/trace/", "has no {trace_id}"),
+        (
+            "jaeger:16686/trace/{trace_id}",
+            "not an http:// or https:// URL",
+        ),
+    ] {
+        let path = write(
+            dir.path(),
+            &format!("{DB}[telemetry]\ntrace_url = \"{url}\"\n"),
+        );
+        let output = replicron(&["check", "--config", &path]);
+        let (_, err) = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{err}");
+        let line = err
+            .lines()
+            .find(|l| l.contains("trace_url"))
+            .unwrap_or_else(|| panic!("no trace_url in {err}"));
+        assert!(line.starts_with(&format!("{path}:4: ")), "{err}");
+        assert!(line.contains(needle), "{err}");
+    }
+    let path = write(
+        dir.path(),
+        &format!(
+            "{DB}[telemetry]\ntrace_url = \"https://tempo.example/trace/{{trace_id}}?span={{span_id}}\"\n"
+        ),
+    );
+    let output = replicron(&["check", "--config", &path]);
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+}
+
 #[test]
 fn a_missing_file_or_url_is_an_error_not_a_default() {
     let output = replicron(&["check", "--config", "/nonexistent/jobs.toml"]);

@@ -331,3 +331,89 @@ fn a_receiver_that_is_down_delays_no_run() {
         "an instant missing: {instants:?}"
     );
 }
+
+/// `[telemetry] trace_url` with a sample ratio of one half: a run's page
+/// and its job's runs table link to the trace viewer exactly for the runs
+/// whose trace the receiver got, with that trace's id and its run span's.
+#[test]
+fn a_runs_page_links_to_its_trace_when_it_was_sampled() {
+    let db = TestDb::sqlite();
+    let receiver = HookServer::start(Answer::Ok);
+    let port = free_port();
+    let jobs = format!(
+        "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+         [telemetry]\nendpoint = {endpoint:?}\nprotocol = \"http/json\"\nservice_name = \"nightly-cron\"\n\
+         sample_ratio = 0.5\ntrace_url = \"http://viewer.test/trace/{{trace_id}}?span={{span_id}}\"\n\n\
+         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\ncommand = 'true'\n",
+        endpoint = receiver.url(""),
+    );
+    let config = db.config(&jobs);
+    db.migrate();
+    let env = [("OTEL_BSP_SCHEDULE_DELAY", "200")];
+    let replicas = vec![Replica::start(&config, "solo", None, &env)];
+    wait_until("12 runs", Duration::from_secs(40), || {
+        history_json(&config, "tick")
+            .iter()
+            .filter(|r| r["status"] == "succeeded")
+            .count()
+            >= 12
+    });
+    // The last spans leave at the exit.
+    let pages: Vec<(Value, String)> = history_json(&config, "tick")
+        .into_iter()
+        .filter(|r| r["status"] == "succeeded")
+        .map(|run| {
+            let (code, _, page) =
+                crate::web::http(port, "GET", &format!("/runs/{}", run["id"]), &[], "");
+            assert_eq!(code, 200, "{page}");
+            (run, page)
+        })
+        .collect();
+    let (_, _, table) = crate::web::http(port, "GET", "/jobs/tick", &[], "");
+    stop(replicas);
+    let spans = spans(&receiver);
+    let (mut linked, mut unlinked) = (0, 0);
+    for (run, page) in &pages {
+        let span = spans.iter().find(|s| {
+            s.name == "run" && s.text("instant") == run["scheduled_at"].as_str().expect("instant")
+        });
+        match span {
+            Some(span) => {
+                let href = format!(
+                    "href=\"http://viewer.test/trace/{}?span={}\"",
+                    span.trace, span.id
+                );
+                assert!(
+                    page.contains(&href),
+                    "no {href} on the page of {run}: {page}"
+                );
+                assert!(page.contains("id=\"trace\""), "{page}");
+                linked += 1;
+            }
+            None => {
+                assert!(
+                    !page.contains("viewer.test"),
+                    "a trace link for {run}, not sampled: {page}"
+                );
+                unlinked += 1;
+            }
+        }
+    }
+    assert!(
+        linked > 0 && unlinked > 0,
+        "{linked} runs traced, {unlinked} not"
+    );
+    let in_table = table
+        .matches("class=\"trace\" href=\"http://viewer.test/trace/")
+        .count();
+    assert!(in_table > 0, "no trace link in the runs table: {table}");
+    for span in spans.iter().filter(|s| s.name == "run") {
+        let href = format!("http://viewer.test/trace/{}?span={}", span.trace, span.id);
+        let listed = table.contains(&format!("/runs/{}\"", span.attr("run_id")));
+        assert!(
+            !listed || table.contains(&href),
+            "run {} listed without {href}",
+            span.attr("run_id")
+        );
+    }
+}

@@ -117,11 +117,21 @@ impl Checker<'_> {
                 None
             }
         });
+        let trace_url = raw.trace_url.and_then(|given| {
+            match crate::telemetry::traces::check_trace_url(given.get_ref()) {
+                Ok(url) => Some(url),
+                Err(problem) => {
+                    self.report(Some(given.span()), scope, Some("trace_url"), problem);
+                    None
+                }
+            }
+        });
         TelemetryConfig {
             endpoint,
             protocol,
             service_name,
             sample_ratio,
+            trace_url,
         }
     }
 
