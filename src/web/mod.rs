@@ -7,6 +7,7 @@
 //! it. What is shown comes from [`data`], which reads through the store.
 
 mod api;
+mod assets;
 mod auth;
 pub(crate) mod data;
 pub(crate) mod listener;
@@ -188,6 +189,8 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/api/v1/audit", get(api::audit))
         .route("/api/v1/notifications", get(api::notifications))
         .route("/api/v1/openapi.json", get(api::openapi))
+        .route("/static/{name}", get(assets::file))
+        .route("/favicon.ico", get(assets::favicon))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(not_found)
@@ -290,16 +293,20 @@ async fn json_errors(request: axum::extract::Request, next: axum::middleware::Ne
     Response::from_parts(parts, axum::body::Body::from(body))
 }
 
-/// No script runs on these pages, nothing is framed, forms post only to
+/// No script runs on these pages but the dashboard's own file, which
+/// fetches only from the dashboard; nothing is framed, forms post only to
 /// the dashboard itself, and nothing is kept by a browser or a proxy (pages
-/// hold runs' output, signed-in pages their forms' tokens).
+/// hold runs' output, signed-in pages their forms' tokens) but the static
+/// files, which say so themselves.
 async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     headers.insert(
@@ -336,7 +343,21 @@ async fn healthz(State(web): State<Shared>) -> Response {
     }
 }
 
-async fn not_found() -> Response {
+async fn not_found(
+    State(web): State<Shared>,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    // A browser is shown a page it can leave by its links; the API's
+    // clients keep their JSON.
+    let wants_page = !uri.path().starts_with("/api/")
+        && headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|accept| accept.contains("text/html"));
+    if wants_page {
+        return pages::not_found(&web, &headers).await;
+    }
     (
         StatusCode::NOT_FOUND,
         axum::Json(serde_json::json!({

@@ -1,8 +1,10 @@
 //! The dashboard: HTML rendered on the server with maud, which escapes
 //! every string it is given (a job's output of `<script>` is shown as
-//! text). The pages need no JavaScript: they refresh themselves with a
-//! `<meta http-equiv="refresh">`, the durations chart is inline SVG, and
-//! actions are HTML forms that POST with a CSRF token.
+//! text). The pages need no JavaScript: the durations chart is inline SVG
+//! and actions are HTML forms that POST with a CSRF token. Where the
+//! dashboard's one script runs (`/static/replicron.js`, the only script the
+//! CSP allows), it keeps a page's live part fresh without reloading it;
+//! without it, a page is reloaded by hand.
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -15,7 +17,7 @@ use tracing::{info, warn};
 
 use super::auth::{Caller, same_origin};
 use super::data::{self, CHART_RUNS, InstanceView, JobView, Recent};
-use super::{ActionParams, Shared};
+use super::{ActionParams, Shared, assets};
 use crate::db::audit::{Actor, Via};
 use crate::history::{RunFilter, RunRecord, RunStatus};
 
@@ -25,34 +27,46 @@ const REFRESH: u32 = 5;
 const RUNS_PER_PAGE: i64 = 100;
 
 const STYLE: &str = r#"
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
-header{background:#1d2330;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center;flex-wrap:wrap}
+:root{color-scheme:light dark;--fg:#1d2330;--bg:#f6f7f9;--panel:#fff;--border:#d5d9e0;--thead:#eef0f3;--muted:#50576a;--link:#1a56c4;--ok:#1b7a43;--bad:#c62828;--warn:#a65a00;--run:#2456c7;--idle:#5f6673;--problem:#b02a2a;--good-bg:#e7f5ec;--bad-bg:#fbeaea;--focus:#1a56c4}
+@media (prefers-color-scheme:dark){:root{--fg:#e4e7ed;--bg:#111418;--panel:#1b1f27;--border:#353b47;--thead:#252a34;--muted:#a9b0bd;--link:#8db4ff;--problem:#ff9a92;--good-bg:#173523;--bad-bg:#3d1a1a;--focus:#8db4ff}}
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:var(--fg);background:var(--bg)}
+a{color:var(--link)}
+:focus-visible{outline:3px solid var(--focus);outline-offset:2px}
+.skip{position:absolute;left:-999px;top:0;background:var(--panel);color:var(--link);padding:6px 10px;z-index:2}
+.skip:focus{left:8px}
+header{background:#1d2330;color:#fff;padding:8px 16px;display:flex;gap:8px 16px;align-items:center;flex-wrap:wrap}
 header a{color:#fff;text-decoration:none;font-weight:600}
-header .meta{color:#aab;font-size:12px;margin-left:auto}
+header a:hover,header a:focus-visible{text-decoration:underline}
+header :focus-visible{outline-color:#fff}
+header .meta{color:#c5cad3;font-size:12px;margin-left:auto}
 header form{display:inline;margin:0}
 main{padding:12px 16px}
-h1{font-size:20px;margin:8px 0}
+h1{font-size:20px;margin:8px 0;overflow-wrap:anywhere}
 h2{font-size:16px;margin:20px 0 8px}
-table{border-collapse:collapse;background:#fff;width:100%;box-shadow:0 1px 2px #0001}
-th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #e4e6eb;vertical-align:top}
-th{background:#eef0f3;font-weight:600;font-size:12px;text-transform:uppercase;color:#556}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;background:var(--panel);width:100%;box-shadow:0 1px 2px #0001}
+th,td{text-align:left;padding:5px 8px;border-bottom:1px solid var(--border);vertical-align:top}
+th{background:var(--thead);font-weight:600;font-size:12px;text-transform:uppercase;color:var(--muted)}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .dot{display:inline-block;width:10px;height:10px;border-radius:50%;margin-right:4px;vertical-align:middle}
-.s-succeeded{background:#2e9e5b;fill:#2e9e5b}.s-running{background:#2f6fdb;fill:#2f6fdb}
-.s-failed,.s-timed_out,.s-error,.s-lost_lock,.s-abandoned,.s-missed{background:#d23c3c;fill:#d23c3c}
-.s-killed{background:#e08a1e;fill:#e08a1e}.s-skipped,.s-never,.s-paused,.s-disabled{background:#9aa0ab;fill:#9aa0ab}
+.s-succeeded{background:var(--ok);fill:var(--ok)}.s-running{background:var(--run);fill:var(--run)}
+.s-failed,.s-timed_out,.s-error,.s-lost_lock,.s-abandoned,.s-missed{background:var(--bad);fill:var(--bad)}
+.s-killed{background:var(--warn);fill:var(--warn)}.s-skipped,.s-never,.s-paused,.s-disabled{background:var(--idle);fill:var(--idle)}
 .nowrap{white-space:nowrap}
 .badge{display:inline-block;padding:0 6px;border-radius:8px;color:#fff;font-size:12px}
-.problem{color:#b02a2a}
-.muted{color:#778;font-size:12px}
+.problem{color:var(--problem)}
+.muted{color:var(--muted);font-size:12px}
+.updates{display:flex;gap:8px;align-items:center;flex-wrap:wrap;margin:4px 0}
 pre.output{background:#10131a;color:#e6e6e6;padding:10px;overflow:auto;max-height:70vh;white-space:pre-wrap;word-break:break-all}
-dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;background:#fff;padding:10px;margin:0}
-dt{color:#556;font-weight:600}dd{margin:0}
-.actions form{display:inline-block;margin:0 8px 8px 0;padding:6px;background:#fff;border:1px solid #e4e6eb}
-.flash{padding:8px;margin:8px 0;background:#e7f5ec;border:1px solid #2e9e5b}
-.flash.bad{background:#fbeaea;border-color:#d23c3c}
-code{font-family:ui-monospace,monospace;font-size:13px}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;background:var(--panel);padding:10px;margin:0}
+dt{color:var(--muted);font-weight:600}dd{margin:0;overflow-wrap:anywhere}
+.actions form{display:inline-block;margin:0 8px 8px 0;padding:6px;background:var(--panel);border:1px solid var(--border)}
+.flash{padding:8px;margin:8px 0;background:var(--good-bg);border:1px solid var(--ok)}
+.flash.bad{background:var(--bad-bg);border-color:var(--bad)}
+code{font-family:ui-monospace,monospace;font-size:13px;overflow-wrap:anywhere}
 svg{vertical-align:middle}
+input,select,textarea,button{font:inherit;max-width:100%}
+@media (max-width:600px){main{padding:8px}header{padding:8px}dl{grid-template-columns:1fr}dt{margin-top:6px}th,td{padding:4px 6px}}
 "#;
 
 /// How far `at` is from `now`, as people say it: "12 s ago", "in 3 min".
@@ -163,16 +177,19 @@ fn chart(runs: &[RunRecord], linked: bool) -> Markup {
         }
     }
     html! {
-        svg class="chart" width=(width) height="24" viewBox={"0 0 " (width) " 24"} role="img" aria-label="durations of the last runs" {
-            @if linked {
+        @if linked {
+            // A chart of links is a group of them, each named, not an image.
+            svg class="chart" width=(width) height="24" viewBox={"0 0 " (width) " 24"} role="group" aria-label="durations of the last runs, each a link to its run" {
                 @for (x, h, run) in &bars {
-                    a href={"/runs/" (run.id)} {
+                    a href={"/runs/" (run.id)} aria-label={"run " (run.id) ": " (run.status.as_str()) ", " (duration(run.duration_seconds))} {
                         rect class={"s-" (run.status.as_str())} x=(x) y=(format!("{:.1}", 24.0 - h)) width=(WIDTH) height=(format!("{h:.1}")) {
                             title { "run " (run.id) ": " (run.status.as_str()) ", " (duration(run.duration_seconds)) ", " (run.started_at) }
                         }
                     }
                 }
-            } @else {
+            }
+        } @else {
+            svg class="chart" width=(width) height="24" viewBox={"0 0 " (width) " 24"} role="img" aria-label="durations of the last runs" {
                 @for (status, d) in &paths {
                     path class={"s-" (status)} d=(d) {}
                 }
@@ -206,11 +223,13 @@ fn page(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup)
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                @if refresh { meta http-equiv="refresh" content=(REFRESH); }
                 title { (title) " · replicron" }
+                link rel="icon" href=(assets::path("favicon.svg")) type="image/svg+xml";
                 style { (PreEscaped(STYLE)) }
+                @if refresh { script src=(assets::path("replicron.js")) defer {} }
             }
             body {
+                a class="skip" href="#main" { "Skip to content" }
                 header {
                     a href="/" { "replicron" }
                     a href="/audit" id="nav-audit" { "audit log" }
@@ -229,10 +248,39 @@ fn page(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup)
                         }
                     }
                 }
-                main { (body) }
+                @if refresh {
+                    main id="main" tabindex="-1" data-refresh=(REFRESH) {
+                        p class="updates muted" {
+                            span id="updates" { "Shown as of loading; " }
+                            a id="reload" href="" { "reload" }
+                        }
+                        div id="live" data-live { (body) }
+                    }
+                } @else {
+                    main id="main" tabindex="-1" { (body) }
+                }
             }
         }
     }
+}
+
+/// The page for a path the dashboard does not have.
+pub(super) async fn not_found(web: &Shared, headers: &HeaderMap) -> Response {
+    let caller = super::caller(web, headers).await;
+    (
+        StatusCode::NOT_FOUND,
+        layout(
+            web,
+            "not found",
+            false,
+            &caller,
+            html! {
+                h1 { "No such page" }
+                p { "The dashboard has no page at this address. Its pages start at the " a href="/" { "overview" } "." }
+            },
+        ),
+    )
+        .into_response()
 }
 
 fn unavailable(web: &Shared, caller: &Caller, e: impl std::fmt::Display) -> Response {
@@ -251,7 +299,7 @@ fn unavailable(web: &Shared, caller: &Caller, e: impl std::fmt::Display) -> Resp
 
 fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
     html! {
-        table id="jobs" {
+        div class="scroll" tabindex="0" role="region" aria-label="jobs" { table id="jobs" {
             thead { tr { th { "Job" } th { "Schedule" } th { "Next start" } th { "Last run" } th { "Last " (CHART_RUNS) " durations" } th { "Problem" } } }
             tbody {
                 @for job in jobs {
@@ -285,13 +333,13 @@ fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
                     }
                 }
             }
-        }
+        } }
     }
 }
 
 fn replicas_table(instances: &[InstanceView]) -> Markup {
     html! {
-        table id="replicas" {
+        div class="scroll" tabindex="0" role="region" aria-label="replicas" { table id="replicas" {
             thead { tr { th { "Replica" } th { "Host" } th { "PID" } th { "Version" } th { "State" } th { "Last seen" } th { "Clock" } th { "Drift" } } }
             tbody {
                 @for view in instances {
@@ -308,7 +356,7 @@ fn replicas_table(instances: &[InstanceView]) -> Markup {
                     }
                 }
             }
-        }
+        } }
     }
 }
 
@@ -317,7 +365,7 @@ fn notifications_table(sent: &[crate::notify::Sent]) -> Markup {
         @if sent.is_empty() {
             p class="muted" { "None sent by this replica since it started." }
         } @else {
-            table id="notifications" {
+            div class="scroll" tabindex="0" role="region" aria-label="failed notifications" { table id="notifications" {
                 thead { tr { th { "At" } th { "Job" } th { "Event" } th { "To" } th { "Result" } } }
                 tbody {
                     @for n in sent.iter().take(50) {
@@ -330,7 +378,7 @@ fn notifications_table(sent: &[crate::notify::Sent]) -> Markup {
                         }
                     }
                 }
-            }
+            } }
         }
     }
 }
@@ -350,7 +398,7 @@ pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> R
         &caller,
         html! {
             h1 { (overview.jobs.len()) " jobs" @if problems > 0 { ", " span class="problem" { (problems) " need a look" } } }
-            p class="muted" { "Database time " (crate::schedule::fmt_instant(overview.now)) "; refreshed every " (REFRESH) " s." }
+            p class="muted" { "Database time " (crate::schedule::fmt_instant(overview.now)) "." }
             (jobs_table(&overview.jobs, overview.now))
             h2 { "Replicas" }
             (replicas_table(&overview.instances))
@@ -466,7 +514,7 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
 /// The rows of the audit log, newest first.
 fn audit_table(entries: &[crate::db::audit::AuditRecord]) -> Markup {
     html! {
-        table id="audit" {
+        div class="scroll" tabindex="0" role="region" aria-label="audit log" { table id="audit" {
             thead { tr { th { "At" } th { "Via" } th { "Who" } th { "From" } th { "Action" } th { "Job" } th { "Arguments" } th { "Result" } } }
             tbody {
                 @if entries.is_empty() { tr { td colspan="8" class="muted" { "No actions recorded." } } }
@@ -486,7 +534,7 @@ fn audit_table(entries: &[crate::db::audit::AuditRecord]) -> Markup {
                     }
                 }
             }
-        }
+        } }
     }
 }
 
@@ -577,7 +625,7 @@ fn runs_table(
     telemetry: &crate::config::TelemetryConfig,
 ) -> Markup {
     html! {
-        table id="runs" {
+        div class="scroll" tabindex="0" role="region" aria-label="runs" { table id="runs" {
             thead { tr { th { "Run" } th { "Instant" } th { "Attempt" } th { "Trigger" } th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" } } }
             tbody {
                 @if runs.is_empty() { tr { td colspan="9" class="muted" { "No runs yet." } } }
@@ -598,7 +646,7 @@ fn runs_table(
                     }
                 }
             }
-        }
+        } }
     }
 }
 
