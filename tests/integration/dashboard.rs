@@ -51,6 +51,12 @@ fn screenshots() -> PathBuf {
 }
 
 async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
+    themed_browser(driver, profile, false).await
+}
+
+/// A browser whose system theme is dark, or light.
+async fn themed_browser(driver: &Driver, profile: &std::path::Path, dark: bool) -> Client {
+    let scheme = if dark { "0" } else { "1" };
     let mut capabilities = serde_json::Map::new();
     capabilities.insert(
         "goog:chromeOptions".to_string(),
@@ -60,6 +66,7 @@ async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
                 "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--disable-quic", "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+                format!("--blink-settings=preferredColorScheme={scheme}"),
                 format!("--user-data-dir={}", profile.display()),
             ],
         }),
@@ -442,4 +449,276 @@ mod the_dashboard_in_a_browser {
         drop(read_only);
         drop(replica);
     }
+}
+
+/// axe-core's script, installed by `scripts/test` (`npm ci` of
+/// `tests/browser/`) into `target/axe`, or where `REPLICRON_AXE` says.
+fn axe_source() -> String {
+    let path = std::env::var_os("REPLICRON_AXE").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("target/axe/node_modules/axe-core/axe.min.js")
+        },
+        PathBuf::from,
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "axe-core at {}: {e}; scripts/test installs it (or: mkdir -p target/axe && \
+             cp tests/browser/package*.json target/axe/ && npm ci --prefix target/axe)",
+            path.display()
+        )
+    })
+}
+
+/// The critical and serious violations axe-core finds on the loaded page,
+/// one line each with the elements it names.
+async fn audit(client: &Client, axe: &str) -> Vec<String> {
+    let loaded = client
+        .execute(
+            &format!("{axe}\n;return typeof axe === 'object';"),
+            Vec::new(),
+        )
+        .await
+        .expect("load axe-core");
+    assert_eq!(loaded, Value::Bool(true), "axe-core loaded");
+    let found = client
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             axe.run(document).then(
+               r => done(r.violations
+                 .filter(v => v.impact === 'critical' || v.impact === 'serious')
+                 .map(v => v.impact + ' ' + v.id + ': ' + v.help + ' at '
+                   + v.nodes.slice(0, 5).map(n => n.target.join(' ')).join(', '))),
+               e => done(['axe failed: ' + e]));",
+            Vec::new(),
+        )
+        .await
+        .expect("run axe-core");
+    found
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Runs `script` in the page and returns what it returned.
+async fn eval(client: &Client, script: &str) -> Value {
+    client
+        .execute(script, Vec::new())
+        .await
+        .unwrap_or_else(|e| panic!("{script}: {e}"))
+}
+
+/// Signs `client` in with the token; the pages then show their forms.
+async fn sign_in(client: &Client, base: &str) {
+    client
+        .goto(&format!("{base}/login?next=/"))
+        .await
+        .expect("load /login");
+    client
+        .find(Locator::Id("token"))
+        .await
+        .expect("token field")
+        .send_keys(TOKEN)
+        .await
+        .expect("type");
+    client
+        .find(Locator::Id("sign-in"))
+        .await
+        .expect("sign in")
+        .click()
+        .await
+        .expect("click");
+    for _ in 0..100 {
+        if client.current_url().await.expect("url").path() == "/" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("not signed in");
+}
+
+/// Every page of the dashboard, signed out and signed in, at 1400 px and at
+/// 390 px, in the light and the dark theme: axe-core finds no critical or
+/// serious violation, nothing is wider than the window, the first Tab
+/// reaches the skip link, and the page asks for an icon that exists. The
+/// overview updates itself in place, without a refresh of the page. The
+/// screenshots are saved under `target/screenshots/` (and into
+/// `REPLICRON_SCREENSHOTS`, when set, for the documentation).
+#[cfg(feature = "sqlite")]
+#[test]
+#[cfg_attr(
+    replicron_no_chromium,
+    ignore = "needs Debian's chromium and chromium-driver"
+)]
+fn every_page_passes_the_accessibility_audit_at_both_widths_in_both_themes() {
+    let axe = axe_source();
+    let db = TestDb::sqlite();
+    let [port] = free_ports();
+    let config = web_config(&db, port, true);
+    let replica = start_web(&config, "web-audit", port, true);
+    let base = format!("http://127.0.0.1:{port}");
+    // A pause, so that the pages show one, and a run of each kind.
+    let (code, body) = crate::web::post_json(
+        port,
+        "/api/v1/jobs/on-demand/pause",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+        "{\"reason\":\"for the audit\"}",
+    );
+    assert_eq!(code, 200, "{body}");
+    let run_of = |job: &str| {
+        let (_, page) = get_json(port, &format!("/api/v1/runs?job={job}&limit=5"));
+        page["runs"]
+            .as_array()
+            .and_then(|runs| runs.iter().find(|r| r["status"] != "running"))
+            .and_then(|r| r["id"].as_i64())
+            .unwrap_or_else(|| panic!("a finished run of {job}: {page}"))
+    };
+    let pages = [
+        ("overview", "/".to_string()),
+        ("job", "/jobs/fine".to_string()),
+        ("job-failing", "/jobs/broken".to_string()),
+        ("job-paused", "/jobs/on-demand".to_string()),
+        ("run", format!("/runs/{}", run_of("html"))),
+        ("run-failed", format!("/runs/{}", run_of("broken"))),
+        ("audit", "/audit".to_string()),
+        ("login", "/login".to_string()),
+        ("not-found", "/no/such/page".to_string()),
+    ];
+    let docs = std::env::var_os("REPLICRON_SCREENSHOTS").map(PathBuf::from);
+    // The binary's own files, not any run's, may be kept by a browser.
+    for path in [
+        "/favicon.ico",
+        "/static/favicon.svg",
+        "/static/replicron.js",
+    ] {
+        let (code, headers, body) = crate::web::request(port, "GET", path, &[], "");
+        assert_eq!(code, 200, "{path}");
+        assert!(!body.is_empty(), "{path}");
+        assert!(
+            headers
+                .iter()
+                .any(|(n, v)| n == "cache-control" && v.starts_with("public")),
+            "{path}: {headers:?}"
+        );
+    }
+    let driver = Driver::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut problems = Vec::new();
+        for theme in ["light", "dark"] {
+            let profile = tempfile::tempdir().expect("a browser profile");
+            let client = themed_browser(&driver, profile.path(), theme == "dark").await;
+            client.goto(&format!("{base}/")).await.expect("load /");
+            let dark = eval(
+                &client,
+                "return matchMedia('(prefers-color-scheme: dark)').matches;",
+            )
+            .await;
+            assert_eq!(dark, Value::Bool(theme == "dark"), "the system theme");
+            for signed_in in [false, true] {
+                if signed_in {
+                    sign_in(&client, &base).await;
+                }
+                for (width, height) in [(1400, 1000), (390, 844)] {
+                    client
+                        .set_window_size(width, height)
+                        .await
+                        .expect("window size");
+                    for (name, path) in &pages {
+                        if signed_in && *name == "login" {
+                            continue;
+                        }
+                        client
+                            .goto(&format!("{base}{path}"))
+                            .await
+                            .unwrap_or_else(|e| panic!("load {path}: {e}"));
+                        let at = format!(
+                            "{path} at {width} px, {theme}, {}",
+                            if signed_in { "signed in" } else { "signed out" }
+                        );
+                        for violation in audit(&client, &axe).await {
+                            problems.push(format!("{at}: {violation}"));
+                        }
+                        let overflow = eval(
+                            &client,
+                            "return [document.documentElement.scrollWidth, window.innerWidth];",
+                        )
+                        .await;
+                        let (scroll, inner) = (overflow[0].as_i64(), overflow[1].as_i64());
+                        if scroll > inner {
+                            problems
+                                .push(format!("{at}: {scroll:?} px wide in a {inner:?} px window"));
+                        }
+                        let file = format!(
+                            "{name}-{width}-{theme}{}",
+                            if signed_in { "" } else { "-signed-out" }
+                        );
+                        let shot = save(&client, &file).await;
+                        if let Some(docs) = &docs
+                            && signed_in
+                            && (theme == "light" || *name == "overview")
+                        {
+                            std::fs::create_dir_all(docs).expect("the screenshots' folder");
+                            std::fs::copy(&shot, docs.join(format!("{name}-{width}-{theme}.png")))
+                                .expect("copy the screenshot");
+                        }
+                        client
+                            .find(Locator::Css("body"))
+                            .await
+                            .expect("body")
+                            .send_keys("\u{E004}")
+                            .await
+                            .expect("Tab");
+                        let first = eval(&client, "return document.activeElement.className;").await;
+                        if first != "skip" {
+                            problems.push(format!("{at}: the first Tab reached {first}"));
+                        }
+                    }
+                }
+            }
+            if theme == "light" {
+                // The overview updates in place: no meta refresh, the same
+                // document after two updates, and the update said so.
+                client.set_window_size(1400, 1000).await.expect("size");
+                client.goto(&format!("{base}/")).await.expect("load /");
+                assert!(
+                    client
+                        .find_all(Locator::Css("meta[http-equiv=refresh]"))
+                        .await
+                        .expect("query")
+                        .is_empty(),
+                    "a meta refresh"
+                );
+                eval(&client, "window.replicronMark = 1; return null;").await;
+                let mut said = String::new();
+                for _ in 0..120 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    said = client
+                        .find(Locator::Id("updates"))
+                        .await
+                        .expect("the update line")
+                        .text()
+                        .await
+                        .expect("text");
+                    if said.starts_with("Updated") {
+                        break;
+                    }
+                }
+                assert!(said.starts_with("Updated"), "{said}");
+                assert_eq!(
+                    eval(&client, "return window.replicronMark || null;").await,
+                    json!(1),
+                    "the page was reloaded"
+                );
+            }
+            client.close().await.expect("close the browser");
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    });
+    drop(replica);
 }
