@@ -64,6 +64,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-27-000001_overlap",
     "2026-11-28-000000_run_parents",
     "2026-11-29-000000_audit",
+    "2026-11-30-000000_runs_view",
 );
 
 #[cfg(feature = "sqlite")]
@@ -81,6 +82,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-27-000001_overlap",
     "2026-11-28-000000_run_parents",
     "2026-11-29-000000_audit",
+    "2026-11-30-000000_runs_view",
 );
 
 /// The row of the migration lock.

@@ -5,6 +5,7 @@
 
 pub(crate) mod journal;
 pub(crate) mod retention;
+pub(crate) mod search;
 mod store;
 
 use std::time::Duration;

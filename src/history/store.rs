@@ -154,6 +154,31 @@ impl Store {
         .await
     }
 
+    /// [`super::search::search`].
+    pub(crate) async fn search_runs(
+        &self,
+        search: super::search::RunSearch,
+    ) -> Result<Vec<RunBrief>, DbError> {
+        self.call("reading the history", move |conn| {
+            super::search::search(conn, &search)
+        })
+        .await
+    }
+
+    /// [`super::search::window`].
+    pub(crate) async fn run_window(
+        &self,
+        job: &str,
+        from: chrono::NaiveDateTime,
+        cap: i64,
+    ) -> Result<super::search::Window, DbError> {
+        let job = job.to_string();
+        self.call("reading the job's runs", move |conn| {
+            super::search::window(conn, &job, from, cap)
+        })
+        .await
+    }
+
     /// [`super::recent_briefs`].
     pub(crate) async fn recent_briefs(
         &self,

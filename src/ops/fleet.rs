@@ -432,6 +432,7 @@ impl Seen<'_> {
                     .to_std()
                     .unwrap_or_default();
                 (age > allowed).then(|| Problem::Overdue {
+                    run: run.id,
                     running: seconds(age),
                     timeout: job.timeout,
                 })
@@ -484,6 +485,7 @@ pub(crate) enum Problem {
     /// A run held its lease past its timeout, kill grace and lease: its
     /// holder may be frozen.
     Overdue {
+        run: i64,
         running: Duration,
         timeout: Duration,
     },
@@ -522,7 +524,9 @@ impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let human = humantime::format_duration;
         match self {
-            Problem::Overdue { running, timeout } => write!(
+            Problem::Overdue {
+                running, timeout, ..
+            } => write!(
                 f,
                 "STUCK: running {} (timeout {}); its holder may be frozen",
                 human(*running),
@@ -583,6 +587,46 @@ impl std::fmt::Display for Problem {
                     rfc3339(*started_at)
                 )
             }
+        }
+    }
+}
+
+impl Problem {
+    /// The run it names, if it names one.
+    pub(crate) fn run(&self) -> Option<i64> {
+        match self {
+            Problem::Overdue { run, .. }
+            | Problem::LeaseEnded { run, .. }
+            | Problem::Orphaned { run, .. }
+            | Problem::Failed { run, .. } => Some(*run),
+            Problem::HeldWithoutRun | Problem::Drift(_) => None,
+        }
+    }
+
+    /// Its text for the dashboard, which links it to its run (or the
+    /// job's runs) rather than naming a command to see them.
+    pub(crate) fn headline(&self) -> String {
+        match self {
+            Problem::Failed {
+                run,
+                status,
+                exit_code,
+                started_at,
+                instance,
+                ..
+            } => {
+                let code = exit_code.map_or(String::new(), |code| format!(" (exit {code})"));
+                format!(
+                    "FAILED: last run {run} {status}{code} at {} on {instance}",
+                    rfc3339(*started_at)
+                )
+            }
+            Problem::HeldWithoutRun => {
+                "STUCK: lease held with no run recorded running; the job's page unlocks it"
+                    .to_string()
+            }
+            Problem::Overdue { run, .. } => format!("run {run}: {self}"),
+            other => other.to_string(),
         }
     }
 }

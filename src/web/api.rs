@@ -41,15 +41,52 @@ pub(super) async fn jobs(State(web): State<Shared>) -> Response {
     }
 }
 
-pub(super) async fn job(State(web): State<Shared>, Path(name): Path<String>) -> Response {
+/// `job`'s query: the window of its figures.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct JobQuery {
+    window: Option<String>,
+}
+
+pub(super) async fn job(
+    State(web): State<Shared>,
+    Path(name): Path<String>,
+    query: Result<Query<JobQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let window = match query
+        .map_err(|e| e.body_text())
+        .and_then(|Query(q)| super::runs::window_param(q.window.as_deref()))
+    {
+        Ok(window) => window,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
     let config = web.config();
-    match data::overview(&web.store, &config, Recent::Last, Some(&name)).await {
-        Ok(overview) => match overview.jobs.into_iter().find(|j| j.name == name) {
-            Some(job) => Json(job).into_response(),
-            None => error(StatusCode::NOT_FOUND, format!("no job {name:?}")),
-        },
-        Err(e) => unavailable(e),
+    let overview = match data::overview(&web.store, &config, Recent::Last, Some(&name)).await {
+        Ok(overview) => overview,
+        Err(e) => return unavailable(e),
+    };
+    let Some(job) = overview.jobs.into_iter().find(|j| j.name == name) else {
+        return error(StatusCode::NOT_FOUND, format!("no job {name:?}"));
+    };
+    let figures = match super::runs::figures(
+        &web.store,
+        &name,
+        config.job(&name),
+        window,
+        overview.now,
+    )
+    .await
+    {
+        Ok(figures) => figures,
+        Err(e) => return unavailable(e),
+    };
+    let mut value = serde_json::to_value(&job).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        object.insert(
+            "figures".to_string(),
+            serde_json::to_value(&figures).unwrap_or_default(),
+        );
     }
+    Json(value).into_response()
 }
 
 /// `runs`' query.
@@ -95,21 +132,6 @@ impl RunsQuery {
             limit,
             ..Default::default()
         })
-    }
-}
-
-pub(super) async fn runs(State(web): State<Shared>, Query(query): Query<RunsQuery>) -> Response {
-    let now = match web.store.database_now().await {
-        Ok(now) => now,
-        Err(e) => return unavailable(e),
-    };
-    let filter = match query.filter(now) {
-        Ok(filter) => filter,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
-    match data::runs(&web.store, filter).await {
-        Ok(page) => Json(page).into_response(),
-        Err(e) => unavailable(e),
     }
 }
 

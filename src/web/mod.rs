@@ -12,6 +12,7 @@ mod auth;
 pub(crate) mod data;
 pub(crate) mod listener;
 mod pages;
+mod runs;
 mod sessions;
 mod throttle;
 
@@ -176,6 +177,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/", get(pages::overview))
         .route("/jobs/{name}", get(pages::job))
         .route("/jobs/{name}/{action}", post(pages::act))
+        .route("/runs", get(runs::view))
         .route("/runs/{id}", get(pages::run))
         .route("/audit", get(pages::audit))
         .route("/login", get(pages::login_form).post(pages::login))
@@ -183,7 +185,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/api/v1/jobs", get(api::jobs))
         .route("/api/v1/jobs/{name}", get(api::job))
         .route("/api/v1/jobs/{name}/{action}", post(api::act))
-        .route("/api/v1/runs", get(api::runs))
+        .route("/api/v1/runs", get(runs::api))
         .route("/api/v1/runs/{id}", get(api::run))
         .route("/api/v1/instances", get(api::instances))
         .route("/api/v1/audit", get(api::audit))
@@ -361,7 +363,7 @@ async fn not_found(
     (
         StatusCode::NOT_FOUND,
         axum::Json(serde_json::json!({
-            "error": "not found: try /, /audit, /api/v1/jobs, /api/v1/audit, /metrics or /healthz"
+            "error": "not found: try /, /runs, /audit, /api/v1/jobs, /api/v1/audit, /metrics or /healthz"
         })),
     )
         .into_response()

@@ -67,6 +67,18 @@ code{font-family:ui-monospace,monospace;font-size:13px;overflow-wrap:anywhere}
 svg{vertical-align:middle}
 input,select,textarea,button{font:inherit;max-width:100%}
 @media (max-width:600px){main{padding:8px}header{padding:8px}dl{grid-template-columns:1fr}dt{margin-top:6px}th,td{padding:4px 6px}}
+/* The runs view, the failures of the last 24 h and a job's figures. */
+.runs-filter{display:flex;flex-wrap:wrap;gap:6px 10px;align-items:flex-end;margin:8px 0;padding:8px;background:var(--panel,#fff);border:1px solid var(--border,#e4e6eb)}
+.runs-filter label{font-weight:600;font-size:12px;color:var(--muted,#556)}
+.runs-filter select,.runs-filter input{font:inherit}
+nav.pages,nav.windows{margin:8px 0}
+nav.pages a,nav.windows a,nav.windows strong{margin-right:12px}
+dl.figures{grid-template-columns:max-content 1fr}
+.charts{display:flex;flex-wrap:wrap;gap:16px;margin:8px 0}
+.charts figure{margin:0;padding:6px;background:var(--panel,#fff);border:1px solid var(--border,#e4e6eb)}
+.charts figcaption{font-size:12px;color:var(--muted,#556)}
+svg.figchart .bar{fill:var(--run,#2f6fdb)}
+svg.figchart .bar.bad,svg.figchart .badmark{fill:var(--bad,#d23c3c)}
 "#;
 
 /// How far `at` is from `now`, as people say it: "12 s ago", "in 3 min".
@@ -90,14 +102,14 @@ fn relative(seconds: f64) -> String {
     }
 }
 
-fn since(now: DateTime<Utc>, at: &str) -> String {
+pub(super) fn since(now: DateTime<Utc>, at: &str) -> String {
     DateTime::parse_from_rfc3339(at).map_or_else(
         |_| at.to_string(),
         |at| relative((at.with_timezone(&Utc) - now).num_milliseconds() as f64 / 1000.0),
     )
 }
 
-fn duration(seconds: Option<f64>) -> String {
+pub(super) fn duration(seconds: Option<f64>) -> String {
     match seconds {
         None => "-".to_string(),
         Some(s) if s < 1.0 => format!("{:.0} ms", s * 1000.0),
@@ -116,7 +128,7 @@ fn local(rfc3339: &str) -> String {
 }
 
 /// Percent-encodes `text` for a query string.
-fn encode(text: &str) -> String {
+pub(super) fn encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -127,7 +139,7 @@ fn encode(text: &str) -> String {
         .collect()
 }
 
-fn status_badge(status: RunStatus) -> Markup {
+pub(super) fn status_badge(status: RunStatus) -> Markup {
     html! { span class={"badge s-" (status.as_str())} { (status.as_str()) } }
 }
 
@@ -199,7 +211,13 @@ fn chart(runs: &[RunRecord], linked: bool) -> Markup {
 }
 
 /// The page around `body`.
-fn layout(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup) -> Markup {
+pub(super) fn layout(
+    web: &Shared,
+    title: &str,
+    refresh: bool,
+    caller: &Caller,
+    body: Markup,
+) -> Markup {
     let page = page(web, title, refresh, caller, body).into_string();
     // Nothing of ours holds one: a bidirectional control comes from a
     // command, an output, a reason or an instance id, and is shown, not
@@ -232,6 +250,7 @@ fn page(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup)
                 a class="skip" href="#main" { "Skip to content" }
                 header {
                     a href="/" { "replicron" }
+                    a href="/runs" id="nav-runs" { "runs" }
                     a href="/audit" id="nav-audit" { "audit log" }
                     span { "replica " code { (web.instance) } }
                     span class="meta" {
@@ -283,7 +302,7 @@ pub(super) async fn not_found(web: &Shared, headers: &HeaderMap) -> Response {
         .into_response()
 }
 
-fn unavailable(web: &Shared, caller: &Caller, e: impl std::fmt::Display) -> Response {
+pub(super) fn unavailable(web: &Shared, caller: &Caller, e: impl std::fmt::Display) -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         layout(
@@ -329,7 +348,7 @@ fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
                             } @else { span class="muted" { "never ran" } }
                         }
                         td { (chart(&job.recent, false)) }
-                        td class="problem" { @if let Some(problem) = &job.problem { (problem) } }
+                        td class="problem" { @if let Some(problem) = &job.problem { a href=(super::runs::problem_link(&job.name, problem)) { (problem.headline()) } } }
                     }
                 }
             }
@@ -391,6 +410,7 @@ pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> R
         Err(e) => return unavailable(&web, &caller, e),
     };
     let problems = overview.jobs.iter().filter(|j| j.problem.is_some()).count();
+    let failures = super::runs::failures(&web.store, overview.now).await;
     layout(
         &web,
         "jobs",
@@ -400,6 +420,7 @@ pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> R
             h1 { (overview.jobs.len()) " jobs" @if problems > 0 { ", " span class="problem" { (problems) " need a look" } } }
             p class="muted" { "Database time " (crate::schedule::fmt_instant(overview.now)) "." }
             (jobs_table(&overview.jobs, overview.now))
+            (failures)
             h2 { "Replicas" }
             (replicas_table(&overview.instances))
             h2 { "Notifications sent by this replica" }
@@ -417,6 +438,7 @@ const AUDIT_ON_JOB_PAGE: i64 = 10;
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct JobQuery {
     before: Option<i64>,
+    window: Option<String>,
     msg: Option<String>,
     sig: Option<String>,
     exp: Option<u64>,
@@ -609,7 +631,10 @@ pub(super) async fn audit(
 
 /// The trace viewer's URL of `run`'s trace (`[telemetry] trace_url`), if
 /// one is set and its trace is sampled.
-fn trace_href(telemetry: &crate::config::TelemetryConfig, run: &RunRecord) -> Option<String> {
+pub(super) fn trace_href(
+    telemetry: &crate::config::TelemetryConfig,
+    run: &RunRecord,
+) -> Option<String> {
     let instant = DateTime::parse_from_rfc3339(&run.scheduled_at).ok()?;
     crate::telemetry::traces::trace_link(
         telemetry,
@@ -676,6 +701,34 @@ pub(super) async fn job(
         )
             .into_response();
     };
+    let window = match super::runs::window_param(query.window.as_deref()) {
+        Ok(window) => window,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                layout(
+                    &web,
+                    &name,
+                    false,
+                    &caller,
+                    html! { h1 { (name) } p class="problem" { (e) } },
+                ),
+            )
+                .into_response();
+        }
+    };
+    let figures = match super::runs::figures(
+        &web.store,
+        &name,
+        config.job(&name),
+        window,
+        overview.now,
+    )
+    .await
+    {
+        Ok(figures) => figures,
+        Err(e) => return unavailable(&web, &caller, e),
+    };
     let page = data::runs(
         &web.store,
         RunFilter {
@@ -713,7 +766,7 @@ pub(super) async fn job(
         html! {
             h1 { span class={"dot s-" (job_state(job))} {} (job.name) }
             (flash(&web, &job.name, &query))
-            @if let Some(problem) = &job.problem { p class="problem" { (problem) } }
+            @if let Some(problem) = &job.problem { p class="problem" { a href=(super::runs::problem_link(&job.name, problem)) { (problem.headline()) } } }
             dl {
                 @if let Some(d) = &job.definition {
                     @if d.after.is_empty() {
@@ -778,7 +831,9 @@ pub(super) async fn job(
                 dt { "Durations" } dd { (chart(&job.recent, true)) }
             }
             (action_forms(job, &caller))
+            (super::runs::section(&job.name, &figures))
             h2 { "Runs" }
+            p { a href={"/runs?job=" (encode(&name))} id="job-runs" { "Search " (name) "'s runs →" } }
             (runs_table(&page.runs, now, &config.telemetry))
             @if let Some(cursor) = &page.next_cursor {
                 p { a href={"/jobs/" (encode(&name)) "?before=" (cursor)} { "Older runs →" } }

@@ -583,6 +583,13 @@ fn every_page_passes_the_accessibility_audit_at_both_widths_in_both_themes() {
         ("run", format!("/runs/{}", run_of("html"))),
         ("run-failed", format!("/runs/{}", run_of("broken"))),
         ("audit", "/audit".to_string()),
+        ("runs", "/runs".to_string()),
+        (
+            "runs-filtered",
+            "/runs?job=broken&status=failed&limit=2".to_string(),
+        ),
+        ("runs-bad", "/runs?sort=nope".to_string()),
+        ("job-figures", "/jobs/broken?window=1h".to_string()),
         ("login", "/login".to_string()),
         ("not-found", "/no/such/page".to_string()),
     ];
@@ -721,4 +728,218 @@ fn every_page_passes_the_accessibility_audit_at_both_widths_in_both_themes() {
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     });
     drop(replica);
+}
+
+/// Writes `count` finished runs of 200 jobs (`bulk-0` … `bulk-199`), one
+/// a minute from 2026-01-01, in one statement: every tenth of a job's runs failed, on
+/// three replicas, lasting 0 to 89 s.
+fn bulk_runs(db: &TestDb, count: u32) {
+    use diesel::connection::SimpleConnection;
+    let columns = "(job, scheduled_at, attempt, instance, fence, started_at, finished_at, status, exit_code, output, triggered_by)";
+    let sql = match db.kind {
+        crate::support::Kind::Sqlite => format!(
+            "INSERT INTO replicron_runs {columns} \
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count}) \
+             SELECT 'bulk-' || (i % 200), strftime('%Y-%m-%d %H:%M:%f', '2026-01-01', '+' || i || ' minutes'), 1, 'r' || (i % 3), i, \
+             strftime('%Y-%m-%d %H:%M:%f', '2026-01-01', '+' || i || ' minutes', '+1 seconds'), \
+             strftime('%Y-%m-%d %H:%M:%f', '2026-01-01', '+' || i || ' minutes', '+' || (1 + i % 90) || ' seconds'), \
+             CASE WHEN (i / 200) % 10 = 0 THEN 'failed' ELSE 'succeeded' END, CASE WHEN (i / 200) % 10 = 0 THEN 1 ELSE 0 END, '', 'schedule' FROM n"
+        ),
+        crate::support::Kind::Mysql => format!(
+            "SET SESSION max_recursive_iterations = {count}; \
+             INSERT INTO replicron_runs {columns} \
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count}) \
+             SELECT CONCAT('bulk-', i % 200), TIMESTAMP('2026-01-01') + INTERVAL i MINUTE, 1, CONCAT('r', i % 3), i, \
+             TIMESTAMP('2026-01-01') + INTERVAL i MINUTE + INTERVAL 1 SECOND, \
+             TIMESTAMP('2026-01-01') + INTERVAL i MINUTE + INTERVAL (1 + i % 90) SECOND, \
+             CASE WHEN (i DIV 200) % 10 = 0 THEN 'failed' ELSE 'succeeded' END, CASE WHEN (i DIV 200) % 10 = 0 THEN 1 ELSE 0 END, '', 'schedule' FROM n"
+        ),
+        crate::support::Kind::Postgres => format!(
+            "INSERT INTO replicron_runs {columns} \
+             SELECT 'bulk-' || (i % 200), TIMESTAMP '2026-01-01' + i * INTERVAL '1 minute', 1, 'r' || (i % 3), i, \
+             TIMESTAMP '2026-01-01' + i * INTERVAL '1 minute' + INTERVAL '1 second', \
+             TIMESTAMP '2026-01-01' + i * INTERVAL '1 minute' + (1 + i % 90) * INTERVAL '1 second', \
+             CASE WHEN (i / 200) % 10 = 0 THEN 'failed' ELSE 'succeeded' END, CASE WHEN (i / 200) % 10 = 0 THEN 1 ELSE 0 END, '', 'schedule' \
+             FROM generate_series(1, {count}) AS i; ANALYZE replicron_runs"
+        ),
+    };
+    db.raw().batch_execute(&sql).expect("write the runs");
+}
+
+/// The median of five timed fetches of `path`, in milliseconds, after one
+/// to warm up: from the request to the last byte of the answer.
+fn median_ms(port: u16, path: &str) -> f64 {
+    let (code, _, _) = crate::web::http(port, "GET", path, &[], "");
+    assert_eq!(code, 200, "{path}");
+    let mut times: Vec<f64> = (0..5)
+        .map(|_| {
+            let began = std::time::Instant::now();
+            let (code, _, body) = crate::web::http(port, "GET", path, &[], "");
+            let ms = began.elapsed().as_secs_f64() * 1000.0;
+            assert_eq!(code, 200, "{path}: {body}");
+            ms
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[2]
+}
+
+mod the_runs_view_over_100000_runs {
+    use super::*;
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    #[cfg_attr(
+        replicron_no_chromium,
+        ignore = "needs Debian's chromium and chromium-driver"
+    )]
+    fn sqlite() {
+        check(&TestDb::sqlite());
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    #[cfg_attr(
+        replicron_no_chromium,
+        ignore = "needs Debian's chromium and chromium-driver"
+    )]
+    #[cfg_attr(
+        all(replicron_no_mysql_server, not(replicron_no_chromium)),
+        ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+    )]
+    fn mysql() {
+        check(&TestDb::mysql());
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    #[cfg_attr(
+        replicron_no_chromium,
+        ignore = "needs Debian's chromium and chromium-driver"
+    )]
+    #[cfg_attr(
+        all(replicron_no_postgres_server, not(replicron_no_chromium)),
+        ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+    )]
+    fn postgres() {
+        check(&TestDb::postgres());
+    }
+
+    /// 100,000 runs: the filtered runs view answers in under 200 ms (the
+    /// median of five), and in the browser its form filters and its next
+    /// page follows on.
+    fn check(db: &TestDb) {
+        let kind = format!("{:?}", db.kind).to_lowercase();
+        db.migrate();
+        let began = std::time::Instant::now();
+        bulk_runs(db, 100_000);
+        eprintln!(
+            "100,000 runs written in {:.1} s",
+            began.elapsed().as_secs_f64()
+        );
+        let port = crate::web::free_port();
+        let config = db.config(&format!(
+            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+             [[job]]\nname = \"bulk-7\"\nschedule = \"@yearly\"\ncommand = 'true'\n"
+        ));
+        let replica = crate::support::Replica::start(&config, "runs-bulk", None, &[]);
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        wait_until("the listener", Duration::from_secs(30), || {
+            get_json(port, "/healthz").0 == 200
+        });
+        let filtered =
+            "/runs?job=bulk-7&job=bulk-8&status=failed&replica=r1&from=2026-01-05T00:00:00Z";
+        let mut timed = Vec::new();
+        for path in [
+            filtered,
+            "/runs?status=failed",
+            "/runs",
+            "/runs?sort=-duration&job=bulk-9",
+            "/",
+            "/jobs/bulk-7",
+        ] {
+            let ms = median_ms(port, path);
+            eprintln!("{kind}: {path}: {ms:.1} ms (median of 5)");
+            timed.push((path, ms));
+        }
+        for (path, ms) in &timed {
+            assert!(*ms < 200.0, "{path} took {ms:.1} ms over 100,000 runs");
+        }
+
+        let driver = Driver::start();
+        let profile = tempfile::tempdir().expect("a browser profile");
+        let base = format!("http://127.0.0.1:{port}");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let client = browser(&driver, profile.path()).await;
+            client.goto(&format!("{base}/")).await.expect("load /");
+            click(&client, Locator::Id("nav-runs"), "the runs link").await;
+            // Filter with the form: one job, its failures.
+            client
+                .find(Locator::Css("#f-job option[value=bulk-7]"))
+                .await
+                .expect("the job's option")
+                .click()
+                .await
+                .expect("choose the job");
+            client
+                .find(Locator::Css("#f-status option[value=failed]"))
+                .await
+                .expect("the status's option")
+                .click()
+                .await
+                .expect("choose the status");
+            click(&client, Locator::Id("filter"), "the filter button").await;
+            let url = client.current_url().await.expect("url");
+            assert!(
+                url.query()
+                    .is_some_and(|q| q.contains("job=bulk-7") && q.contains("status=failed")),
+                "{url}"
+            );
+            let rows = client
+                .find_all(Locator::Css("#runs tr.run"))
+                .await
+                .expect("rows");
+            assert_eq!(rows.len(), 50, "bulk-7 has 50 failures");
+            for row in &rows {
+                assert_eq!(
+                    row.attr("data-status").await.expect("status").as_deref(),
+                    Some("failed")
+                );
+            }
+            // Pages of 25: the next page is a plain link with the cursor.
+            client
+                .goto(&format!("{base}/runs?job=bulk-7&status=failed&limit=25"))
+                .await
+                .expect("load a page of 25");
+            let first: Vec<String> = texts(&client, "#runs tr.run td:first-child").await;
+            click(&client, Locator::Id("next-page"), "the next page").await;
+            let url = client.current_url().await.expect("url");
+            assert!(url.query().is_some_and(|q| q.contains("cursor=")), "{url}");
+            let second: Vec<String> = texts(&client, "#runs tr.run td:first-child").await;
+            assert_eq!((first.len(), second.len()), (25, 25));
+            assert!(
+                first.iter().all(|id| !second.contains(id)),
+                "{first:?} {second:?}"
+            );
+            assert!(
+                client.find(Locator::Id("next-page")).await.is_err(),
+                "two pages of 25"
+            );
+            save(&client, &format!("{kind}-runs-view")).await;
+            client.close().await.expect("close the browser");
+        });
+        drop(replica);
+    }
+
+    async fn texts(client: &Client, css: &str) -> Vec<String> {
+        let mut texts = Vec::new();
+        for cell in client.find_all(Locator::Css(css)).await.expect("cells") {
+            texts.push(cell.text().await.expect("text"));
+        }
+        texts
+    }
 }

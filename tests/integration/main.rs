@@ -27,6 +27,7 @@ mod notify;
 mod operate;
 mod proxy;
 mod run_control;
+mod runs_view;
 mod secrets;
 mod support;
 mod traces;

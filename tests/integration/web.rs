@@ -243,11 +243,14 @@ backend_test! {
             }
             assert!(walked.len() < 10_000, "the walk ends");
         }
-        assert!(walked.windows(2).all(|w| w[0] > w[1]), "newest first, each once: {walked:?}");
-        // Runs recorded between the two readings are newer than the big
-        // page's first; older ones are the same.
-        let first = all_ids[0];
-        let walked_old: Vec<i64> = walked.iter().copied().filter(|id| *id <= first).collect();
+        let mut once = walked.clone();
+        once.sort_unstable();
+        once.dedup();
+        assert_eq!(once.len(), walked.len(), "each once: {walked:?}");
+        // Runs recorded between the two readings started later than the
+        // big page's first, and come first; the others come in its order
+        // (newest start first).
+        let walked_old: Vec<i64> = walked.iter().copied().filter(|id| all_ids.contains(id)).collect();
         assert_eq!(walked_old, all_ids, "the pages agree with one big page");
         assert!(all_ids.len() >= 9, "{all_ids:?}");
 
