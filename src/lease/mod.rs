@@ -1115,6 +1115,39 @@ pub(crate) fn pauses_between(
     Ok(found)
 }
 
+/// The pauses of every job that cover some of `[from, to]`: `(job,
+/// paused_at, paused_until)` each, the current ones (as the lease rows
+/// hold them) included. Two statements, whatever the number of jobs.
+pub(crate) fn all_pauses_between(
+    conn: &mut DbConnection,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> QueryResult<Vec<(String, NaiveDateTime, NaiveDateTime)>> {
+    use crate::db::schema::replicron_pauses::dsl as pauses;
+    let mut found: Vec<(String, NaiveDateTime, NaiveDateTime)> = pauses::replicron_pauses
+        .select((pauses::job, pauses::paused_at, pauses::paused_until))
+        .filter(pauses::paused_at.le(to_db_time(to)))
+        .filter(pauses::paused_until.gt(to_db_time(from)))
+        .load(conn)?;
+    let current: Vec<(String, Option<NaiveDateTime>, Option<NaiveDateTime>)> =
+        locks::replicron_locks
+            .select((locks::name, locks::paused_at, locks::paused_until))
+            .filter(locks::paused_until.is_not_null())
+            .load(conn)?;
+    for (job, at, until) in current {
+        if let (Some(at), Some(until)) = (at, until)
+            && at <= to.naive_utc()
+            && until > from.naive_utc()
+            && !found
+                .iter()
+                .any(|(j, a, u)| *j == job && *a == at && *u == until)
+        {
+            found.push((job, at, until));
+        }
+    }
+    Ok(found)
+}
+
 /// Deletes the pauses that ended more than `older_than` ago (database
 /// time); returns how many.
 pub(crate) fn prune_pauses(conn: &mut DbConnection, older_than: Duration) -> QueryResult<usize> {

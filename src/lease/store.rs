@@ -143,6 +143,18 @@ impl Store {
             .await
     }
 
+    /// [`super::all_pauses_between`].
+    pub(crate) async fn all_pauses_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<(String, chrono::NaiveDateTime, chrono::NaiveDateTime)>, DbError> {
+        self.call("reading the pauses", move |conn| {
+            super::all_pauses_between(conn, from, to)
+        })
+        .await
+    }
+
     /// [`super::paused_jobs`].
     pub(crate) async fn paused_jobs(&self, jobs: Vec<String>) -> Result<Vec<String>, DbError> {
         self.call("reading which jobs are paused", move |conn| {

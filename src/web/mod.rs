@@ -15,6 +15,7 @@ mod pages;
 mod runs;
 mod sessions;
 mod throttle;
+mod timeline;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -180,6 +181,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/runs", get(runs::view))
         .route("/runs/{id}", get(pages::run))
         .route("/audit", get(pages::audit))
+        .route("/timeline", get(timeline::page))
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/logout", post(pages::logout))
         .route("/api/v1/jobs", get(api::jobs))
@@ -189,6 +191,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/api/v1/runs/{id}", get(api::run))
         .route("/api/v1/instances", get(api::instances))
         .route("/api/v1/audit", get(api::audit))
+        .route("/api/v1/timeline", get(timeline::api))
         .route("/api/v1/notifications", get(api::notifications))
         .route("/api/v1/openapi.json", get(api::openapi))
         .route("/static/{name}", get(assets::file))
@@ -363,7 +366,7 @@ async fn not_found(
     (
         StatusCode::NOT_FOUND,
         axum::Json(serde_json::json!({
-            "error": "not found: try /, /runs, /audit, /api/v1/jobs, /api/v1/audit, /metrics or /healthz"
+            "error": "not found: try /, /runs, /timeline, /audit, /api/v1/jobs, /api/v1/audit, /metrics or /healthz"
         })),
     )
         .into_response()

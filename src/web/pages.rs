@@ -79,6 +79,28 @@ dl.figures{grid-template-columns:max-content 1fr}
 .charts figcaption{font-size:12px;color:var(--muted,#556)}
 svg.figchart .bar{fill:var(--run,#2f6fdb)}
 svg.figchart .bar.bad,svg.figchart .badmark{fill:var(--bad,#d23c3c)}
+.tl-choices{margin:8px 0}
+.tl-legend{list-style:none;padding:0;margin:8px 0;display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px}
+.tl-wrap{overflow-x:auto;background:var(--panel,#fff);border:1px solid var(--border,#e4e6eb)}
+.tl-svg{display:block;width:100%;min-width:760px;height:auto}
+.tl-band{fill:var(--panel,#fff)}.tl-band-alt{fill:var(--bg,#f6f7f9)}
+.tl-label,.tl-tick,.tl-note,.tl-now-label{fill:var(--fg,#1d2330);font-size:12px}
+.tl-tick,.tl-note{fill:var(--muted,#555)}
+.tl-label{text-decoration:underline;fill:var(--link,#1a56b0)}
+.tl-grid{stroke:var(--border,#e4e6eb);stroke-width:1}
+.tl-pause{fill:var(--muted,#555);fill-opacity:.22}
+.tl-run,.tl-group{stroke:var(--fg,#1d2330);stroke-width:.5}
+.tl-group{fill-opacity:.75}
+.tl-next{fill:var(--panel,#fff);stroke:var(--run,#2f6fdb);stroke-width:2}
+.tl-next-paused{stroke:var(--muted,#555);stroke-dasharray:2 2}
+.tl-excluded circle{fill:none;stroke:var(--muted,#555);stroke-width:1.5}
+.tl-excluded path{stroke:var(--bad,#d23c3c);stroke-width:1.5}
+.tl-dep path{fill:none;stroke:var(--link,#1a56b0);stroke-width:1.5;stroke-opacity:.8}
+.tl-dep circle{fill:var(--link,#1a56b0)}
+.tl-now{stroke:var(--bad,#d23c3c);stroke-width:1.5}
+.tl-now-label{font-weight:600}
+.tl-swatch{vertical-align:middle}
+a.trace{font-size:12px}
 "#;
 
 /// How far `at` is from `now`, as people say it: "12 s ago", "in 3 min".
@@ -251,6 +273,7 @@ fn page(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup)
                 header {
                     a href="/" { "replicron" }
                     a href="/runs" id="nav-runs" { "runs" }
+                    a href="/timeline" id="nav-timeline" { "timeline" }
                     a href="/audit" id="nav-audit" { "audit log" }
                     span { "replica " code { (web.instance) } }
                     span class="meta" {

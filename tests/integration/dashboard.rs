@@ -583,6 +583,7 @@ fn every_page_passes_the_accessibility_audit_at_both_widths_in_both_themes() {
         ("run", format!("/runs/{}", run_of("html"))),
         ("run-failed", format!("/runs/{}", run_of("broken"))),
         ("audit", "/audit".to_string()),
+        ("timeline", "/timeline".to_string()),
         ("runs", "/runs".to_string()),
         (
             "runs-filtered",
@@ -942,4 +943,110 @@ mod the_runs_view_over_100000_runs {
         }
         texts
     }
+}
+
+/// The timeline in Chromium, reached from the header's link: a lane per
+/// job, runs coloured by status with a title naming their replica, the
+/// pause over a lane, an excluded instant, a dependency link, upcoming
+/// instants and now; its table below; a lane's label leads to its job.
+#[cfg(feature = "sqlite")]
+#[test]
+#[cfg_attr(
+    replicron_no_chromium,
+    ignore = "needs Debian's chromium and chromium-driver"
+)]
+fn the_timeline_in_a_browser() {
+    let db = TestDb::sqlite();
+    let (port, _config, replicas) = crate::timeline::timeline_fleet(&db);
+    let driver = Driver::start();
+    let profile = tempfile::tempdir().expect("a browser profile");
+    let base = format!("http://127.0.0.1:{port}");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = browser(&driver, profile.path()).await;
+        client.goto(&format!("{base}/")).await.expect("load /");
+        click(
+            &client,
+            Locator::Id("nav-timeline"),
+            "the header's timeline link",
+        )
+        .await;
+        let path = client.current_url().await.expect("url").path().to_string();
+        assert_eq!(path, "/timeline");
+        let count = |css: &'static str| {
+            let client = client.clone();
+            async move {
+                client
+                    .find_all(Locator::Css(css))
+                    .await
+                    .unwrap_or_else(|e| panic!("{css}: {e}"))
+                    .len()
+            }
+        };
+        assert_eq!(count("svg#timeline g.tl-lane").await, 4);
+        assert!(
+            count("svg#timeline g.tl-lane[data-job=parent] rect.tl-run.s-succeeded").await >= 1
+        );
+        assert!(count("svg#timeline g.tl-lane[data-job=child] rect.tl-run.s-failed").await >= 1);
+        assert_eq!(
+            count("svg#timeline g.tl-lane[data-job=held] rect.tl-pause").await,
+            1
+        );
+        assert!(count("svg#timeline g.tl-lane[data-job=held] circle.tl-next-paused").await >= 1);
+        assert!(count("svg#timeline g.tl-lane[data-job=holiday] g.tl-excluded").await >= 1);
+        assert!(count("svg#timeline g.tl-lane[data-job=parent] circle.tl-next").await >= 1);
+        assert!(count("svg#timeline g.tl-dep path").await >= 1);
+        assert_eq!(count("svg#timeline line.tl-now").await, 1);
+        assert!(count("#timeline-legend li").await >= 10);
+        // A run's title names its job, status and replica.
+        let title = client
+            .find(Locator::Css("svg#timeline rect.tl-run.s-failed title"))
+            .await
+            .expect("a failed run's title")
+            .html(true)
+            .await
+            .expect("its text");
+        assert!(title.starts_with("child: run "), "{title}");
+        assert!(title.contains("failed, on tl-"), "{title}");
+        // The marks are drawn where they are: inside the drawing's box.
+        let drawing = client
+            .find(Locator::Id("timeline"))
+            .await
+            .expect("the drawing");
+        let (_, _, width, height) = drawing.rectangle().await.expect("its box");
+        assert!(width >= 700.0 && height >= 100.0, "{width}x{height}");
+        let screenshot = save(&client, "sqlite-timeline").await;
+        // The same as a table.
+        click(
+            &client,
+            Locator::Css("#timeline-text summary"),
+            "the table's summary",
+        )
+        .await;
+        let table = client
+            .find(Locator::Id("timeline-table"))
+            .await
+            .expect("the table")
+            .text()
+            .await
+            .expect("text");
+        for needle in ["excluded", "paused from", "started run", "failed"] {
+            assert!(table.contains(needle), "no {needle} in the table: {table}");
+        }
+        // A lane's label is its job's link.
+        click(
+            &client,
+            Locator::Css("svg#timeline a[href='/jobs/child']"),
+            "child's label",
+        )
+        .await;
+        let path = client.current_url().await.expect("url").path().to_string();
+        assert_eq!(path, "/jobs/child");
+        client.close().await.expect("close the browser");
+        eprintln!("screenshot: {}", screenshot.display());
+    });
+    drop(replicas);
 }

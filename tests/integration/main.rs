@@ -30,6 +30,7 @@ mod run_control;
 mod runs_view;
 mod secrets;
 mod support;
+mod timeline;
 mod traces;
 mod verify;
 mod web;
