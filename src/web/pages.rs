@@ -82,7 +82,7 @@ svg.figchart .bar.bad,svg.figchart .badmark{fill:var(--bad,#d23c3c)}
 .tl-choices{margin:8px 0}
 .tl-legend{list-style:none;padding:0;margin:8px 0;display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px}
 .tl-wrap{overflow-x:auto;background:var(--panel,#fff);border:1px solid var(--border,#e4e6eb)}
-.tl-svg{display:block;width:100%;min-width:760px;height:auto}
+.tl-svg{display:block;width:100%;min-width:900px;height:auto}
 .tl-band{fill:var(--panel,#fff)}.tl-band-alt{fill:var(--bg,#f6f7f9)}
 .tl-label,.tl-tick,.tl-note,.tl-now-label{fill:var(--fg,#1d2330);font-size:12px}
 .tl-tick,.tl-note{fill:var(--muted,#555)}
