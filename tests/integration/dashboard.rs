@@ -453,6 +453,7 @@ mod the_dashboard_in_a_browser {
 
 /// axe-core's script, installed by `scripts/test` (`npm ci` of
 /// `tests/browser/`) into `target/axe`, or where `REPLICRON_AXE` says.
+#[cfg(feature = "sqlite")]
 fn axe_source() -> String {
     let path = std::env::var_os("REPLICRON_AXE").map_or_else(
         || {
@@ -472,6 +473,7 @@ fn axe_source() -> String {
 
 /// The critical and serious violations axe-core finds on the loaded page,
 /// one line each with the elements it names.
+#[cfg(feature = "sqlite")]
 async fn audit(client: &Client, axe: &str) -> Vec<String> {
     let loaded = client
         .execute(
@@ -503,6 +505,7 @@ async fn audit(client: &Client, axe: &str) -> Vec<String> {
 }
 
 /// Runs `script` in the page and returns what it returned.
+#[cfg(feature = "sqlite")]
 async fn eval(client: &Client, script: &str) -> Value {
     client
         .execute(script, Vec::new())
@@ -511,6 +514,7 @@ async fn eval(client: &Client, script: &str) -> Value {
 }
 
 /// Signs `client` in with the token; the pages then show their forms.
+#[cfg(feature = "sqlite")]
 async fn sign_in(client: &Client, base: &str) {
     client
         .goto(&format!("{base}/login?next=/"))
