@@ -93,6 +93,7 @@ svg.figchart .bar.bad,svg.figchart .badmark{fill:var(--bad,#d23c3c)}
 .tl-group{fill-opacity:.75}
 .tl-next{fill:var(--panel,#fff);stroke:var(--run,#2f6fdb);stroke-width:2}
 .tl-next-paused{stroke:var(--muted,#555);stroke-dasharray:2 2}
+.tl-nextband{fill:var(--muted,#555);fill-opacity:.35}.tl-nextband-due{fill:var(--run,#2f6fdb)}
 .tl-excluded circle{fill:none;stroke:var(--muted,#555);stroke-width:1.5}
 .tl-excluded path{stroke:var(--bad,#d23c3c);stroke-width:1.5}
 .tl-dep path{fill:none;stroke:var(--link,#1a56b0);stroke-width:1.5;stroke-opacity:.8}

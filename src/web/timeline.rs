@@ -767,22 +767,14 @@ fn svg(t: &Timeline) -> Markup {
                             }
                         }
                     }
-                    @for u in &lane.upcoming {
-                        @let x = times.x(u.at);
-                        @let cy = y + 13.0;
-                        @match u.state {
-                            "excluded" => g class="tl-excluded" data-instant=(u.instant) {
-                                title { (upcoming_text(&lane.job, u)) }
-                                circle cx=(f(x)) cy=(f(cy)) r="5" {}
-                                path d={"M" (f(x - 3.5)) " " (f(cy - 3.5)) "L" (f(x + 3.5)) " " (f(cy + 3.5)) "M" (f(x - 3.5)) " " (f(cy + 3.5)) "L" (f(x + 3.5)) " " (f(cy - 3.5))} {}
-                            },
-                            "paused" => circle class="tl-next tl-next-paused" data-instant=(u.instant) cx=(f(x)) cy=(f(cy)) r="4.5" {
-                                title { (upcoming_text(&lane.job, u)) }
-                            },
-                            _ => circle class="tl-next" data-instant=(u.instant) cx=(f(x)) cy=(f(cy)) r="4.5" {
-                                title { (upcoming_text(&lane.job, u)) }
-                            },
+                    @for run in dense_runs(&lane.upcoming, times) {
+                        @let (first, last) = (&lane.upcoming[run.start], &lane.upcoming[run.end - 1]);
+                        @if run.len() > 1 {
+                            rect class={"tl-nextband tl-nextband-" (first.state)} x=(f(times.x(first.at))) y=(f(y + 9.0)) width=(f((times.x(last.at) - times.x(first.at)).max(1.0))) height="8" {
+                                title { (lane.job) ": " (run.len()) " instants from " (first.instant) " to " (last.instant) ", " (first.state) @if let Some(reason) = &first.reason { ": " (reason) } }
+                            }
                         }
+                        (instant_mark(&lane.job, first, times.x(first.at), y + 13.0))
                     }
                     @if lane.upcoming_truncated {
                         text class="tl-note" x=(f(PLOT_END)) y=(f(y + 17.0)) text-anchor="end" { title { "more instants than shown before " (t.to) } "…" }
@@ -808,6 +800,48 @@ fn svg(t: &Timeline) -> Markup {
     }
 }
 
+/// The closest two upcoming marks may be, in the drawing's units, before
+/// they are drawn as one band.
+const DENSE: f64 = 3.0;
+
+/// Runs of consecutive upcoming instants of one state closer than
+/// [`DENSE`]: each is drawn as its first mark over a band to its last.
+fn dense_runs(upcoming: &[Upcoming], times: Times) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, u) in upcoming.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run)
+                if upcoming[run.end - 1].state == u.state
+                    && times.x(u.at) - times.x(upcoming[run.end - 1].at) < DENSE =>
+            {
+                run.end = i + 1;
+            }
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
+/// One upcoming instant's mark: a circle, dashed when a pause covers it,
+/// crossed out when it is excluded.
+fn instant_mark(job: &str, u: &Upcoming, x: f64, cy: f64) -> Markup {
+    html! {
+        @match u.state {
+            "excluded" => g class="tl-excluded" data-instant=(u.instant) {
+                title { (upcoming_text(job, u)) }
+                circle cx=(f(x)) cy=(f(cy)) r="5" {}
+                path d={"M" (f(x - 3.5)) " " (f(cy - 3.5)) "L" (f(x + 3.5)) " " (f(cy + 3.5)) "M" (f(x - 3.5)) " " (f(cy + 3.5)) "L" (f(x + 3.5)) " " (f(cy - 3.5))} {}
+            },
+            "paused" => circle class="tl-next tl-next-paused" data-instant=(u.instant) cx=(f(x)) cy=(f(cy)) r="4.5" {
+                title { (upcoming_text(job, u)) }
+            },
+            _ => circle class="tl-next" data-instant=(u.instant) cx=(f(x)) cy=(f(cy)) r="4.5" {
+                title { (upcoming_text(job, u)) }
+            },
+        }
+    }
+}
+
 /// A swatch of the legend.
 fn swatch(kind: &str) -> Markup {
     html! {
@@ -816,6 +850,7 @@ fn swatch(kind: &str) -> Markup {
                 "pause" => rect class="tl-pause" x="0" y="0" width="22" height="14" {},
                 "next" => circle class="tl-next" cx="11" cy="7" r="4.5" {},
                 "next-paused" => circle class="tl-next tl-next-paused" cx="11" cy="7" r="4.5" {},
+                "band" => rect class="tl-nextband tl-nextband-due" x="1" y="3" width="20" height="8" {},
                 "excluded" => g class="tl-excluded" { circle cx="11" cy="7" r="5" {} path d="M7.5 3.5L14.5 10.5M7.5 10.5L14.5 3.5" {} },
                 "dep" => g class="tl-dep" { path d="M1 12C8 12 14 2 21 2" {} circle cx="21" cy="2" r="1.5" {} },
                 "now" => line class="tl-now" x1="11" y1="0" x2="11" y2="14" {},
@@ -837,6 +872,7 @@ fn legend() -> Markup {
         ("pause", "paused"),
         ("next", "upcoming instant"),
         ("next-paused", "upcoming instant a pause covers (not run)"),
+        ("band", "upcoming instants too close to tell apart"),
         ("excluded", "instant a calendar or window excludes"),
         ("dep", "dependency: a parent's run started this run"),
         ("now", "now"),

@@ -367,3 +367,71 @@ fn the_drawing_has_every_mark() {
         );
     }
 }
+
+/// Upcoming instants closer than the drawing can tell apart are one band
+/// from the first to the last of a state, drawn with the first's mark.
+#[test]
+fn dense_upcoming_instants_are_drawn_as_a_band() {
+    let now = at(NOW);
+    let times = Times {
+        from: now - TimeDelta::hours(1),
+        now,
+        to: now + TimeDelta::hours(1),
+    };
+    let instant = |seconds: i64, state: &'static str| {
+        let at = now + TimeDelta::seconds(seconds);
+        Upcoming {
+            instant: fmt_instant(at),
+            state,
+            reason: None,
+            at,
+        }
+    };
+    let mut upcoming: Vec<Upcoming> = (1..=100).map(|i| instant(2 * i, "due")).collect();
+    upcoming.push(instant(202, "paused"));
+    upcoming.push(instant(600, "due"));
+    upcoming.push(instant(1200, "due"));
+    assert_eq!(
+        dense_runs(&upcoming, times),
+        vec![0..100, 100..101, 101..102, 102..103]
+    );
+    let lane = Lane {
+        job: "tick".into(),
+        in_config: true,
+        note: None,
+        runs: Vec::new(),
+        groups: Vec::new(),
+        pauses: Vec::new(),
+        upcoming,
+        upcoming_truncated: false,
+    };
+    let t = Timeline {
+        now: fmt_instant(now),
+        from: fmt_instant(times.from),
+        to: fmt_instant(times.to),
+        window: "1h",
+        replica: None,
+        replicas: BTreeMap::new(),
+        lanes: vec![lane],
+        links: Vec::new(),
+        runs_truncated: false,
+        times,
+    };
+    let drawing = svg(&t).into_string();
+    assert_eq!(
+        drawing
+            .matches("class=\"tl-nextband tl-nextband-due\"")
+            .count(),
+        1
+    );
+    assert!(drawing.contains(
+        "tick: 100 instants from 2026-11-27T12:00:02.000Z to 2026-11-27T12:03:20.000Z, due"
+    ));
+    assert_eq!(drawing.matches("<circle class=\"tl-next\"").count(), 3);
+    assert_eq!(
+        drawing
+            .matches("<circle class=\"tl-next tl-next-paused\"")
+            .count(),
+        1
+    );
+}
