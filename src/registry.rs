@@ -42,6 +42,8 @@ pub(crate) struct InstanceRow {
     pub job_digests: Option<String>,
     /// How far its host's clock is ahead of the database's, in µs.
     pub clock_offset_us: Option<i64>,
+    /// Where the other replicas reach its dashboard, if it serves one.
+    pub web_url: Option<String>,
 }
 
 /// This process, as it registers.
@@ -209,6 +211,31 @@ pub(crate) fn heartbeat(conn: &mut DbConnection, me: &Me, beat: &Beat) -> QueryR
     Ok(changed == 1)
 }
 
+/// Says where `me`'s dashboard is reached (`[web] advertise_url`), once
+/// its listener is bound.
+pub(crate) fn set_web_url(conn: &mut DbConnection, me: &Me, url: &str) -> QueryResult<usize> {
+    diesel::update(
+        instances::replicron_instances
+            .filter(instances::id.eq(&me.id))
+            .filter(instances::host.eq(&me.host))
+            .filter(instances::pid.eq(me.pid)),
+    )
+    .set(instances::web_url.eq(url))
+    .execute(conn)
+}
+
+/// Where replica `id`'s dashboard is reached, if it is alive and serves
+/// one.
+pub(crate) fn web_url_of(conn: &mut DbConnection, id: &str) -> QueryResult<Option<String>> {
+    Ok(instances::replicron_instances
+        .filter(instances::id.eq(id))
+        .filter(instances::last_seen.ge(DbNowPlus::minus(STALE_AFTER)))
+        .select(instances::web_url)
+        .first::<Option<String>>(conn)
+        .optional()?
+        .flatten())
+}
+
 /// A replica not heard from for this long is forgotten: its row is
 /// deleted (a stale one stays listed until then).
 const PRUNE_AFTER: Duration = Duration::from_secs(3600);
@@ -291,6 +318,22 @@ impl Store {
             let mine = heartbeat(conn, &me, &beat)?;
             prune(conn)?;
             Ok((mine, list_instances(conn)?))
+        })
+        .await
+    }
+
+    /// [`set_web_url`] for this process, as `me`.
+    pub(crate) async fn set_web_url(&self, me: Me, url: String) -> Result<usize, DbError> {
+        self.call("publishing the dashboard's address", move |conn| {
+            set_web_url(conn, &me, &url)
+        })
+        .await
+    }
+
+    /// [`web_url_of`].
+    pub(crate) async fn web_url_of(&self, id: String) -> Result<Option<String>, DbError> {
+        self.call("reading a replica's dashboard address", move |conn| {
+            web_url_of(conn, &id)
         })
         .await
     }

@@ -67,6 +67,13 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 format!("listening on {listen} for the dashboard, the API and /metrics")
             })?;
             info!(%listen, actions = !tokens.is_empty(), "serving the dashboard at /, the API at /api/v1/, /metrics and /healthz");
+            // Where the other replicas read this one's runs' live output.
+            let bound = listener.local_addr().unwrap_or(listen);
+            let advertised =
+                crate::web::live::advertised(config.web.advertise_url.as_deref(), bound);
+            if let Err(e) = scheduler.publish_web_url(advertised.clone()).await {
+                warn!(url = %advertised, "the dashboard's address could not be recorded; other replicas cannot show this one's live output: {e}");
+            }
             let web = crate::web::Web {
                 store: scheduler.store().clone(),
                 config: shared.clone(),

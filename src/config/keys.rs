@@ -223,6 +223,12 @@ pub(crate) fn all() -> Vec<Key> {
         ),
         key(
             "web",
+            "advertise_url",
+            None,
+            "Where the other replicas reach this replica's listener, http://HOST[:PORT]: a replica that shows a run another one runs reads the run's live output from there. Unset: http://127.0.0.1:PORT for a loopback metrics_listen, http://IP:PORT for another address, http://HOSTNAME:PORT for 0.0.0.0 or [::].",
+        ),
+        key(
+            "web",
             "cookie_name",
             Some("\"replicron_session\""),
             "The session cookie's name. Browsers keep one cookie per host whatever its port: give replicas that share a host name different ones. A __Host- name needs cookie_secure and path /.",

@@ -105,6 +105,9 @@ pub(crate) struct WebConfig {
     pub(crate) tokens: Vec<TokenEnv>,
     /// Where browsers reach the dashboard through a reverse proxy.
     pub(crate) public_url: Option<PublicUrl>,
+    /// Where the other replicas reach this one's listener, `http://HOST[:PORT]`
+    /// (unset: from the listen address and the host name).
+    pub(crate) advertise_url: Option<String>,
     /// The session cookie's name.
     pub(crate) cookie_name: String,
     /// The session cookie's path.
@@ -216,6 +219,7 @@ impl Default for WebConfig {
         WebConfig {
             tokens: Vec::new(),
             public_url: None,
+            advertise_url: None,
             cookie_name: DEFAULT_COOKIE.to_string(),
             cookie_path: "/".to_string(),
             cookie_secure: false,

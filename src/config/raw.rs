@@ -32,6 +32,7 @@ pub(super) struct RawWeb {
     pub token_env: Option<S<String>>,
     pub tokens: Option<S<std::collections::BTreeMap<String, String>>>,
     pub public_url: Option<S<String>>,
+    pub advertise_url: Option<S<String>>,
     pub cookie_name: Option<S<String>>,
     pub cookie_path: Option<S<String>>,
     pub cookie_secure: Option<S<bool>>,

@@ -1389,3 +1389,29 @@ fn telemetry_keys_are_checked() {
         }
     );
 }
+
+#[test]
+fn an_advertise_url_is_a_plain_http_origin() {
+    let config = parse(&format!(
+        "{DB}[web]\nadvertise_url = \"http://Replica-2.internal:9187/\"\n"
+    ))
+    .expect("valid");
+    assert_eq!(
+        config.web.advertise_url.as_deref(),
+        Some("http://replica-2.internal:9187")
+    );
+    assert_eq!(parse(DB).expect("valid").web.advertise_url, None);
+    for (bad, says) in [
+        ("https://replica-2:9187", "plain HTTP"),
+        ("http://replica-2:9187/dashboard", "no path"),
+        ("replica-2:9187", "not a URL"),
+    ] {
+        one_error(
+            &format!("{DB}[web]\nadvertise_url = {bad:?}\n"),
+            4,
+            None,
+            "web.advertise_url",
+            says,
+        );
+    }
+}

@@ -65,6 +65,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-28-000000_run_parents",
     "2026-11-29-000000_audit",
     "2026-11-30-000000_runs_view",
+    "2026-11-30-000002_web_url",
 );
 
 #[cfg(feature = "sqlite")]
@@ -83,6 +84,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-28-000000_run_parents",
     "2026-11-29-000000_audit",
     "2026-11-30-000000_runs_view",
+    "2026-11-30-000002_web_url",
 );
 
 /// The row of the migration lock.

@@ -134,6 +134,9 @@ diesel::table! {
         job_digests -> Nullable<Text>,
         /// How far its host's clock is ahead of the database's (µs).
         clock_offset_us -> Nullable<BigInt>,
+        /// Where the other replicas reach its dashboard (`[web]
+        /// advertise_url`); NULL when it serves none.
+        web_url -> Nullable<Text>,
     }
 }
 

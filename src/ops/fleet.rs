@@ -54,6 +54,9 @@ pub(crate) struct ReplicaView {
     pub(crate) alive: bool,
     /// How far its host's clock is ahead of the database's, in seconds.
     pub(crate) clock_offset_seconds: Option<f64>,
+    /// Where the other replicas reach its dashboard (`[web]
+    /// advertise_url`), if it serves one.
+    pub(crate) web_url: Option<String>,
 }
 
 impl From<&Instance> for ReplicaView {
@@ -68,6 +71,7 @@ impl From<&Instance> for ReplicaView {
             last_seen: rfc3339(row.last_seen),
             alive: instance.alive,
             clock_offset_seconds: row.clock_offset_us.map(|us| us as f64 / 1e6),
+            web_url: row.web_url.clone(),
         }
     }
 }
@@ -779,6 +783,7 @@ mod tests {
                 last_seen: ago(if alive { 1 } else { 600 }),
                 job_digests: None,
                 clock_offset_us: None,
+                web_url: None,
             },
             alive,
         }

@@ -13,7 +13,8 @@
 
 mod action;
 mod guard;
-mod output;
+pub(crate) mod live;
+pub(crate) mod output;
 mod spawn;
 pub(crate) mod users;
 
@@ -28,14 +29,15 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitStatus;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tokio::task::JoinHandle;
 
-use self::output::{Output, Tail, read_stream};
+use self::live::Live;
+use self::output::{Output, Stream, read_stream};
 use crate::config::Command;
 use crate::lease::keeper::{Deadlines, LeaseState};
 
@@ -143,6 +145,10 @@ impl Process {
             }
         };
         ctx.report_started(Some(running.group().as_raw() as u32));
+        // Watchable from the dashboard while it runs (not a run that has
+        // this process's own stdio).
+        let _live = (!spec.inherit_stdio)
+            .then(|| live::register(ctx.instance.clone(), ctx.run_id(), running.live.clone()));
         let mut stop = ctx.stop.clone();
         let exit = loop {
             tokio::select! {
@@ -236,7 +242,7 @@ struct Running {
     child: spawn::Child,
     group: Pid,
     readers: Vec<JoinHandle<()>>,
-    tail: Arc<Mutex<Tail>>,
+    live: Arc<Live>,
 }
 
 /// How a run's process ended.
@@ -343,34 +349,31 @@ async fn spawn(
     if let Some(guard) = guard {
         guard.watch(group, deadlines).await;
     }
-    let tail = Arc::new(Mutex::new(Tail {
-        limit: usize::try_from(spec.output_limit).unwrap_or(usize::MAX),
-        ..Tail::default()
-    }));
+    let live = Live::new(usize::try_from(spec.output_limit).unwrap_or(usize::MAX));
     let mut readers = Vec::new();
     if let Some(stdout) = child.stdout.take() {
         readers.push(tokio::spawn(read_stream(
             stdout,
-            "stdout",
+            Stream::Stdout,
             spec.job.clone(),
             spec.run_id,
-            tail.clone(),
+            live.clone(),
         )));
     }
     if let Some(stderr) = child.stderr.take() {
         readers.push(tokio::spawn(read_stream(
             stderr,
-            "stderr",
+            Stream::Stderr,
             spec.job.clone(),
             spec.run_id,
-            tail.clone(),
+            live.clone(),
         )));
     }
     Ok(Running {
         child,
         group,
         readers,
-        tail,
+        live,
     })
 }
 
@@ -460,7 +463,7 @@ impl Running {
         let Running {
             group,
             mut readers,
-            tail,
+            live,
             ..
         } = self;
         let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
@@ -485,14 +488,7 @@ impl Running {
                 let _ = tokio::time::timeout(DRAIN_TIMEOUT, reader).await;
             }
         }
-        let (bytes, total_bytes) = tail
-            .lock()
-            .map(|t| (t.bytes.iter().copied().collect::<Vec<u8>>(), t.total))
-            .unwrap_or_default();
-        Output {
-            tail: String::from_utf8_lossy(&bytes).into_owned(),
-            total_bytes,
-        }
+        live.output()
     }
 }
 
@@ -500,6 +496,7 @@ impl Running {
 mod tests {
     use super::*;
     use crate::lease::keeper::LeaseTimes;
+    use std::sync::Mutex;
     use tokio::sync::{oneshot, watch};
 
     fn touching(file: &Path) -> Process {

@@ -1,33 +1,108 @@
 //! A run's output: stdout and stderr read in fixed-size chunks, logged
 //! line by line with the job's name and run id, and only the last
 //! `output_limit` bytes kept, so memory stays bounded whatever a job prints.
+//! The kept bytes remember which stream each came from, in runs of bytes of
+//! one stream, and are what the run's live view ([`super::live`]) reads
+//! while it runs.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::live::Live;
+
 /// The longest line logged as one event; longer lines are logged in pieces.
 const MAX_LOG_LINE: usize = 8 * 1024;
+
+/// Which of a run's output streams bytes came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl Stream {
+    /// `stdout` or `stderr`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
 
 /// The last bytes of a run's combined stdout and stderr.
 #[derive(Debug, Default)]
 pub(crate) struct Tail {
     pub(crate) bytes: VecDeque<u8>,
+    /// `bytes` cut into runs of one stream each, oldest first: their
+    /// lengths add up to `bytes.len()`, and no two neighbours share a
+    /// stream.
+    pub(crate) streams: VecDeque<(Stream, usize)>,
     pub(crate) limit: usize,
     pub(crate) total: u64,
 }
 
 impl Tail {
-    pub(crate) fn push(&mut self, chunk: &[u8]) {
+    /// A tail that keeps the last `limit` bytes.
+    pub(crate) fn new(limit: usize) -> Self {
+        Tail {
+            limit,
+            ..Tail::default()
+        }
+    }
+
+    pub(crate) fn push(&mut self, chunk: &[u8], stream: Stream) {
         self.total += chunk.len() as u64;
         if self.limit == 0 {
             return;
         }
         let chunk = &chunk[chunk.len().saturating_sub(self.limit)..];
-        let overflow = (self.bytes.len() + chunk.len()).saturating_sub(self.limit);
+        let mut overflow = (self.bytes.len() + chunk.len()).saturating_sub(self.limit);
         self.bytes.drain(..overflow);
+        while overflow > 0 {
+            let Some(front) = self.streams.front_mut() else {
+                break;
+            };
+            if front.1 > overflow {
+                front.1 -= overflow;
+                break;
+            }
+            overflow -= front.1;
+            self.streams.pop_front();
+        }
         self.bytes.extend(chunk);
+        if chunk.is_empty() {
+            return;
+        }
+        match self.streams.back_mut() {
+            Some(back) if back.0 == stream => back.1 += chunk.len(),
+            _ => self.streams.push_back((stream, chunk.len())),
+        }
+    }
+
+    /// The offset, in all the run printed, of the first byte kept.
+    pub(crate) fn start(&self) -> u64 {
+        self.total - self.bytes.len() as u64
+    }
+
+    /// The bytes kept from offset `from` on (from the first one kept if
+    /// `from` is older), in runs of one stream each.
+    pub(crate) fn since(&self, from: u64) -> Vec<(Stream, Vec<u8>)> {
+        let skip = usize::try_from(from.saturating_sub(self.start())).unwrap_or(usize::MAX);
+        let mut pieces = Vec::new();
+        let mut at = 0_usize;
+        for &(stream, len) in &self.streams {
+            let (begin, end) = (at.max(skip), at + len);
+            if begin < end {
+                pieces.push((stream, self.bytes.range(begin..end).copied().collect()));
+            }
+            at = end;
+        }
+        pieces
     }
 }
 
@@ -43,10 +118,10 @@ pub(crate) struct Output {
 /// Reads one stream of a run into its tail and its log lines.
 pub(crate) async fn read_stream(
     mut stream: impl AsyncRead + Unpin,
-    name: &'static str,
+    name: Stream,
     job: String,
     run_id: i64,
-    tail: Arc<Mutex<Tail>>,
+    live: Arc<Live>,
 ) {
     let mut buffer = vec![0_u8; 16 * 1024];
     let mut line: Vec<u8> = Vec::new();
@@ -56,19 +131,17 @@ pub(crate) async fn read_stream(
             Ok(n) => n,
         };
         let chunk = &buffer[..n];
-        if let Ok(mut tail) = tail.lock() {
-            tail.push(chunk);
-        }
+        live.push(chunk, name);
         for piece in chunk.split_inclusive(|&b| b == b'\n') {
             line.extend_from_slice(piece);
             if line.ends_with(b"\n") || line.len() >= MAX_LOG_LINE {
-                log_line(&job, run_id, name, &line);
+                log_line(&job, run_id, name.as_str(), &line);
                 line.clear();
             }
         }
     }
     if !line.is_empty() {
-        log_line(&job, run_id, name, &line);
+        log_line(&job, run_id, name.as_str(), &line);
     }
 }
 
@@ -84,21 +157,64 @@ mod tests {
 
     #[test]
     fn the_tail_keeps_exactly_the_last_bytes() {
-        let mut tail = Tail {
-            limit: 10,
-            ..Tail::default()
-        };
-        tail.push(b"0123456");
-        tail.push(b"789abc");
+        let mut tail = Tail::new(10);
+        tail.push(b"0123456", Stream::Stdout);
+        tail.push(b"789abc", Stream::Stdout);
         assert_eq!(
             tail.bytes.iter().copied().collect::<Vec<_>>(),
             b"3456789abc"
         );
-        tail.push(&[b'x'; 25]);
+        tail.push(&[b'x'; 25], Stream::Stdout);
         assert_eq!(tail.bytes.len(), 10);
         assert_eq!(tail.total, 38);
         let mut none = Tail::default();
-        none.push(b"abc");
+        none.push(b"abc", Stream::Stderr);
         assert!(none.bytes.is_empty());
+        assert!(none.streams.is_empty());
+        assert_eq!(none.start(), 3);
+    }
+
+    /// Each kept byte stays tagged with its stream as older ones fall off
+    /// the front, and the runs never outnumber or outgrow the bytes.
+    #[test]
+    fn the_tail_tags_each_byte_with_its_stream() {
+        let mut tail = Tail::new(8);
+        tail.push(b"out1\n", Stream::Stdout);
+        tail.push(b"err\n", Stream::Stderr);
+        assert_eq!(
+            tail.since(0),
+            vec![
+                (Stream::Stdout, b"ut1\n".to_vec()),
+                (Stream::Stderr, b"err\n".to_vec())
+            ]
+        );
+        assert_eq!(tail.start(), 1);
+        // From an offset inside the kept bytes: only what follows it.
+        assert_eq!(tail.since(7), vec![(Stream::Stderr, b"r\n".to_vec())]);
+        assert_eq!(tail.since(9), Vec::new());
+        tail.push(b"o2", Stream::Stdout);
+        tail.push(b"o3", Stream::Stdout);
+        assert_eq!(
+            tail.since(0),
+            vec![
+                (Stream::Stderr, b"err\n".to_vec()),
+                (Stream::Stdout, b"o2o3".to_vec())
+            ]
+        );
+        // Alternating one-byte chunks: bounded by the limit all the same.
+        for i in 0..1000 {
+            let stream = if i % 2 == 0 {
+                Stream::Stdout
+            } else {
+                Stream::Stderr
+            };
+            tail.push(b"x", stream);
+            assert!(tail.streams.len() <= tail.limit);
+            assert_eq!(
+                tail.streams.iter().map(|s| s.1).sum::<usize>(),
+                tail.bytes.len()
+            );
+        }
+        assert_eq!(tail.total, 1013);
     }
 }

@@ -220,6 +220,7 @@ mod tests {
                 last_seen: t,
                 job_digests: Some(digests.to_string()),
                 clock_offset_us: None,
+                web_url: None,
             },
             alive: true,
         }

@@ -421,6 +421,11 @@ impl Scheduler {
         &self.me.id
     }
 
+    /// Says, in the registry, where this replica's dashboard is reached.
+    pub(crate) async fn publish_web_url(&self, url: String) -> Result<(), crate::db::DbError> {
+        self.store.set_web_url(self.me.clone(), url).await.map(drop)
+    }
+
     /// The database, for the dashboard and the API.
     pub(crate) fn store(&self) -> &Store {
         &self.store

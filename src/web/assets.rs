@@ -1,5 +1,5 @@
 //! The dashboard's static files, built into the binary and served at
-//! `/static/NAME`: its one script and its icon. Nothing else is served
+//! `/static/NAME`: its scripts and its icon. Nothing else is served
 //! from here; an unknown name is a 404.
 
 use axum::extract::Path;
@@ -12,6 +12,11 @@ const FILES: &[(&str, &str, &str)] = &[
         "replicron.js",
         "text/javascript; charset=utf-8",
         include_str!("assets/replicron.js"),
+    ),
+    (
+        "live.js",
+        "text/javascript; charset=utf-8",
+        include_str!("assets/live.js"),
     ),
     (
         "favicon.svg",

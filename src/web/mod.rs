@@ -6,11 +6,13 @@
 //! ([`auth`]); then trigger, pause, resume and unlock are POSTs that carry
 //! it. What is shown comes from [`data`], which reads through the store.
 
+mod ansi;
 mod api;
 mod assets;
 mod auth;
 pub(crate) mod data;
 pub(crate) mod listener;
+pub(crate) mod live;
 mod pages;
 mod runs;
 mod sessions;
@@ -180,6 +182,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/jobs/{name}/{action}", post(pages::act))
         .route("/runs", get(runs::view))
         .route("/runs/{id}", get(pages::run))
+        .route("/runs/{id}/output", get(live::output))
         .route("/audit", get(pages::audit))
         .route("/timeline", get(timeline::page))
         .route("/login", get(pages::login_form).post(pages::login))

@@ -102,6 +102,15 @@ svg.figchart .bar.bad,svg.figchart .badmark{fill:var(--bad,#d23c3c)}
 .tl-now-label{font-weight:600}
 .tl-swatch{vertical-align:middle}
 a.trace{font-size:12px}
+.outbox{display:flex;flex-direction:column-reverse;overflow:auto;max-height:70vh;background:#10131a}
+.outbox pre.output{max-height:none;overflow:visible;margin:0;background:transparent}
+pre.output .a-red{color:#ff7b72}pre.output .a-green{color:#7ee787}pre.output .a-yellow{color:#e3b341}
+pre.output .a-blue{color:#79c0ff}pre.output .a-magenta{color:#d2a8ff}pre.output .a-cyan{color:#56d4dd}
+pre.output .a-bold{font-weight:700}
+pre.output .stderr,.sample-stderr{background:#3b1219;color:#ffdcd7;box-shadow:inset 3px 0 0 #ff7b72}
+.sample-stderr{padding:0 4px}
+pre.output .gap{color:#c9d1d9;font-style:italic}
+.over{font-weight:700}
 "#;
 
 /// How far `at` is from `now`, as people say it: "12 s ago", "in 3 min".
@@ -901,10 +910,13 @@ pub(super) async fn run(
         }
         Err(e) => return unavailable(&web, &caller, e),
     };
+    // A running run's page follows its output with a script of its own
+    // (super::live), not the pages' refresh.
+    let output = super::live::section(&web, &run).await;
     layout(
         &web,
         &format!("run {id}"),
-        run.status == RunStatus::Running,
+        false,
         &caller,
         html! {
             h1 { "Run " (run.id) " of " a href={"/jobs/" (encode(&run.job))} { (run.job) } " " (status_badge(run.status)) }
@@ -936,8 +948,7 @@ pub(super) async fn run(
                     dt { "Trace" } dd { a id="trace" class="trace" href=(href) rel="noreferrer" { "trace of run " (run.id) } }
                 }
             }
-            h2 { "Output (its tail, as kept in the history)" }
-            pre class="output" id="output" { (run.output.clone().unwrap_or_default()) }
+            (output)
         },
     )
     .into_response()

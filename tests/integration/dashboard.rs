@@ -1054,3 +1054,193 @@ fn the_timeline_in_a_browser() {
     });
     drop(replicas);
 }
+
+/// A job that prints to both streams, in colour, then more after a while.
+#[cfg(feature = "sqlite")]
+const TALKER: &str = "printf 'first line\\n'; printf '\\033[32mgreen\\033[0m plain\\n'; \
+     printf 'to stderr\\n' >&2; sleep 4; printf 'after the load\\n'; sleep 3; printf 'last line\\n'";
+
+/// A job that prints more lines than its 1 KiB `output_limit` keeps, and
+/// more than its page's output box shows at once, then waits.
+#[cfg(feature = "sqlite")]
+const FLOOD: &str = "seq 1 2000; printf 'flood end\\n'; sleep 8";
+
+/// The text of the element at `css`.
+#[cfg(feature = "sqlite")]
+async fn text_at(client: &Client, css: &str) -> String {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+}
+
+/// A running run's page in a browser: a line the job prints after the page
+/// loaded appears in it while the run still runs, without the page being
+/// reloaded; stderr is marked apart from stdout; ANSI colours are classes,
+/// not boxes; output past `output_limit` is marked as cut; the page passes
+/// the accessibility audit while it follows the run; and when the run
+/// ends the page shows how it ended.
+#[cfg(feature = "sqlite")]
+#[test]
+#[cfg_attr(
+    replicron_no_chromium,
+    ignore = "needs Debian's chromium and chromium-driver"
+)]
+fn a_running_runs_output_appears_in_its_page_as_it_is_written() {
+    let axe = axe_source();
+    let db = TestDb::sqlite();
+    let [port] = free_ports();
+    let config = db.config_named(
+        "live-browser.toml",
+        &db.url,
+        &format!(
+            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+             [web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\n\n\
+             [[job]]\nname = \"talker\"\nschedule = \"@yearly\"\ncommand = {TALKER:?}\n\n\
+             [[job]]\nname = \"flood\"\nschedule = \"@yearly\"\noutput_limit = \"1KiB\"\ncommand = {FLOOD:?}\n"
+        ),
+    );
+    let replica = crate::support::Replica::start(
+        &config,
+        "live-browser",
+        None,
+        &[("REPLICRON_TEST_WEB_TOKEN", TOKEN)],
+    );
+    replica.wait_for_log("replicron started", Duration::from_secs(30));
+    let base = format!("http://127.0.0.1:{port}");
+    let bearer = format!("Bearer {TOKEN}");
+    let trigger = |job: &str| {
+        let (code, body) = crate::web::post_json(
+            port,
+            &format!("/api/v1/jobs/{job}/trigger"),
+            &[("Authorization", &bearer)],
+            "",
+        );
+        assert_eq!(code, 202, "{body}");
+        let mut id = None;
+        wait_until("the run's row", Duration::from_secs(10), || {
+            let (_, page) = get_json(port, &format!("/api/v1/runs?job={job}&limit=1"));
+            id = page["runs"][0]["id"].as_i64();
+            id.is_some()
+        });
+        id.expect("the run's id")
+    };
+    let status_of = |id: i64| get_json(port, &format!("/api/v1/runs/{id}")).1["status"].clone();
+    let driver = Driver::start();
+    let profile = tempfile::tempdir().expect("a browser profile");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = browser(&driver, profile.path()).await;
+        let id = trigger("talker");
+        client
+            .goto(&format!("{base}/runs/{id}"))
+            .await
+            .expect("load the run's page");
+        let loaded = text_at(&client, "#output").await;
+        assert!(loaded.contains("first line"), "{loaded}");
+        assert!(
+            !loaded.contains("after the load"),
+            "printed before the page loaded: {loaded}"
+        );
+        assert_eq!(status_of(id), "running");
+        eval(&client, "window.replicronMark = 1; return null;").await;
+        // stderr apart from stdout; colours as classes, no escape shown.
+        assert_eq!(text_at(&client, "#output .stderr").await, "to stderr");
+        assert_eq!(text_at(&client, "#output .a-green").await, "green");
+        assert!(
+            !loaded.contains('\u{1b}') && !loaded.contains("[32m"),
+            "{loaded:?}"
+        );
+        assert!(
+            text_at(&client, "#timing").await.starts_with("running for "),
+            "the elapsed time"
+        );
+        let problems = audit(&client, &axe).await;
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+
+        // The line printed after the load appears while the run runs,
+        // appended by the page's script: the page is the same document.
+        let mut appeared = false;
+        for _ in 0..100 {
+            if text_at(&client, "#output").await.contains("after the load") {
+                appeared = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(appeared, "the line printed after the load never appeared");
+        assert_eq!(status_of(id), "running", "it appeared only once the run ended");
+        assert_eq!(
+            eval(&client, "return window.replicronMark || null;").await,
+            json!(1),
+            "the page was reloaded to show it"
+        );
+        assert_eq!(
+            client
+                .find_all(Locator::Css("#output .stderr"))
+                .await
+                .expect("query")
+                .len(),
+            1,
+            "stdout marked as stderr"
+        );
+        save(&client, "run-live").await;
+
+        // When the run ends, the page shows how it ended.
+        let mut ended = String::new();
+        for _ in 0..150 {
+            ended = client
+                .find(Locator::Css("h1"))
+                .await
+                .expect("h1")
+                .text()
+                .await
+                .unwrap_or_default();
+            if ended.contains("succeeded") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(ended.contains("succeeded"), "{ended}");
+        assert!(text_at(&client, "#output").await.contains("last line"));
+
+        // Output past output_limit: marked as cut, with how much there was.
+        let id = trigger("flood");
+        for _ in 0..50 {
+            client
+                .goto(&format!("{base}/runs/{id}"))
+                .await
+                .expect("load the flood's page");
+            if text_at(&client, "#output").await.ends_with("flood end") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(text_at(&client, "#output").await.ends_with("flood end"));
+        let total: usize = (1..=2000).map(|n: u32| n.to_string().len() + 1).sum::<usize>() + 10;
+        assert_eq!(
+            text_at(&client, "#truncated").await.trim(),
+            format!("Showing the last 1024 of {total} bytes.")
+        );
+        // The box opens at its end: it overflows, and its last line is in
+        // view, not its first.
+        let view = eval(
+            &client,
+            "const box = document.querySelector('.outbox').getBoundingClientRect(); \
+             const end = document.getElementById('end').getBoundingClientRect(); \
+             const out = document.getElementById('output').getBoundingClientRect(); \
+             return [out.height > box.height, end.top <= box.bottom && end.top >= box.top, out.top < box.top];",
+        )
+        .await;
+        assert_eq!(view, json!([true, true, true]), "the output opens at its end");
+        save(&client, "run-live-truncated").await;
+        client.close().await.expect("close the browser");
+    });
+    drop(replica);
+}

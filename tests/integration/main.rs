@@ -22,6 +22,7 @@ mod history;
 mod hooks;
 mod import;
 mod library;
+mod live;
 mod nginx;
 mod notify;
 mod operate;

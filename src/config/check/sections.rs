@@ -215,6 +215,30 @@ impl Checker<'_> {
                 }
             }
         });
+        let advertise_url = raw.advertise_url.and_then(|given| {
+            let parsed = crate::config::PublicUrl::parse(given.get_ref()).and_then(|url| {
+                if url.secure {
+                    Err(format!(
+                        "{:?}: replicas reach each other's listener over plain HTTP: write http://HOST[:PORT]",
+                        given.get_ref()
+                    ))
+                } else {
+                    Ok(url.origin)
+                }
+            });
+            match parsed {
+                Ok(url) => Some(url),
+                Err(problem) => {
+                    self.report(
+                        Some(given.span()),
+                        Some(Scope::Table("web")),
+                        Some("advertise_url"),
+                        problem,
+                    );
+                    None
+                }
+            }
+        });
         let cookie_name = match raw.cookie_name {
             Some(given) => {
                 let name = given.get_ref().trim();
@@ -295,6 +319,7 @@ impl Checker<'_> {
         WebConfig {
             tokens,
             public_url,
+            advertise_url,
             cookie_name,
             cookie_path,
             cookie_secure,

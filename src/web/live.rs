@@ -1,0 +1,781 @@
+//! A running run's output, as it is written: `GET /runs/{id}/output`, a
+//! stream of server-sent events, and the output part of its page.
+//!
+//! The replica that runs the run (its holder) serves the stream from the
+//! run's tail in memory ([`crate::runner::live`]). Any other replica asked
+//! for it passes the holder's stream through: it finds the holder's
+//! listener in the registry (`web_url`, from `[web] advertise_url`) and
+//! asks it as an anonymous client with no credential, so a passed-through
+//! stream carries no more rights than the caller's own (reading, which the
+//! dashboard allows whoever reaches it). A request that was passed through
+//! once is never passed on again.
+//!
+//! Each stream ends when the run ends (`end`), after [`STREAM_LIFE`] (the
+//! browser reconnects, and resumes where it was by `Last-Event-ID`), or at
+//! once when there is nothing to follow (`gone`); at most [`MAX_STREAMS`]
+//! are open at once on a replica, so long-lived streams never take the
+//! listener's connections from its pages.
+//!
+//! Events: `start` (`{"from","total","limit"}`: the offset of the first
+//! byte sent, the bytes printed so far, the most kept), `out` and `err`
+//! (stdout and stderr: a JSON array of `[text, classes]` pieces, ANSI
+//! colours as classes, [`super::ansi`]; the event's id is the offset after
+//! it), `skip` (`{"from","to"}`: bytes the watcher fell too far behind to
+//! be sent), `end` and `gone` (a sentence: why nothing can be followed).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use hyper::body::Body as _;
+use maud::{Markup, html};
+use serde::Deserialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+use super::Shared;
+use super::ansi::{Ansi, Span};
+use crate::history::{RunFilter, RunRecord, RunStatus};
+use crate::runner::live::{self as running, Live, Progress};
+use crate::runner::output::Stream;
+
+/// The header of a request passed through from another replica.
+const HOP: &str = "x-replicron-hop";
+/// The most output streams a replica serves at once.
+pub(crate) const MAX_STREAMS: usize = 32;
+/// How long one stream lasts at most, well within the listener's
+/// connection lifetime; the browser then reconnects.
+const STREAM_LIFE: Duration = Duration::from_secs(90);
+/// How long a replica waits to reach the holder.
+const HOLDER_TIMEOUT: Duration = Duration::from_secs(3);
+/// The most of a holder's answer a page reads for the output so far.
+const MAX_SNAPSHOT: usize = 16 * 1024 * 1024;
+/// The data of an `end` event (an event without data is not dispatched
+/// by browsers).
+const ENDED: &str = "\"the run has ended\"";
+/// How many successful runs the usual duration is the median of.
+const USUAL_OF: i64 = 20;
+
+fn streams() -> &'static Arc<Semaphore> {
+    static STREAMS: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    STREAMS.get_or_init(|| Arc::new(Semaphore::new(MAX_STREAMS)))
+}
+
+/// Where the other replicas reach a listener bound to `addr`:
+/// `configured` (`[web] advertise_url`) if set, else loopback's own
+/// address, the host's name for a wildcard address, the address itself
+/// otherwise.
+pub(crate) fn advertised(configured: Option<&str>, addr: std::net::SocketAddr) -> String {
+    if let Some(url) = configured {
+        return url.to_string();
+    }
+    let ip = addr.ip();
+    let host = if ip.is_unspecified() {
+        hostname::get()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".to_string())
+    } else if ip.is_ipv6() {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    format!("http://{host}:{}", addr.port())
+}
+
+/// A stream's bytes as text: UTF-8 decoded (a character cut between two
+/// chunks is kept for the next) and its escape sequences applied, each
+/// stream on its own.
+#[derive(Default)]
+struct Decoder {
+    carry: [Vec<u8>; 2],
+    ansi: [Ansi; 2],
+}
+
+impl Decoder {
+    fn feed(&mut self, stream: Stream, bytes: &[u8]) -> Vec<Span> {
+        let i = usize::from(stream == Stream::Stderr);
+        let carry = &mut self.carry[i];
+        carry.extend_from_slice(bytes);
+        let cut = complete_up_to(carry);
+        let text = String::from_utf8_lossy(&carry[..cut]).into_owned();
+        carry.drain(..cut);
+        self.ansi[i].feed(&text)
+    }
+}
+
+/// The length of `bytes` without a UTF-8 character cut at its end.
+fn complete_up_to(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    for back in 1..=n.min(4) {
+        let b = bytes[n - back];
+        if b & 0xC0 != 0x80 {
+            let needs = match b {
+                0xF8.. => 1,
+                0xF0.. => 4,
+                0xE0.. => 3,
+                0xC0.. => 2,
+                _ => 1,
+            };
+            return if needs > back { n - back } else { n };
+        }
+    }
+    n
+}
+
+fn event(name: &str, data: String) -> Event {
+    Event::default().event(name).data(data)
+}
+
+fn stream_event(stream: Stream, spans: &[Span], end: u64) -> Event {
+    let name = match stream {
+        Stream::Stdout => "out",
+        Stream::Stderr => "err",
+    };
+    event(name, serde_json::to_string(spans).unwrap_or_default()).id(end.to_string())
+}
+
+/// One watcher's place in a run's output.
+struct Follow {
+    live: Arc<Live>,
+    progress: watch::Receiver<Progress>,
+    at: u64,
+    decoder: Decoder,
+    queue: VecDeque<Event>,
+    started: bool,
+    snapshot: bool,
+    done: bool,
+    until: tokio::time::Instant,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Follow {
+    /// Queues what was printed since the last read.
+    fn read(&mut self, first: bool) {
+        let read = self.live.read(self.at);
+        if first {
+            let start =
+                serde_json::json!({"from": read.from, "total": read.total, "limit": read.limit});
+            self.queue.push_back(event("start", start.to_string()));
+        } else if read.from > self.at {
+            let skip = serde_json::json!({"from": self.at, "to": read.from});
+            self.queue.push_back(event("skip", skip.to_string()));
+        }
+        let mut end = read.from;
+        for (stream, bytes) in &read.pieces {
+            end += bytes.len() as u64;
+            let spans = self.decoder.feed(*stream, bytes);
+            if !spans.is_empty() {
+                self.queue.push_back(stream_event(*stream, &spans, end));
+            }
+        }
+        self.at = read.total.max(self.at);
+    }
+
+    async fn next(mut self) -> Option<(Result<Event, Infallible>, Follow)> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                return Some((Ok(event), self));
+            }
+            if self.done {
+                return None;
+            }
+            let (first, ended) = if self.started {
+                tokio::select! {
+                    changed = self.progress.changed() => {
+                        (false, changed.is_err() || self.progress.borrow_and_update().ended)
+                    }
+                    () = tokio::time::sleep_until(self.until) => {
+                        self.done = true;
+                        continue;
+                    }
+                }
+            } else {
+                self.started = true;
+                (true, self.progress.borrow_and_update().ended)
+            };
+            self.read(first);
+            if ended {
+                self.queue.push_back(event("end", ENDED.to_string()));
+                self.done = true;
+            } else if self.snapshot {
+                self.done = true;
+            }
+        }
+    }
+}
+
+fn sse<S>(events: S) -> Response
+where
+    S: futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
+{
+    let mut response = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response();
+    let headers = response.headers_mut();
+    // A buffering reverse proxy (nginx) would hold the events back.
+    headers.insert(
+        "x-accel-buffering",
+        axum::http::HeaderValue::from_static("no"),
+    );
+    // A run's output is kept by no cache, as the pages are not.
+    headers.insert(
+        header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    response
+}
+
+/// A stream of these events only.
+fn closed(events: Vec<Event>) -> Response {
+    sse(futures_util::stream::iter(events.into_iter().map(Ok)))
+}
+
+fn gone(why: &str) -> Response {
+    closed(vec![event(
+        "gone",
+        serde_json::to_string(why).unwrap_or_default(),
+    )])
+}
+
+fn busy() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "5")],
+        axum::Json(serde_json::json!({
+            "error": format!("this replica already serves {MAX_STREAMS} live output streams; try again shortly")
+        })),
+    )
+        .into_response()
+}
+
+/// `/runs/{id}/output`'s query.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct OutputQuery {
+    /// Start after this offset (a page that shows the output so far).
+    #[serde(default)]
+    from: Option<u64>,
+    /// Send what was printed so far, then end.
+    #[serde(default)]
+    snapshot: Option<String>,
+}
+
+/// `GET /runs/{id}/output`.
+pub(super) async fn output(
+    State(web): State<Shared>,
+    Path(id): Path<String>,
+    Query(query): Query<OutputQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let Ok(id) = id.parse::<i64>() else {
+        return (StatusCode::BAD_REQUEST, "not a run id\n").into_response();
+    };
+    let run = match web.store.find_run(id).await {
+        Ok(Some(run)) => RunRecord::from(run),
+        Ok(None) => return (StatusCode::NOT_FOUND, format!("no run {id}\n")).into_response(),
+        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+    };
+    if run.status != RunStatus::Running {
+        return closed(vec![event("end", ENDED.to_string())]);
+    }
+    let from = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .or(query.from)
+        .unwrap_or(0);
+    let snapshot = query.snapshot.is_some();
+    if run.instance != web.instance {
+        if headers.contains_key(HOP) {
+            return gone(&format!("run {id} is not running on this replica"));
+        }
+        let Ok(permit) = streams().clone().try_acquire_owned() else {
+            return busy();
+        };
+        return pass_through(&web, &run, from, snapshot, permit).await;
+    }
+    let Some(live) = running::find(&web.instance, id) else {
+        return gone("no output of this run is captured while it runs");
+    };
+    let Ok(permit) = streams().clone().try_acquire_owned() else {
+        return busy();
+    };
+    let follow = Follow {
+        progress: live.watch(),
+        live,
+        at: from,
+        decoder: Decoder::default(),
+        queue: VecDeque::new(),
+        started: false,
+        snapshot,
+        done: false,
+        until: tokio::time::Instant::now() + STREAM_LIFE,
+        _permit: permit,
+    };
+    sse(futures_util::stream::unfold(follow, Follow::next))
+}
+
+/// Asks the holder of `run` for `path`, as an anonymous client.
+async fn ask_holder(
+    web: &Shared,
+    run: &RunRecord,
+    path: &str,
+    last_event: Option<u64>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let url = match web.store.web_url_of(run.instance.clone()).await {
+        Ok(Some(url)) => url,
+        Ok(None) => {
+            return Err(format!(
+                "its replica, {}, is gone or serves no dashboard",
+                run.instance
+            ));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let unreachable = |e: String| {
+        format!(
+            "its replica, {}, does not answer at {url}: {e}",
+            run.instance
+        )
+    };
+    let authority = url
+        .strip_prefix("http://")
+        .map(|a| a.trim_end_matches('/'))
+        .filter(|a| !a.is_empty() && !a.contains(['/', '@', ' ']))
+        .ok_or_else(|| unreachable("not an http://HOST[:PORT] address".to_string()))?
+        .to_string();
+    let has_port = match authority.strip_prefix('[') {
+        Some(v6) => v6.contains("]:"),
+        None => authority.contains(':'),
+    };
+    let address = if has_port {
+        authority.clone()
+    } else {
+        format!("{authority}:80")
+    };
+    let answer = async {
+        let stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake::<_, Body>(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        let mut request = hyper::Request::get(path)
+            .header(header::HOST, &authority)
+            .header(header::ACCEPT, "text/event-stream")
+            .header(HOP, "1");
+        if let Some(id) = last_event {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let request = request.body(Body::empty()).map_err(|e| e.to_string())?;
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let response = tokio::time::timeout(HOLDER_TIMEOUT, answer)
+        .await
+        .map_err(|_| unreachable("no answer in time".to_string()))?
+        .map_err(unreachable)?;
+    if response.status() != StatusCode::OK {
+        return Err(unreachable(format!("it answered {}", response.status())));
+    }
+    Ok(response)
+}
+
+/// The holder's stream of `run`, passed through.
+async fn pass_through(
+    web: &Shared,
+    run: &RunRecord,
+    from: u64,
+    snapshot: bool,
+    permit: OwnedSemaphorePermit,
+) -> Response {
+    let path = format!(
+        "/runs/{}/output?from={from}{}",
+        run.id,
+        if snapshot { "&snapshot=1" } else { "" }
+    );
+    let response = match ask_holder(web, run, &path, None).await {
+        Ok(response) => response,
+        Err(why) => return gone(&why),
+    };
+    let body = futures_util::stream::unfold(
+        (response.into_body(), permit),
+        |(mut body, permit)| async move {
+            loop {
+                let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await?;
+                match frame {
+                    Ok(frame) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Some((Ok::<Bytes, Infallible>(data), (body, permit)));
+                        }
+                    }
+                    Err(_) => return None,
+                }
+            }
+        },
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// What a page shows of a run's output.
+#[derive(Debug, Default)]
+struct Shown {
+    /// The offset of its first byte in all the run printed.
+    from: u64,
+    /// All the run printed, if known.
+    total: Option<u64>,
+    /// The most bytes kept, if known.
+    limit: Option<u64>,
+    /// Its pieces, each of one stream.
+    pieces: Vec<(Stream, Vec<Span>)>,
+    /// Why the output so far could not be read, if it could not.
+    problem: Option<String>,
+}
+
+/// The server-sent events of `text`: (event, data) pairs, and each
+/// event's id.
+fn parse_events(text: &str) -> Vec<(String, String, Option<u64>)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let (mut name, mut data, mut id) = (String::new(), Vec::new(), None);
+            for line in block.lines() {
+                let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                let value = value.strip_prefix(' ').unwrap_or(value);
+                match field {
+                    "event" => name = value.to_string(),
+                    "data" => data.push(value),
+                    "id" => id = value.parse().ok(),
+                    _ => {}
+                }
+            }
+            (!name.is_empty()).then(|| (name, data.join("\n"), id))
+        })
+        .collect()
+}
+
+/// The output of running `run` so far, from wherever it runs.
+async fn so_far(web: &Shared, run: &RunRecord) -> Shown {
+    if run.instance == web.instance {
+        let Some(live) = running::find(&web.instance, run.id) else {
+            return Shown {
+                problem: Some("no output of this run is captured while it runs".to_string()),
+                ..Shown::default()
+            };
+        };
+        let read = live.read(0);
+        let mut decoder = Decoder::default();
+        return Shown {
+            from: read.from,
+            total: Some(read.total),
+            limit: Some(read.limit),
+            pieces: read
+                .pieces
+                .iter()
+                .map(|(stream, bytes)| (*stream, decoder.feed(*stream, bytes)))
+                .collect(),
+            problem: None,
+        };
+    }
+    let path = format!("/runs/{}/output?snapshot=1", run.id);
+    let read = async {
+        let response = ask_holder(web, run, &path, None).await?;
+        let mut body = response.into_body();
+        let mut text = Vec::new();
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+        {
+            if let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() {
+                text.extend_from_slice(&data);
+                if text.len() > MAX_SNAPSHOT {
+                    break;
+                }
+            }
+        }
+        Ok::<_, String>(String::from_utf8_lossy(&text).into_owned())
+    };
+    let text = match tokio::time::timeout(HOLDER_TIMEOUT, read).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(why)) => {
+            return Shown {
+                problem: Some(why),
+                ..Shown::default()
+            };
+        }
+        Err(_) => {
+            return Shown {
+                problem: Some(format!(
+                    "its replica, {}, did not send its output in time",
+                    run.instance
+                )),
+                ..Shown::default()
+            };
+        }
+    };
+    let mut shown = Shown::default();
+    for (name, data, id) in parse_events(&text) {
+        match name.as_str() {
+            "start" => {
+                let start: serde_json::Value = serde_json::from_str(&data).unwrap_or_default();
+                shown.from = start["from"].as_u64().unwrap_or(0);
+                shown.total = start["total"].as_u64();
+                shown.limit = start["limit"].as_u64();
+            }
+            "out" | "err" => {
+                let stream = if name == "out" {
+                    Stream::Stdout
+                } else {
+                    Stream::Stderr
+                };
+                let spans: Vec<Span> = serde_json::from_str(&data).unwrap_or_default();
+                shown.pieces.push((stream, spans));
+                if let Some(id) = id {
+                    shown.total = Some(shown.total.unwrap_or(0).max(id));
+                }
+            }
+            "gone" => shown.problem = serde_json::from_str(&data).ok(),
+            _ => {}
+        }
+    }
+    shown
+}
+
+/// A length of time as people say it: `45 s`, `1 min 12 s`, `2 h 5 min`.
+pub(crate) fn span(seconds: u64) -> String {
+    match seconds {
+        0..60 => format!("{seconds} s"),
+        60..3600 => format!("{} min {} s", seconds / 60, seconds % 60),
+        _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
+    }
+}
+
+/// The median duration of the last [`USUAL_OF`] successful runs of `job`,
+/// in seconds, and how many there were.
+async fn usual(web: &Shared, job: &str) -> Option<(f64, usize)> {
+    let runs = web
+        .store
+        .list_briefs(RunFilter {
+            job: Some(job.to_string()),
+            status: Some(RunStatus::Succeeded),
+            limit: USUAL_OF,
+            ..RunFilter::default()
+        })
+        .await
+        .ok()?;
+    let mut durations: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.duration())
+        .map(|d| d.num_milliseconds().max(0) as f64 / 1000.0)
+        .collect();
+    if durations.is_empty() {
+        return None;
+    }
+    durations.sort_by(f64::total_cmp);
+    let n = durations.len();
+    let median = if n % 2 == 1 {
+        durations[n / 2]
+    } else {
+        (durations[n / 2 - 1] + durations[n / 2]) / 2.0
+    };
+    Some((median, n))
+}
+
+/// How long running `run` has run, against how long its job's runs
+/// usually take.
+async fn timing(web: &Shared, run: &RunRecord) -> Markup {
+    let started = DateTime::parse_from_rfc3339(&run.started_at).map(|t| t.with_timezone(&Utc));
+    let now = web.store.database_now().await;
+    let elapsed = match (started, now) {
+        (Ok(started), Ok(now)) => (now - started).num_seconds().max(0) as u64,
+        _ => 0,
+    };
+    let usual = usual(web, &run.job).await;
+    html! {
+        p id="timing" {
+            "running for "
+            span id="elapsed" data-seconds=(elapsed) { (span(elapsed)) }
+            @match usual {
+                Some((median, n)) => {
+                    " · usually " (span(median.round() as u64))
+                    " (median of the last " (n) " successful " @if n == 1 { "run" } @else { "runs" } ")"
+                    @if elapsed as f64 > median * 1.5 && elapsed > 10 { " " span class="over" { "longer than usual" } }
+                }
+                None => { " · no successful run yet to compare with" }
+            }
+        }
+    }
+}
+
+/// The pieces of an output, each stream's in its own span.
+fn pieces(pieces: &[(Stream, Vec<Span>)]) -> Markup {
+    let spans = |spans: &Vec<Span>| {
+        html! {
+            @for (text, class) in spans {
+                @if class.is_empty() { (text) } @else { span class=(class) { (text) } }
+            }
+        }
+    };
+    html! {
+        @for (stream, piece) in pieces {
+            @if *stream == Stream::Stderr {
+                span class="stderr" title="stderr" { (spans(piece)) }
+            } @else {
+                (spans(piece))
+            }
+        }
+    }
+}
+
+/// The output box: it opens at its end (a reversed flex column), and can
+/// be scrolled with the keyboard.
+fn output_box(shown: &Shown, running: bool, live: Option<i64>) -> Markup {
+    let kept: u64 = shown
+        .pieces
+        .iter()
+        .flat_map(|(_, spans)| spans.iter().map(|(text, _)| text.len() as u64))
+        .sum();
+    let truncated = shown.from > 0;
+    html! {
+        p class="muted" id="output-legend" {
+            span id="truncated" {
+                @if truncated {
+                    @if let Some(total) = shown.total {
+                        "Showing the last " (total.saturating_sub(shown.from)) " of " (total) " bytes. "
+                    } @else {
+                        "Showing the last " (kept) " bytes: the run printed more, and only its tail is kept. "
+                    }
+                }
+            }
+            "Output from stderr is marked " span class="sample-stderr" { "like this" } ". "
+            a href="#end" { "Jump to the end" }
+        }
+        div class="outbox" tabindex="0" role="region" aria-label="Output" {
+            pre class="output" id="output"
+                data-running=[running.then_some("1")]
+                data-stream=[live.map(|id| format!("/runs/{id}/output"))]
+                data-offset=[live.map(|_| shown.total.unwrap_or(0))]
+                data-from=[live.map(|_| shown.from)]
+                data-limit=[live.and(shown.limit)] {
+                (pieces(&shown.pieces))
+                span id="end" {}
+            }
+        }
+    }
+}
+
+/// The output part of a run's page: for a running run, how long it has run
+/// and its output so far, which the page's script then follows; for
+/// another, the output the history kept.
+pub(crate) async fn section(web: &Shared, run: &RunRecord) -> Markup {
+    if run.status != RunStatus::Running {
+        let limit = web.config().job(&run.job).map(|job| job.output_limit);
+        let shown = stored(run.output.as_deref().unwrap_or_default(), limit);
+        return html! {
+            h2 { "Output" }
+            (output_box(&shown, false, None))
+        };
+    }
+    let timing = timing(web, run).await;
+    let shown = so_far(web, run).await;
+    html! {
+        (timing)
+        h2 { "Output" }
+        // Without a script, a reload shows what was printed since; with
+        // one, the page follows the output as it is written.
+        p class="muted" id="live-reload" {
+            "Shown as of loading; " a href="" { "reload" } " to see more."
+        }
+        @if let Some(problem) = &shown.problem {
+            p class="muted" id="live-problem" { "Live output is unavailable: " (problem) }
+        }
+        (output_box(&shown, true, shown.problem.is_none().then_some(run.id)))
+        script src=(super::assets::path("live.js")) defer {}
+    }
+}
+
+/// `text`, the output a finished run left, as a page shows it: when it is
+/// as long as its job's `output_limit`, what it printed before was not
+/// kept (the history keeps no count of it: a run's total is known only
+/// while it runs).
+fn stored(text: &str, limit: Option<u64>) -> Shown {
+    let kept = text.len() as u64;
+    let cut = limit.is_some_and(|limit| limit > 0 && kept >= limit);
+    Shown {
+        from: u64::from(cut),
+        total: None,
+        limit,
+        pieces: vec![(Stream::Stdout, super::ansi::spans(text))],
+        problem: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_cut_between_chunks_is_decoded_whole() {
+        let mut decoder = Decoder::default();
+        let text = "ü✓\n".as_bytes();
+        assert_eq!(decoder.feed(Stream::Stdout, &text[..1]), Vec::<Span>::new());
+        // The other stream's state is its own.
+        assert_eq!(
+            decoder.feed(Stream::Stderr, b"e"),
+            vec![("e".to_string(), String::new())]
+        );
+        assert_eq!(
+            decoder.feed(Stream::Stdout, &text[1..3]),
+            vec![("ü".to_string(), String::new())]
+        );
+        assert_eq!(
+            decoder.feed(Stream::Stdout, &text[3..]),
+            vec![("✓\n".to_string(), String::new())]
+        );
+        assert_eq!(complete_up_to(b"ab\xff"), 3, "an invalid byte is not held");
+    }
+
+    #[test]
+    fn events_are_read_back() {
+        let text = "retry: 1000\n\nevent: start\ndata: {\"from\":0}\n\nevent: out\nid: 5\ndata: [[\"a\",\"\"]]\n\n: keep-alive\n\n";
+        assert_eq!(
+            parse_events(text),
+            vec![
+                ("start".to_string(), "{\"from\":0}".to_string(), None),
+                ("out".to_string(), "[[\"a\",\"\"]]".to_string(), Some(5)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stored_output_as_long_as_the_limit_is_marked_cut() {
+        assert_eq!(stored("0123456789", Some(10)).from, 1);
+        assert_eq!(stored("012345678", Some(10)).from, 0);
+        assert_eq!(
+            stored("\x1b[31mred", None).pieces[0].1,
+            vec![("red".to_string(), "a-red".to_string())]
+        );
+    }
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(span(40), "40 s");
+        assert_eq!(span(72), "1 min 12 s");
+        assert_eq!(span(7500), "2 h 5 min");
+    }
+}
