@@ -55,6 +55,9 @@ pub(crate) const MAX_STREAMS: usize = 32;
 const STREAM_LIFE: Duration = Duration::from_secs(90);
 /// How long a replica waits to reach the holder.
 const HOLDER_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a passed-through stream may stay silent (its holder sends a
+/// comment every 15 s) before it is taken for lost and ended.
+const HOLDER_SILENCE: Duration = Duration::from_secs(40);
 /// The most of a holder's answer a page reads for the output so far.
 const MAX_SNAPSHOT: usize = 16 * 1024 * 1024;
 /// The data of an `end` event (an event without data is not dispatched
@@ -412,7 +415,14 @@ async fn pass_through(
         (response.into_body(), permit),
         |(mut body, permit)| async move {
             loop {
-                let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await?;
+                // The holder sends at least a comment every 15 s: a holder
+                // silent for longer is gone, and so is the stream.
+                let frame = tokio::time::timeout(
+                    HOLDER_SILENCE,
+                    std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)),
+                )
+                .await
+                .ok()??;
                 match frame {
                     Ok(frame) => {
                         if let Ok(data) = frame.into_data() {
@@ -578,11 +588,49 @@ async fn usual(web: &Shared, job: &str) -> Option<(f64, usize)> {
         })
         .await
         .ok()?;
-    let mut durations: Vec<f64> = runs
-        .iter()
-        .filter_map(|r| r.duration())
-        .map(|d| d.num_milliseconds().max(0) as f64 / 1000.0)
-        .collect();
+    median(
+        runs.iter()
+            .filter_map(|r| r.duration())
+            .map(|d| d.num_milliseconds().max(0) as f64 / 1000.0)
+            .collect(),
+    )
+}
+
+/// The median duration of the successful runs among `recent` (a job's
+/// last runs, as a listing already has them), and how many there were.
+pub(crate) fn usual_of(recent: &[RunRecord]) -> Option<(f64, usize)> {
+    median(
+        recent
+            .iter()
+            .filter(|r| r.status == RunStatus::Succeeded)
+            .filter_map(|r| r.duration_seconds)
+            .collect(),
+    )
+}
+
+/// What a listing says of running `run` instead of its duration: how long
+/// it has run, by `now` (the database's), and how long its job's runs
+/// usually take, if known.
+pub(crate) fn running_for(
+    now: DateTime<Utc>,
+    run: &RunRecord,
+    usual: Option<(f64, usize)>,
+) -> String {
+    let elapsed = DateTime::parse_from_rfc3339(&run.started_at)
+        .map(|t| (now - t.with_timezone(&Utc)).num_seconds().max(0) as u64)
+        .unwrap_or(0);
+    match usual {
+        Some((median, _)) => format!(
+            "running for {} · usually {}",
+            span(elapsed),
+            span(median.round() as u64)
+        ),
+        None => format!("running for {}", span(elapsed)),
+    }
+}
+
+/// The median of `durations`, and how many there were.
+fn median(mut durations: Vec<f64>) -> Option<(f64, usize)> {
     if durations.is_empty() {
         return None;
     }

@@ -376,7 +376,12 @@ fn jobs_table(jobs: &[JobView], now: DateTime<Utc>) -> Markup {
                             @if let Some(run) = &job.last_run {
                                 a href={"/runs/" (run.id)} { (status_badge(run.status)) }
                                 " " (since(now, &run.started_at)) br;
-                                span class="muted" { (duration(run.duration_seconds)) " on " (run.instance) }
+                                span class="muted" {
+                                    @if run.status == RunStatus::Running {
+                                        (super::live::running_for(now, run, super::live::usual_of(&job.recent)))
+                                    } @else { (duration(run.duration_seconds)) }
+                                    " on " (run.instance)
+                                }
                                 @if let Some(alerts) = job.alerts.describe() { br; span class="problem alerts" { (alerts) } }
                             } @else { span class="muted" { "never ran" } }
                         }
@@ -681,6 +686,7 @@ fn runs_table(
     runs: &[RunRecord],
     now: DateTime<Utc>,
     telemetry: &crate::config::TelemetryConfig,
+    usual: Option<(f64, usize)>,
 ) -> Markup {
     html! {
         div class="scroll" tabindex="0" role="region" aria-label="runs" { table id="runs" {
@@ -698,7 +704,10 @@ fn runs_table(
                         td { (run.triggered_by.as_str()) }
                         td { (run.instance) }
                         td { (run.started_at) br; span class="muted" { (since(now, &run.started_at)) } }
-                        td class="num" { (duration(run.duration_seconds)) }
+                        td class="num" {
+                            @if run.status == RunStatus::Running { (super::live::running_for(now, run, usual)) }
+                            @else { (duration(run.duration_seconds)) }
+                        }
                         td { (status_badge(run.status)) }
                         td class="num" { @if let Some(code) = run.exit_code { (code) } @else { "-" } }
                     }
@@ -867,7 +876,7 @@ pub(super) async fn job(
             (super::runs::section(&job.name, &figures))
             h2 { "Runs" }
             p { a href={"/runs?job=" (encode(&name))} id="job-runs" { "Search " (name) "'s runs →" } }
-            (runs_table(&page.runs, now, &config.telemetry))
+            (runs_table(&page.runs, now, &config.telemetry, super::live::usual_of(&job.recent)))
             @if let Some(cursor) = &page.next_cursor {
                 p { a href={"/jobs/" (encode(&name)) "?before=" (cursor)} { "Older runs →" } }
             }

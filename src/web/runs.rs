@@ -310,7 +310,10 @@ pub(crate) fn table(
                         td { (run.triggered_by.as_str()) }
                         td { (run.instance) }
                         td class="nowrap" { (run.started_at) br; span class="muted" { (since(now, &run.started_at)) } }
-                        td class="num" { (duration(run.duration_seconds)) }
+                        td class="num" {
+                            @if run.status == RunStatus::Running { (super::live::running_for(now, run, None)) }
+                            @else { (duration(run.duration_seconds)) }
+                        }
                         td { (status_badge(run.status)) }
                         td class="num" { @if let Some(code) = run.exit_code { (code) } @else { "-" } }
                     }

@@ -1240,6 +1240,16 @@ fn a_running_runs_output_appears_in_its_page_as_it_is_written() {
         .await;
         assert_eq!(view, json!([true, true, true]), "the output opens at its end");
         save(&client, "run-live-truncated").await;
+        // Where running runs are listed, how long this one has run.
+        client
+            .goto(&format!("{base}/jobs/flood"))
+            .await
+            .expect("load the flood's job page");
+        let row = text_at(&client, "#runs tr.run[data-status=running]").await;
+        assert!(row.contains("running for "), "{row}");
+        client.goto(&format!("{base}/")).await.expect("load /");
+        let last = text_at(&client, "#jobs tr[data-job=flood] td.last").await;
+        assert!(last.contains("running for "), "{last}");
         client.close().await.expect("close the browser");
     });
     drop(replica);
