@@ -761,7 +761,7 @@ fn svg(t: &Timeline) -> Markup {
                     @for m in &lane.runs {
                         @let x1 = times.x(m.start);
                         @let x2 = times.x(m.end.unwrap_or(times.now));
-                        a href={"/runs/" (m.id)} aria-label=(run_text(&lane.job, m)) {
+                        a href={"/runs/" (m.id)} aria-label={(lane.job) " run " (m.id) ", " (m.status.as_str()) ", on " (m.replica)} {
                             rect class={"tl-run s-" (m.status.as_str())} data-run=(m.id) data-replica=(m.replica) x=(f(x1)) y=(f(y + 6.0)) width=(f((x2 - x1).max(3.0))) height="14" {
                                 title { (run_text(&lane.job, m)) }
                             }
