@@ -303,7 +303,17 @@ pub(super) async fn output(
         };
         return pass_through(&web, &run, from, snapshot, permit).await;
     }
-    let Some(live) = running::find(&web.instance, id) else {
+    // A run's row is written as it is claimed, a moment before its process
+    // starts: a stream asked for in between waits for it a little.
+    let mut found = running::find(&web.instance, id);
+    for _ in 0..20 {
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        found = running::find(&web.instance, id);
+    }
+    let Some(live) = found else {
         return gone("no output of this run is captured while it runs");
     };
     let Ok(permit) = streams().clone().try_acquire_owned() else {
@@ -817,6 +827,26 @@ mod tests {
         assert_eq!(
             stored("\x1b[31mred", None).pieces[0].1,
             vec![("red".to_string(), "a-red".to_string())]
+        );
+    }
+
+    #[test]
+    fn the_advertised_address_follows_the_listener() {
+        let at = |text: &str| text.parse::<std::net::SocketAddr>().expect("address");
+        assert_eq!(
+            advertised(None, at("127.0.0.1:9187")),
+            "http://127.0.0.1:9187"
+        );
+        assert_eq!(advertised(None, at("[::1]:9187")), "http://[::1]:9187");
+        assert_eq!(advertised(None, at("10.0.0.7:80")), "http://10.0.0.7:80");
+        let host = hostname::get().expect("host name");
+        assert_eq!(
+            advertised(None, at("0.0.0.0:9187")),
+            format!("http://{}:9187", host.to_string_lossy())
+        );
+        assert_eq!(
+            advertised(Some("http://cron-2:9187"), at("0.0.0.0:9187")),
+            "http://cron-2:9187"
         );
     }
 

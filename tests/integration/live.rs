@@ -174,5 +174,54 @@ backend_test! {
         assert!(ended.contains("event: end"), "{ended}");
         let (code, _, _) = http(other_port, "GET", "/runs/999999999/output", &[], "");
         assert_eq!(code, 404);
+
+        // Streams are capped: with 32 open on the holder, the next is
+        // refused at once, and its pages still answer.
+        // (Once the first run's lease is released.)
+        wait_until("a second run is triggered", Duration::from_secs(10), || {
+            post_json(
+                holder_port,
+                "/api/v1/jobs/talker/trigger",
+                &[("authorization", &bearer)],
+                "",
+            )
+            .0 == 202
+        });
+        let mut id = 0;
+        wait_until("the second run prints", Duration::from_secs(10), || {
+            let (_, page) = get_json(holder_port, "/api/v1/runs?job=talker&limit=1");
+            id = page["runs"][0]["id"].as_i64().unwrap_or(0);
+            page["runs"][0]["status"] == "running"
+                && http(holder_port, "GET", &format!("/runs/{id}/output?snapshot=1"), &[], "")
+                    .2
+                    .contains("line 1")
+        });
+        let open: Vec<TcpStream> = (0..32)
+            .map(|_| {
+                let mut stream = TcpStream::connect(("127.0.0.1", holder_port)).expect("connect");
+                write!(
+                    stream,
+                    "GET /runs/{id}/output HTTP/1.0\r\nHost: 127.0.0.1:{holder_port}\r\n\r\n"
+                )
+                .expect("send");
+                stream
+            })
+            .collect();
+        // Each has its answer, and so its place.
+        for mut stream in &open {
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let mut head = [0_u8; 12];
+            stream.read_exact(&mut head).expect("an answer");
+            assert_eq!(&head, b"HTTP/1.0 200", "{}", String::from_utf8_lossy(&head));
+        }
+        wait_until("the 33rd stream is refused", Duration::from_secs(5), || {
+            let (code, _, _) = http(holder_port, "GET", &format!("/runs/{id}/output"), &[], "");
+            code == 503
+        });
+        let (code, _, _) = http(holder_port, "GET", &format!("/runs/{id}"), &[], "");
+        assert_eq!(code, 200, "a page beside 32 streams");
+        drop(open);
     }
 }
