@@ -898,11 +898,10 @@ mod the_runs_view_over_100000_runs {
                 .await
                 .expect("choose the status");
             click(&client, Locator::Id("filter"), "the filter button").await;
-            let url = client.current_url().await.expect("url");
+            let query = url_when(&client, "job=bulk-7").await;
             assert!(
-                url.query()
-                    .is_some_and(|q| q.contains("job=bulk-7") && q.contains("status=failed")),
-                "{url}"
+                query.contains("job=bulk-7") && query.contains("status=failed"),
+                "{query}"
             );
             let rows = client
                 .find_all(Locator::Css("#runs tr.run"))
@@ -922,8 +921,8 @@ mod the_runs_view_over_100000_runs {
                 .expect("load a page of 25");
             let first: Vec<String> = texts(&client, "#runs tr.run td:first-child").await;
             click(&client, Locator::Id("next-page"), "the next page").await;
-            let url = client.current_url().await.expect("url");
-            assert!(url.query().is_some_and(|q| q.contains("cursor=")), "{url}");
+            let query = url_when(&client, "cursor=").await;
+            assert!(query.contains("cursor="), "{query}");
             let second: Vec<String> = texts(&client, "#runs tr.run td:first-child").await;
             assert_eq!((first.len(), second.len()), (25, 25));
             assert!(
@@ -938,6 +937,23 @@ mod the_runs_view_over_100000_runs {
             client.close().await.expect("close the browser");
         });
         drop(replica);
+    }
+
+    /// The page's query once it holds `part` (a click's navigation
+    /// may not have ended when the click returns), or after 10 s.
+    async fn url_when(client: &Client, part: &str) -> String {
+        let query = || async {
+            let url = client.current_url().await.expect("url");
+            url.query().unwrap_or_default().to_string()
+        };
+        for _ in 0..100 {
+            let query = query().await;
+            if query.contains(part) {
+                return query;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        query().await
     }
 
     async fn texts(client: &Client, css: &str) -> Vec<String> {
