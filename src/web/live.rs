@@ -720,7 +720,11 @@ fn output_box(shown: &Shown, running: bool, live: Option<i64>) -> Markup {
                     }
                 }
             }
-            "Output from stderr is marked " span class="sample-stderr" { "like this" } ". "
+            // The history keeps the streams merged: only a running run's
+            // output tells them apart.
+            @if running {
+                "Output from stderr is marked " span class="sample-stderr" { "like this" } ". "
+            }
             a href="#end" { "Jump to the end" }
         }
         div class="outbox" tabindex="0" role="region" aria-label="Output" {

@@ -1225,6 +1225,9 @@ fn a_running_runs_output_appears_in_its_page_as_it_is_written() {
         }
         assert!(ended.contains("succeeded"), "{ended}");
         assert!(text_at(&client, "#output").await.contains("last line"));
+        // The history keeps the streams merged, and the page says nothing
+        // of a marking it cannot show.
+        assert!(!text_at(&client, "#output-legend").await.contains("stderr"));
 
         // Output past output_limit: marked as cut, with how much there was.
         let id = trigger("flood");
