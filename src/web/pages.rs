@@ -682,41 +682,6 @@ pub(super) fn trace_href(
     )
 }
 
-fn runs_table(
-    runs: &[RunRecord],
-    now: DateTime<Utc>,
-    telemetry: &crate::config::TelemetryConfig,
-    usual: Option<(f64, usize)>,
-) -> Markup {
-    html! {
-        div class="scroll" tabindex="0" role="region" aria-label="runs" { table id="runs" {
-            thead { tr { th { "Run" } th { "Instant" } th { "Attempt" } th { "Trigger" } th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" } } }
-            tbody {
-                @if runs.is_empty() { tr { td colspan="9" class="muted" { "No runs yet." } } }
-                @for run in runs {
-                    tr class="run" data-status=(run.status.as_str()) {
-                        td class="num" {
-                            a href={"/runs/" (run.id)} { (run.id) }
-                            @if let Some(href) = trace_href(telemetry, run) { br; a class="trace" href=(href) rel="noreferrer" { "trace" } }
-                        }
-                        td { (run.scheduled_at) }
-                        td class="num" { (run.attempt) }
-                        td { (run.triggered_by.as_str()) }
-                        td { (run.instance) }
-                        td { (run.started_at) br; span class="muted" { (since(now, &run.started_at)) } }
-                        td class="num" {
-                            @if run.status == RunStatus::Running { (super::live::running_for(now, run, usual)) }
-                            @else { (duration(run.duration_seconds)) }
-                        }
-                        td { (status_badge(run.status)) }
-                        td class="num" { @if let Some(code) = run.exit_code { (code) } @else { "-" } }
-                    }
-                }
-            }
-        } }
-    }
-}
-
 pub(super) async fn job(
     State(web): State<Shared>,
     Path(name): Path<String>,
@@ -876,7 +841,12 @@ pub(super) async fn job(
             (super::runs::section(&job.name, &figures))
             h2 { "Runs" }
             p { a href={"/runs?job=" (encode(&name))} id="job-runs" { "Search " (name) "'s runs →" } }
-            (runs_table(&page.runs, now, &config.telemetry, super::live::usual_of(&job.recent)))
+            (super::runs::table(&page.runs, now, &config.telemetry, &super::runs::Table {
+                id: "runs",
+                with_job: false,
+                usual: super::live::usual_of(&job.recent),
+                empty: "No runs yet.",
+            }))
             @if let Some(cursor) = &page.next_cursor {
                 p { a href={"/jobs/" (encode(&name)) "?before=" (cursor)} { "Older runs →" } }
             }

@@ -286,32 +286,50 @@ pub(super) async fn api(State(web): State<Shared>, RawQuery(query): RawQuery) ->
     }
 }
 
-/// The rows of a runs view, each run's id and job a link of its own.
+/// How a runs table is drawn.
+pub(crate) struct Table<'a> {
+    /// The table's element id.
+    pub(crate) id: &'a str,
+    /// With a column of each run's job (not on the job's own page).
+    pub(crate) with_job: bool,
+    /// The job's usual duration and how many runs it is of, for a running
+    /// run's "usually".
+    pub(crate) usual: Option<(f64, usize)>,
+    /// What an empty table says.
+    pub(crate) empty: &'a str,
+}
+
+/// A table of runs, each run's id (and job) a link of its own: the runs
+/// view's and a job's page's.
 pub(crate) fn table(
     runs: &[RunRecord],
     now: DateTime<Utc>,
-    id: &str,
     telemetry: &crate::config::TelemetryConfig,
+    how: &Table<'_>,
 ) -> Markup {
+    let columns = if how.with_job { 10 } else { 9 };
     html! {
-        div class="scroll" tabindex="0" role="region" aria-label="runs" { table id=(id) {
-            thead { tr { th { "Run" } th { "Job" } th { "Instant" } th { "Attempt" } th { "Trigger" } th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" } } }
+        div class="scroll" tabindex="0" role="region" aria-label="runs" { table id=(how.id) {
+            thead { tr {
+                th { "Run" } @if how.with_job { th { "Job" } } th { "Instant" } th { "Attempt" } th { "Trigger" }
+                th { "Replica" } th { "Started" } th { "Duration" } th { "Status" } th { "Exit" }
+            } }
             tbody {
-                @if runs.is_empty() { tr { td colspan="10" class="muted" { "No runs match." } } }
+                @if runs.is_empty() { tr { td colspan=(columns) class="muted" { (how.empty) } } }
                 @for run in runs {
                     tr class="run" data-status=(run.status.as_str()) {
                         td class="num" {
                             a href={"/runs/" (run.id)} { (run.id) }
                             @if let Some(href) = trace_href(telemetry, run) { br; a class="trace" href=(href) rel="noreferrer" { "trace" } }
                         }
-                        td { a href={"/jobs/" (encode(&run.job))} { (run.job) } }
+                        @if how.with_job { td { a href={"/jobs/" (encode(&run.job))} { (run.job) } } }
                         td class="nowrap" { (run.scheduled_at) }
                         td class="num" { (run.attempt) }
                         td { (run.triggered_by.as_str()) }
                         td { (run.instance) }
                         td class="nowrap" { (run.started_at) br; span class="muted" { (since(now, &run.started_at)) } }
                         td class="num" {
-                            @if run.status == RunStatus::Running { (super::live::running_for(now, run, None)) }
+                            @if run.status == RunStatus::Running { (super::live::running_for(now, run, how.usual)) }
                             @else { (duration(run.duration_seconds)) }
                         }
                         td { (status_badge(run.status)) }
@@ -427,7 +445,7 @@ pub(super) async fn view(
                 a href=(params.link(None)) id="runs-link" { "Link to this view" }
                 " · " a href={"/api/v1/runs" (params.link(None).trim_start_matches("/runs"))} { "as JSON" }
             }
-            (table(&page.runs, now, "runs", &config.telemetry))
+            (table(&page.runs, now, &config.telemetry, &Table { id: "runs", with_job: true, usual: None, empty: "No runs match." }))
             nav class="pages" aria-label="pages" {
                 @if params.search.after.is_some() { a href=(params.link(None)) id="first-page" { "← First page" } " " }
                 @if let Some(cursor) = &page.next_cursor { a href=(params.link(Some(cursor))) id="next-page" rel="next" { "Next page →" } }
