@@ -26,6 +26,11 @@ const COLOURS: [&str; 8] = [
 /// dropped whole all the same, without being held.
 const MAX_PARAMS: usize = 64;
 
+/// The longest string (an OSC title or link, a device string) dropped
+/// before what follows is taken as text again: a string left open, by a
+/// job or by mis-encoded text, hides no more than this.
+const MAX_STRING: usize = 256;
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Style {
     colour: Option<u8>,
@@ -55,8 +60,9 @@ enum State {
     Intermediate,
     /// In a CSI sequence, its parameters so far.
     Csi(String),
-    /// In a string (OSC, DCS, SOS, PM, APC), until BEL or ST.
-    Str,
+    /// In a string (OSC, DCS, SOS, PM, APC), until BEL or ST, a newline
+    /// or [`MAX_STRING`] characters; how many so far.
+    Str(usize),
     /// After ESC inside a string: `\` ends it.
     StrEscape,
     /// After a carriage return: a newline follows, or the line is shown
@@ -100,13 +106,7 @@ impl Ansi {
                     }
                 }
                 State::Text => self.text(c, &mut current),
-                State::Escape => match c {
-                    '[' => self.state = State::Csi(String::new()),
-                    ']' | 'P' | 'X' | '^' | '_' => self.state = State::Str,
-                    ' '..='/' => self.state = State::Intermediate,
-                    '\u{1b}' => self.state = State::Escape,
-                    _ => {}
-                },
+                State::Escape => self.escape(c),
                 State::Intermediate => {
                     if (' '..='/').contains(&c) {
                         self.state = State::Intermediate;
@@ -128,14 +128,20 @@ impl Ansi {
                         self.state = State::Csi(params);
                     }
                 },
-                State::Str => match c {
+                State::Str(n) => match c {
                     '\u{7}' | '\u{9c}' => {}
                     '\u{1b}' => self.state = State::StrEscape,
-                    _ => self.state = State::Str,
+                    // No string spans lines, nor goes on for ever: what
+                    // follows is text again.
+                    '\n' => self.text(c, &mut current),
+                    _ if n >= MAX_STRING => self.text(c, &mut current),
+                    _ => self.state = State::Str(n + 1),
                 },
                 State::StrEscape => {
+                    // ESC \ ends the string; any other ESC sequence ends it
+                    // too, and is read as itself.
                     if c != '\\' {
-                        self.state = State::Str;
+                        self.escape(c);
                     }
                 }
             }
@@ -144,12 +150,26 @@ impl Ansi {
         spans
     }
 
-    /// A character of plain text.
+    /// The character after an ESC.
+    fn escape(&mut self, c: char) {
+        match c {
+            '[' => self.state = State::Csi(String::new()),
+            ']' | 'P' | 'X' | '^' | '_' => self.state = State::Str(0),
+            ' '..='/' => self.state = State::Intermediate,
+            '\u{1b}' => self.state = State::Escape,
+            _ => {}
+        }
+    }
+
+    /// A character of plain text. The 8-bit CSI starts a sequence, which
+    /// ends at its first final byte; the 8-bit openers of strings are
+    /// dropped, not taken as one: in UTF-8 output they come from text
+    /// encoded twice (`”` as `â€` and U+009D) far more often than from a
+    /// terminal.
     fn text(&mut self, c: char, current: &mut String) {
         match c {
             '\u{1b}' => self.state = State::Escape,
             '\u{9b}' => self.state = State::Csi(String::new()),
-            '\u{90}' | '\u{98}' | '\u{9d}' | '\u{9e}' | '\u{9f}' => self.state = State::Str,
             '\r' => self.state = State::Return,
             '\n' | '\t' => current.push(c),
             c if c.is_control() => {}
@@ -247,6 +267,23 @@ mod tests {
             vec![span("red", "a-red")],
             "an 8-bit CSI"
         );
+    }
+
+    /// A string left open hides nothing past its line, past its length or
+    /// past the next sequence; text encoded twice hides nothing.
+    #[test]
+    fn a_string_left_open_ends() {
+        assert_eq!(plain(&spans("\x1b]0;title\nnext line")), "\nnext line");
+        let long = format!("\x1b]{}after", "t".repeat(MAX_STRING));
+        assert_eq!(plain(&spans(&long)), "after");
+        assert_eq!(spans("\x1b]0;title\x1b[31mred"), vec![span("red", "a-red")]);
+        assert_eq!(
+            plain(&spans("a \u{e2}\u{20ac}\u{9d}quote\u{e2}\u{20ac}\u{9d} b")),
+            "a â€quoteâ€ b"
+        );
+        let mut ansi = Ansi::default();
+        assert_eq!(plain(&ansi.feed("\x1b]8;;http://x")), "");
+        assert_eq!(plain(&ansi.feed("\x1b\\link")), "link");
     }
 
     #[test]

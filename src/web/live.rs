@@ -169,6 +169,8 @@ impl Follow {
         } else if read.from > self.at {
             let skip = serde_json::json!({"from": self.at, "to": read.from});
             self.queue.push_back(event("skip", skip.to_string()));
+            // Nothing held from before the gap belongs to what follows it.
+            self.decoder = Decoder::default();
         }
         let mut end = read.from;
         for (stream, bytes) in &read.pieces {
