@@ -176,6 +176,15 @@ impl RunsParams {
         {
             return Err("from is after to: nothing started in that range".to_string());
         }
+        // No index holds a run's duration: sorted by it, every run the
+        // filters leave is read and sorted, which across all jobs is the
+        // whole history, on the pool the scheduler claims through.
+        if search.sort == SortKey::Duration && search.jobs.is_empty() {
+            return Err(
+                "sort=duration needs a job (job=NAME, one or several): sorting every job's runs by duration reads the whole history"
+                    .to_string(),
+            );
+        }
         if let Some(text) = cursor {
             let bad = || format!("cursor={text:?}: pass a next_cursor as given");
             let mut parts = text.rsplitn(3, '_');

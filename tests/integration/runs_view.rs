@@ -119,8 +119,9 @@ backend_test! {
         assert_eq!(q("sort=started"), [1, 2, 3, 4, 5, 6]);
         assert_eq!(q("sort=scheduled"), [1, 2, 6, 3, 4, 5]);
         assert_eq!(q("sort=-scheduled"), [5, 4, 3, 6, 2, 1]);
-        assert_eq!(q("sort=duration"), [5, 4, 3, 1, 6, 2], "a running run has no duration yet");
-        assert_eq!(q("sort=-duration"), [2, 6, 1, 3, 4, 5]);
+        let every = "job=qa&job=qb&job=qc";
+        assert_eq!(q(&format!("sort=duration&{every}")), [5, 4, 3, 1, 6, 2], "a running run has no duration yet");
+        assert_eq!(q(&format!("sort=-duration&{every}")), [2, 6, 1, 3, 4, 5]);
 
         // Pages stay put while runs are recorded: a page's cursor holds its
         // last row's sort key and id, and newer runs sort before it.
@@ -145,7 +146,8 @@ backend_test! {
             ("status=done", "status="), ("trigger=cron", "trigger="), ("from=yesterday", "from="),
             ("to=2026-13-01", "to="), ("instant=soon", "instant="), ("sort=name", "sort="),
             ("limit=0", "limit="), ("limit=5000", "limit="), ("cursor=x", "cursor="),
-            ("sort=duration&cursor=-started_1_1", "cursor="), ("colour=red", "colour"),
+            ("sort=duration&job=qa&cursor=-started_1_1", "cursor="), ("colour=red", "colour"),
+            ("sort=-duration", "sort=duration needs a job"),
             ("limit=1&limit=2", "limit"),
         ] {
             let (code, body) = get_json(port, &format!("/api/v1/runs?{bad}"));
