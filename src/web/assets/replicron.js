@@ -13,6 +13,7 @@
   }
   var seconds = Math.max(1, parseInt(main.getAttribute("data-refresh"), 10) || 5);
   var paused = false;
+  var inFlight = false;
   var dirty = new WeakSet();
   var status = document.getElementById("updates");
   var button = null;
@@ -44,10 +45,19 @@
   }
 
   function refresh() {
-    if (paused || document.hidden) {
+    // One fetch at a time, each given until the next tick: a slow page
+    // neither stacks requests nor lets an older answer replace a newer one.
+    if (paused || document.hidden || inFlight) {
       return;
     }
-    fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
+    inFlight = true;
+    var abort = window.AbortController ? new AbortController() : null;
+    var timer = abort && window.setTimeout(function () { abort.abort(); }, seconds * 1000);
+    fetch(window.location.href, {
+      credentials: "same-origin",
+      headers: { Accept: "text/html" },
+      signal: abort ? abort.signal : undefined
+    })
       .then(function (response) {
         if (!response.ok || response.redirected) {
           throw new Error("HTTP " + response.status);
@@ -60,7 +70,12 @@
         for (var i = 0; i < parts.length; i++) {
           var old = parts[i];
           var next = old.id && fresh.getElementById(old.id);
-          if (next && !busy(old) && next.innerHTML !== old.innerHTML) {
+          if (!next) {
+            // Another page now (the database is back, say): load it whole.
+            window.location.reload();
+            return;
+          }
+          if (!busy(old) && next.innerHTML !== old.innerHTML) {
             old.replaceWith(document.importNode(next, true));
           }
         }
@@ -68,6 +83,12 @@
       })
       .catch(function (error) {
         say("Not updated (" + error.message + "); trying again in " + seconds + " s.");
+      })
+      .then(function () {
+        inFlight = false;
+        if (timer) {
+          window.clearTimeout(timer);
+        }
       });
   }
 
