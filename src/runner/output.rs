@@ -15,6 +15,13 @@ use super::live::Live;
 /// The longest line logged as one event; longer lines are logged in pieces.
 const MAX_LOG_LINE: usize = 8 * 1024;
 
+/// The most runs of one stream the kept bytes are cut into. A job that
+/// switches streams more often within its tail has its later bytes counted
+/// in the stream before them, so that neither the tail nor a read of it
+/// (one piece per run, on every view of a running run's page) grows past
+/// `output_limit` by more than this many entries.
+const MAX_STREAM_RUNS: usize = 4096;
+
 /// Which of a run's output streams bytes came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Stream {
@@ -78,8 +85,9 @@ impl Tail {
         if chunk.is_empty() {
             return;
         }
+        let full = self.streams.len() >= MAX_STREAM_RUNS;
         match self.streams.back_mut() {
-            Some(back) if back.0 == stream => back.1 += chunk.len(),
+            Some(back) if back.0 == stream || full => back.1 += chunk.len(),
             _ => self.streams.push_back((stream, chunk.len())),
         }
     }
@@ -216,5 +224,33 @@ mod tests {
             );
         }
         assert_eq!(tail.total, 1013);
+    }
+
+    /// A job that switches streams with every byte of a large tail: the
+    /// runs stop at their cap, and every byte is still kept, in the stream
+    /// before it.
+    #[test]
+    fn the_runs_of_one_stream_are_capped() {
+        let mut tail = Tail::new(4 * MAX_STREAM_RUNS);
+        for i in 0..3 * MAX_STREAM_RUNS {
+            let stream = if i % 2 == 0 {
+                Stream::Stdout
+            } else {
+                Stream::Stderr
+            };
+            tail.push(b"x", stream);
+        }
+        assert_eq!(tail.streams.len(), MAX_STREAM_RUNS);
+        assert_eq!(tail.since(0).len(), MAX_STREAM_RUNS);
+        assert_eq!(
+            tail.since(0).iter().map(|p| p.1.len()).sum::<usize>(),
+            3 * MAX_STREAM_RUNS
+        );
+        // As the front falls off, switches are recorded again.
+        for _ in 0..4 * MAX_STREAM_RUNS {
+            tail.push(b"o", Stream::Stdout);
+        }
+        tail.push(b"e", Stream::Stderr);
+        assert_eq!(tail.since(0).last(), Some(&(Stream::Stderr, b"e".to_vec())));
     }
 }
