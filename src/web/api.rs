@@ -21,11 +21,13 @@ const MAX_LIMIT: i64 = 1000;
 /// A page of `runs` unless `limit` says otherwise.
 const DEFAULT_LIMIT: i64 = 100;
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+/// An API error: `{"error": message}` with `status`.
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
-fn unavailable(e: impl std::fmt::Display) -> Response {
+/// The API's answer when the database did not answer.
+pub(super) fn unavailable(e: impl std::fmt::Display) -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
 }
 

@@ -261,37 +261,19 @@ pub(crate) async fn page(store: &Store, mut search: RunSearch) -> Result<RunPage
     Ok(RunPage { runs, next_cursor })
 }
 
-fn bad_request_json(message: String) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        axum::Json(serde_json::json!({ "error": message })),
-    )
-        .into_response()
-}
-
 /// `GET /api/v1/runs`.
 pub(super) async fn api(State(web): State<Shared>, RawQuery(query): RawQuery) -> Response {
     let now = match web.store.database_now().await {
         Ok(now) => now,
-        Err(e) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                axum::Json(serde_json::json!({ "error": e.to_string() })),
-            )
-                .into_response();
-        }
+        Err(e) => return super::api::unavailable(e),
     };
     let params = match RunsParams::parse(query.as_deref().unwrap_or(""), now) {
         Ok(params) => params,
-        Err(e) => return bad_request_json(e),
+        Err(e) => return super::api::error(StatusCode::BAD_REQUEST, e),
     };
     match page(&web.store, params.search).await {
         Ok(page) => axum::Json(page).into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({ "error": e.to_string() })),
-        )
-            .into_response(),
+        Err(e) => super::api::unavailable(e),
     }
 }
 

@@ -565,21 +565,11 @@ pub(crate) async fn read(
 pub(super) async fn api(State(web): State<Shared>, Query(query): Query<TimelineQuery>) -> Response {
     let window = match query.window() {
         Ok(window) => window,
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                axum::Json(serde_json::json!({ "error": e })),
-            )
-                .into_response();
-        }
+        Err(e) => return super::api::error(StatusCode::BAD_REQUEST, e),
     };
     match read(&web.store, &web.config(), window, query.replica()).await {
         Ok(timeline) => axum::Json(timeline).into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({ "error": e.to_string() })),
-        )
-            .into_response(),
+        Err(e) => super::api::unavailable(e),
     }
 }
 
