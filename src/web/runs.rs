@@ -526,14 +526,28 @@ pub(crate) const WINDOWS: [(&str, i64); 4] = [
 
 /// The window a `window` parameter names (none or empty: 24 h).
 pub(crate) fn window_param(text: Option<&str>) -> Result<(&'static str, i64), String> {
+    window_among(&WINDOWS, "24h", text)
+}
+
+/// The one of `windows` (each a name and its seconds) that a `window`
+/// parameter names, `default`'s when it is missing or empty.
+pub(crate) fn window_among(
+    windows: &[(&'static str, i64)],
+    default: &str,
+    text: Option<&str>,
+) -> Result<(&'static str, i64), String> {
     let text = text
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .unwrap_or("24h");
-    WINDOWS
-        .into_iter()
+        .unwrap_or(default);
+    windows
+        .iter()
+        .copied()
         .find(|(name, _)| *name == text)
-        .ok_or_else(|| format!("window={text:?}: expected 1h, 24h, 7d or 30d"))
+        .ok_or_else(|| {
+            let names: Vec<&str> = windows.iter().map(|(name, _)| *name).collect();
+            format!("window={text:?}: expected one of {}", names.join(", "))
+        })
 }
 
 /// The most runs a job's percentiles, overruns and charts are read from

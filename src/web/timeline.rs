@@ -59,20 +59,8 @@ pub(crate) struct TimelineQuery {
 impl TimelineQuery {
     /// The window asked for, or what is wrong with it.
     fn window(&self) -> Result<(&'static str, TimeDelta), String> {
-        let asked = self
-            .window
-            .as_deref()
-            .map(str::trim)
-            .filter(|w| !w.is_empty())
-            .unwrap_or(DEFAULT_WINDOW);
-        WINDOWS
-            .iter()
-            .find(|(name, _)| *name == asked)
-            .map(|(name, seconds)| (*name, TimeDelta::seconds(*seconds)))
-            .ok_or_else(|| {
-                let names: Vec<&str> = WINDOWS.iter().map(|(n, _)| *n).collect();
-                format!("window={asked:?}: expected one of {}", names.join(", "))
-            })
+        super::runs::window_among(&WINDOWS, DEFAULT_WINDOW, self.window.as_deref())
+            .map(|(name, seconds)| (name, TimeDelta::seconds(seconds)))
     }
 
     fn replica(&self) -> Option<String> {
