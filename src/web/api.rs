@@ -1,7 +1,5 @@
 //! `/api/v1/`: the JSON API (`docs/api.md`, `docs/openapi.json`).
 
-use std::str::FromStr;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -14,7 +12,7 @@ use super::auth::{CSRF_HEADER, Caller, same_origin};
 use super::data::{self, Recent};
 use super::{ActionParams, Shared};
 use crate::db::audit::{Action, Actor, AuditFilter, Via};
-use crate::history::{RunFilter, RunRecord, RunStatus};
+use crate::history::{RunFilter, RunRecord};
 
 /// The largest page of `runs`.
 const MAX_LIMIT: i64 = 1000;
@@ -91,11 +89,11 @@ pub(super) async fn job(
     Json(value).into_response()
 }
 
-/// `runs`' query.
-#[derive(Debug, Default, Deserialize)]
+/// The parameters the audit log's query shares with the history's older
+/// filter (the runs view has its own, `runs::RunsParams`).
+#[derive(Debug, Default)]
 pub(crate) struct RunsQuery {
     job: Option<String>,
-    status: Option<String>,
     since: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
@@ -111,10 +109,6 @@ impl RunsQuery {
                 _ => return Err(format!("limit={text:?}: expected 1 to {MAX_LIMIT}")),
             },
         };
-        let status = match self.status.as_deref().filter(|s| !s.is_empty()) {
-            None => None,
-            Some(text) => Some(RunStatus::from_str(text).map_err(|e| format!("status: {e}"))?),
-        };
         let since = match self.since.as_deref().filter(|s| !s.is_empty()) {
             None => None,
             Some(text) => Some(data::parse_since(text, now)?),
@@ -128,7 +122,6 @@ impl RunsQuery {
         };
         Ok(RunFilter {
             job: self.job.clone().filter(|j| !j.is_empty()),
-            status,
             since,
             before_id,
             limit,
@@ -157,7 +150,6 @@ impl AuditQuery {
             since: self.since.clone(),
             limit: self.limit.clone(),
             cursor: self.cursor.clone(),
-            ..Default::default()
         }
         .filter(now)?;
         let given = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
