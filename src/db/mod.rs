@@ -8,6 +8,7 @@
 //! The backend is chosen from the URL scheme by [`DatabaseUrl`].
 
 pub(crate) mod audit;
+pub(crate) mod batch;
 pub(crate) mod cached;
 pub(crate) mod clock;
 mod connection;

@@ -15,6 +15,7 @@ use diesel::prelude::*;
 use serde::Serialize;
 
 use crate::db::DbConnection;
+use crate::db::batch;
 use crate::db::cached;
 use crate::db::clock::to_db_time;
 use crate::db::clock::{DbNow, DbNowPlus, FinishedAt};
@@ -519,6 +520,86 @@ pub(crate) fn record_run_finished(
     }
     Ok(changed == 1)
 }
+
+/// Records how several runs ended, `(run id, end)` each, in one statement:
+/// each row gets its own end, as [`record_run_finished`] would write it
+/// (never one that may be late: its missed-instant check is the single
+/// end's). The statement is atomic: every row is written, or none, and
+/// writing it again writes the same. Returns how many rows changed.
+pub(crate) fn record_runs_finished(
+    conn: &mut DbConnection,
+    ends: &[(i64, &RunFinish)],
+) -> QueryResult<usize> {
+    if ends.is_empty() {
+        return Ok(0);
+    }
+    let rows: Vec<FinishedRow<'_>> = ends
+        .iter()
+        .map(|(id, finish)| FinishedRow {
+            id: *id,
+            at: FinishedAt::after(finish.duration),
+            finish,
+        })
+        .collect();
+    RunsFinished { rows: &rows }.execute(conn)
+}
+
+struct FinishedRow<'a> {
+    id: i64,
+    at: FinishedAt,
+    finish: &'a RunFinish,
+}
+
+/// `UPDATE replicron_runs SET finished_at = CASE id WHEN … END, status = …,
+/// exit_code = …, output = … WHERE id IN (…)`.
+struct RunsFinished<'a> {
+    rows: &'a [FinishedRow<'a>],
+}
+
+impl RunsFinished<'_> {
+    fn walk<'b, DB>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> QueryResult<()>
+    where
+        DB: batch::Binds,
+        i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+        str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+        String: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+        Option<i32>:
+            diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::Integer>, DB>,
+        FinishedAt: diesel::query_builder::QueryFragment<DB>,
+    {
+        use diesel::query_builder::QueryFragment as _;
+        use diesel::sql_types::{Integer, Nullable, Text};
+        let id = |out: &mut diesel::query_builder::AstPass<'_, 'b, DB>,
+                  row: &'b FinishedRow<'_>| { batch::big_int(out, &row.id) };
+        out.push_sql("UPDATE ");
+        out.push_identifier("replicron_runs")?;
+        out.push_sql(" SET ");
+        batch::case_by_key(&mut out, "finished_at", "id", self.rows, id, |out, row| {
+            row.at.walk_ast(out.reborrow())
+        })?;
+        out.push_sql(", ");
+        batch::case_by_key(&mut out, "status", "id", self.rows, id, |out, row| {
+            out.push_bind_param::<Text, RunStatus>(&row.finish.status)
+        })?;
+        out.push_sql(", ");
+        batch::case_by_key(&mut out, "exit_code", "id", self.rows, id, |out, row| {
+            out.push_bind_param::<Nullable<Integer>, Option<i32>>(&row.finish.exit_code)
+        })?;
+        out.push_sql(", ");
+        batch::case_by_key(&mut out, "output", "id", self.rows, id, |out, row| {
+            batch::text(out, &row.finish.output)
+        })?;
+        out.push_sql(" WHERE ");
+        batch::key_in(&mut out, "id", self.rows, id)?;
+        out.unsafe_to_cache_prepared();
+        Ok(())
+    }
+}
+
+batch::batch_statement!(RunsFinished);
 
 /// Takes the check for missed instants of run `id`'s job back to the run's
 /// end, if it had gone past it. While a run's end is not known the check

@@ -2,7 +2,7 @@
 
 use crate::history::{
     NewRun, RunFilter, RunFinish, RunStatus, latest_run, list_runs, mark_abandoned, prune_runs,
-    record_run_finished, record_run_started,
+    record_run_finished, record_run_started, record_runs_finished,
 };
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -177,5 +177,49 @@ backend_test! {
         .expect("list");
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].status, RunStatus::Running);
+    }
+}
+
+backend_test! {
+    fn several_ends_written_in_one_statement_each_get_their_own(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        let a = record_run_started(&mut conn, &new_run("a", 0, 1, 1)).expect("start");
+        let b = record_run_started(&mut conn, &new_run("b", 0, 1, 1)).expect("start");
+        let c = record_run_started(&mut conn, &new_run("c", 0, 1, 1)).expect("start");
+        let untouched = record_run_started(&mut conn, &new_run("d", 0, 1, 1)).expect("start");
+        let ok = RunFinish {
+            status: RunStatus::Succeeded,
+            exit_code: Some(0),
+            output: "fine\n".to_string(),
+            duration: std::time::Duration::from_millis(1500),
+        };
+        let failed = RunFinish {
+            status: RunStatus::Failed,
+            exit_code: Some(3),
+            output: "it's 'quoted' \\ and\nmultiline ✓".to_string(),
+            duration: std::time::Duration::from_millis(250),
+        };
+        let killed = RunFinish {
+            status: RunStatus::TimedOut,
+            exit_code: None,
+            output: String::new(),
+            duration: std::time::Duration::from_secs(61),
+        };
+        let ends = [(a, &ok), (b, &failed), (c, &killed)];
+        assert_eq!(record_runs_finished(&mut conn, &ends).expect("ends"), 3);
+        // Written again, the same: nothing changes, and nothing fails.
+        record_runs_finished(&mut conn, &ends).expect("ends again");
+        let rows = list_runs(&mut conn, &RunFilter { limit: 10, ..Default::default() }).expect("list");
+        let row = |id| rows.iter().find(|r| r.id == id).expect("row");
+        for (id, finish) in ends {
+            let row = row(id);
+            assert_eq!((row.status, row.exit_code, row.output.as_str()), (finish.status, finish.exit_code, finish.output.as_str()));
+            let took = row.finished_at.expect("end") - row.started_at;
+            assert_eq!(took.num_milliseconds(), finish.duration.as_millis() as i64, "run {id}");
+        }
+        assert_eq!(row(untouched).status, RunStatus::Running);
+        assert_eq!(row(untouched).finished_at, None);
+        assert_eq!(record_runs_finished(&mut conn, &[]).expect("none"), 0);
     }
 }

@@ -19,6 +19,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
 use crate::db::DbConnection;
+use crate::db::batch;
 use crate::db::cached;
 use crate::db::clock::{At, DbNow, DbNowPlus, ReleasedUntil, database_now, to_db_time};
 use crate::db::is_contention;
@@ -983,6 +984,98 @@ pub(crate) fn release(
     .execute(conn)?;
     Ok(changed == 1)
 }
+
+/// Ends several leases of one holder, each as [`release`] would, in one
+/// statement: every row is checked against its own lease's fence, so a
+/// row claimed by another since is left alone. Returns, for each lease in
+/// order, whether it was still the row's. Only when fewer rows changed than
+/// were named are they read back to tell which: a lease claimed again in
+/// between that read and the release may then be told not ours.
+pub(crate) fn release_many(
+    conn: &mut DbConnection,
+    leases: &[&Lease],
+    lock_at_least_for: Duration,
+) -> QueryResult<Vec<bool>> {
+    let Some(first) = leases.first() else {
+        return Ok(Vec::new());
+    };
+    debug_assert!(leases.iter().all(|l| l.instance == first.instance));
+    let changed = LeasesReleased {
+        until: ReleasedUntil::new(lock_at_least_for),
+        instance: &first.instance,
+        leases,
+    }
+    .execute(conn)?;
+    if changed == leases.len() {
+        return Ok(vec![true; leases.len()]);
+    }
+    let names: Vec<&str> = leases.iter().map(|l| l.job.as_str()).collect();
+    let rows: Vec<(String, Option<String>, i64)> = locks::replicron_locks
+        .select((locks::name, locks::locked_by, locks::fence))
+        .filter(locks::name.eq_any(&names))
+        .load(conn)?;
+    Ok(leases
+        .iter()
+        .map(|lease| {
+            rows.iter().any(|(name, by, fence)| {
+                *name == lease.job
+                    && by.as_deref() == Some(&lease.instance)
+                    && *fence == lease.fence
+            })
+        })
+        .collect())
+}
+
+/// `UPDATE replicron_locks SET lock_until = <released> WHERE locked_by = ?
+/// AND name IN (…) AND fence = CASE name WHEN … THEN <its fence> … END`.
+struct LeasesReleased<'a> {
+    until: ReleasedUntil,
+    instance: &'a String,
+    leases: &'a [&'a Lease],
+}
+
+impl LeasesReleased<'_> {
+    fn walk<'b, DB>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> QueryResult<()>
+    where
+        DB: batch::Binds,
+        i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+        String: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+        ReleasedUntil: diesel::query_builder::QueryFragment<DB>,
+    {
+        use diesel::query_builder::QueryFragment as _;
+        let name = |out: &mut diesel::query_builder::AstPass<'_, 'b, DB>, lease: &'b &Lease| {
+            batch::text(out, &lease.job)
+        };
+        out.push_sql("UPDATE ");
+        out.push_identifier("replicron_locks")?;
+        out.push_sql(" SET ");
+        out.push_identifier("lock_until")?;
+        out.push_sql(" = ");
+        self.until.walk_ast(out.reborrow())?;
+        out.push_sql(" WHERE ");
+        out.push_identifier("locked_by")?;
+        out.push_sql(" = ");
+        batch::text(&mut out, self.instance)?;
+        out.push_sql(" AND ");
+        batch::key_in(&mut out, "name", self.leases, name)?;
+        out.push_sql(" AND ");
+        batch::case_by_key(
+            &mut out,
+            "fence",
+            "name",
+            self.leases,
+            name,
+            |out, lease| batch::big_int(out, &lease.fence),
+        )?;
+        out.unsafe_to_cache_prepared();
+        Ok(())
+    }
+}
+
+batch::batch_statement!(LeasesReleased);
 
 /// Ends whatever lease `job` has, now (the operator's `unlock`). The claimed
 /// instant is kept, so the instant that was running is never run again.

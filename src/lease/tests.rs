@@ -765,3 +765,42 @@ backend_test! {
         assert_eq!(rows, 0);
     }
 }
+
+backend_test! {
+    fn several_leases_released_in_one_statement_each_checked_against_its_own_fence(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        ensure_rows(&mut conn, &["a", "b", "c", "d"]).expect("rows");
+        let won = |conn: &mut crate::db::DbConnection, job: &str, by: &str, at: i64| {
+            let claimed = claim(conn, job, by, t(at), LONG).expect("claim");
+            claimed.clone().won().unwrap_or_else(|| panic!("{job} by {by} at {at}: {claimed:?}"))
+        };
+        let a = won(&mut conn, "a", "me", 0);
+        let b = won(&mut conn, "b", "me", 0);
+        let c = won(&mut conn, "c", "me", 0);
+        let d = won(&mut conn, "d", "me", 0);
+        // c's lease was taken over since: its row has another fence and holder.
+        force_unlock(&mut conn, "c").expect("unlock");
+        let theirs = won(&mut conn, "c", "other", 1);
+        // d's stale copy names a fence the row no longer has.
+        let stale_d = Lease { fence: d.fence - 1, ..d.clone() };
+        let ours = lease::release_many(&mut conn, &[&a, &b, &c, &stale_d], Duration::ZERO)
+            .expect("release");
+        assert_eq!(ours, vec![true, true, false, false]);
+        // a and b are free for their next instant; c stays the other's, d ours.
+        let next_a = won(&mut conn, "a", "x", 1);
+        let next_b = won(&mut conn, "b", "x", 1);
+        assert!(next_a.fence > a.fence && next_b.fence > b.fence);
+        assert_eq!(lease::release_many(&mut conn, &[&next_a, &next_b], Duration::ZERO).expect("release"), vec![true, true]);
+        assert_eq!(claim(&mut conn, "c", "x", t(2), LONG).expect("claim").won(), None);
+        assert_eq!(claim(&mut conn, "d", "x", t(1), LONG).expect("claim").won(), None);
+        assert!(release(&mut conn, &theirs, Duration::ZERO).expect("release"));
+        assert!(release(&mut conn, &d, Duration::ZERO).expect("release"));
+        // Held on for lock_at_least_for, as a single release is.
+        let a2 = won(&mut conn, "a", "me", 2);
+        let b2 = won(&mut conn, "b", "me", 2);
+        assert_eq!(lease::release_many(&mut conn, &[&a2, &b2], LONG).expect("release"), vec![true, true]);
+        assert_eq!(claim(&mut conn, "a", "x", t(3), LONG).expect("claim").won(), None);
+        assert_eq!(lease::release_many(&mut conn, &[], LONG).expect("none"), Vec::<bool>::new());
+    }
+}

@@ -1,4 +1,5 @@
-//! What every task of a scheduler shares: the store, the claim batcher,
+//! What every task of a scheduler shares: the store, the claim batcher and
+//! the writer of runs' ends,
 //! the database's health, the history journal, the replica's identity and
 //! clock, the shutdown phase, and (for child processes) the guard. The
 //! one-off commands (`trigger`, `exec`) start one too.
@@ -9,6 +10,7 @@ use tokio::sync::watch;
 
 use super::Phase;
 use super::claimer::Claimer;
+use super::finisher::Finisher;
 use crate::db::Store;
 use crate::db::health::Health;
 use crate::history::journal::Journal;
@@ -25,6 +27,8 @@ pub(crate) struct Engine {
     /// job is a child process.
     pub(crate) guard: Option<Arc<Guard>>,
     pub(crate) claimer: Claimer,
+    /// Writes the runs' ends and their leases' releases, batched.
+    pub(crate) finisher: Finisher,
     pub(crate) health: Arc<Health>,
     pub(crate) journal: Journal,
     /// Sends the events this replica records, and the pings of its runs.
@@ -57,6 +61,7 @@ impl Engine {
         let journal = Journal::start(store.clone(), health.clone(), on_abandoned.clone());
         Arc::new(Engine {
             claimer: Claimer::start(store.clone(), instance.clone(), on_abandoned),
+            finisher: Finisher::start(store.clone()),
             notifier,
             store,
             guard,

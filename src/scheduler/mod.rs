@@ -21,6 +21,7 @@ pub(crate) mod drift;
 pub(crate) mod engine;
 pub(crate) mod exec;
 pub(crate) mod execute;
+mod finisher;
 mod job;
 mod missed;
 mod retention;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::Phase;
 use super::engine::Engine;
@@ -233,11 +233,7 @@ async fn take_locks(
 
 /// Gives a shared lock back at once.
 async fn release_lock(engine: &Engine, job: &Work, lock: Lease) {
-    if let Err(e) = engine
-        .store
-        .release_until(lock.clone(), Duration::ZERO, release_deadline(job))
-        .await
-    {
+    if let Err(e) = release_lease(engine, job, &lock, Duration::ZERO).await {
         warn!(job = %job.name, lock = %lock.job, "a shared lock could not be released; it ends by itself: {e}");
     }
 }
@@ -250,16 +246,28 @@ fn release_deadline(job: &Work) -> Instant {
     Instant::now() + job.settings.lock_at_most_for.min(Duration::from_secs(10))
 }
 
+/// Releases `lease`, with the releases that fall due with it; alone, on
+/// fresh connections until [`release_deadline`], if that fails.
+async fn release_lease(
+    engine: &Engine,
+    job: &Work,
+    lease: &Lease,
+    at_least: Duration,
+) -> Result<bool, crate::db::DbError> {
+    match engine.finisher.release(lease.clone(), at_least).await {
+        Ok(ours) => Ok(ours),
+        Err(e) => {
+            debug!(job = %job.name, fence = lease.fence, "the lease is released alone: {e}");
+            engine
+                .store
+                .release_until(lease.clone(), at_least, release_deadline(job))
+                .await
+        }
+    }
+}
+
 async fn release(engine: &Engine, job: &Work, lease: &Lease) {
-    match engine
-        .store
-        .release_until(
-            lease.clone(),
-            job.settings.lock_at_least_for,
-            release_deadline(job),
-        )
-        .await
-    {
+    match release_lease(engine, job, lease, job.settings.lock_at_least_for).await {
         Ok(true) => {}
         Ok(false) => {
             warn!(job = %job.name, fence = lease.fence, "the lease was no longer ours at release")

@@ -205,6 +205,16 @@ impl<'e> RunRows<'e> {
     pub(crate) async fn finish(&self, id: i64, finish: RunFinish, ended: Instant) {
         let engine = self.engine;
         let may_be_late = ended.elapsed() >= self.missed_after / 2;
+        // With the ends of the runs that end with it, unless it may be late
+        // (its missed-instant check is its own); alone if that fails.
+        if !may_be_late {
+            match engine.finisher.end(id, finish.clone()).await {
+                Ok(()) => return,
+                Err(e) => {
+                    debug!(job = %self.row.job, run_id = id, "the run's end is written alone: {e}")
+                }
+            }
+        }
         let write = Write::Finished {
             job: self.row.job.clone(),
             id,
