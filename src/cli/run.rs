@@ -94,6 +94,11 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         let (phase_tx, phase) = watch::channel(Phase::Running);
         tokio::spawn(drive_shutdown(phase_tx, config.daemon.shutdown_grace));
+        // Once start-up (migrations, lease rows, the first claims) is over.
+        tokio::spawn(async {
+            tokio::time::sleep(SHED_AFTER).await;
+            let _ = tokio::task::spawn_blocking(crate::runner::memory::shed_startup_pages).await;
+        });
         let (reload_tx, reloads) = mpsc::channel(4);
         tokio::spawn(watch_reloads(
             args.config.to_path_buf(),
@@ -108,6 +113,10 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     telemetry::traces::shutdown();
     Ok(ExitCode::SUCCESS)
 }
+
+/// How long after its start a replica gives back the memory start-up
+/// touched (`runner::memory`).
+const SHED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Drives the phase from SIGTERM/SIGINT: the first signal drains, and after
 /// `grace` stops what is still running; a second signal stops at once. The

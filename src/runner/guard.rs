@@ -184,6 +184,8 @@ pub(crate) fn guard() {
         // SAFETY: SIG_IGN installs no handler code.
         let _ = unsafe { signal::signal(s, signal::SigHandler::SigIgn) };
     }
+    // What the daemon's start touched before the fork is not the guard's.
+    super::memory::shed_startup_pages();
     let (lines, commands) = channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {

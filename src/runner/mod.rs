@@ -14,6 +14,7 @@
 mod action;
 mod guard;
 pub(crate) mod live;
+pub(crate) mod memory;
 pub(crate) mod output;
 mod spawn;
 pub(crate) mod users;
