@@ -1242,6 +1242,14 @@ fn a_running_runs_output_appears_in_its_page_as_it_is_written() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(text_at(&client, "#output").await.ends_with("flood end"));
+        // A page loaded while the flood was printing follows the rest as it
+        // comes and keeps whole pieces, at least the limit's worth (more, by
+        // up to a piece): the exact tail is a page loaded once it is all out.
+        client
+            .goto(&format!("{base}/runs/{id}"))
+            .await
+            .expect("load the flood's page");
+        assert!(text_at(&client, "#output").await.ends_with("flood end"));
         let total: usize = (1..=2000).map(|n: u32| n.to_string().len() + 1).sum::<usize>() + 10;
         assert_eq!(
             text_at(&client, "#truncated").await.trim(),
