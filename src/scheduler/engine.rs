@@ -1,8 +1,8 @@
-//! What every task of a scheduler shares: the store, the claim batcher and
-//! the writer of runs' ends,
-//! the database's health, the history journal, the replica's identity and
-//! clock, the shutdown phase, and (for child processes) the guard. The
-//! one-off commands (`trigger`, `exec`) start one too.
+//! What every task of a scheduler shares: the store, the claim batcher, the
+//! writer of runs' ends and releases, the database's health, the history
+//! journal, the replica's identity and clock, the shutdown phase, and (for
+//! child processes) the guard. The one-off commands (`trigger`, `exec`)
+//! start one too.
 
 use std::sync::Arc;
 
