@@ -63,7 +63,8 @@ pub(crate) enum Command {
     Check(check::CheckArgs),
     /// Apply pending database migrations.
     Migrate(ConfigArg),
-    /// Show each job's next instant, lease holder, last run, and stuck leases.
+    /// Show each job's next instant, lease holder, last run, and stuck leases,
+    /// and the database's settings that can lose a claim.
     Status(status::StatusArgs),
     /// List recorded runs, newest first.
     History(history::HistoryArgs),

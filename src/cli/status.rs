@@ -1,6 +1,7 @@
 //! `replicron status`: each job's next instant, lease and last run, and
 //! what looks wrong (a failed last run, a stuck lease, a run whose lease
-//! ended), with this host's clock against the database's.
+//! ended), with this host's clock against the database's, and the
+//! database's settings under which it can lose a claim it acknowledged.
 
 use chrono::SecondsFormat;
 
@@ -125,16 +126,25 @@ struct Report {
     locks: Vec<LockStatus>,
     limits: Vec<LimitStatus>,
     replicas: Vec<fleet::ReplicaView>,
+    /// The server's settings under which a commit it acknowledged, a claim
+    /// among them, can be lost.
+    durability: Vec<crate::db::durability::Risk>,
 }
 
 pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
-    let (fleet, offset, lasts) = super::command_runtime()?.block_on(async {
+    let (fleet, offset, lasts, durability) = super::command_runtime()?.block_on(async {
         let fleet = fleet::read(&store, &config, 1, None).await?;
         let offset = fleet::clock_offset(&store, 5).await?;
         let lasts = fleet::with_output(&store, &fleet).await?;
-        anyhow::Ok((fleet, offset, lasts))
+        let durability = store
+            .call(
+                "reading the server's durability settings",
+                crate::db::durability::risks,
+            )
+            .await?;
+        anyhow::Ok((fleet, offset, lasts, durability))
     })?;
     let report = Report {
         clock: ClockStatus {
@@ -150,6 +160,7 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(fleet::ReplicaView::from)
             .collect(),
+        durability,
     };
     match args.format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -159,6 +170,15 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                 report.clock.database_now,
                 crate::scheduler::clock_sync::describe(offset)
             );
+            if !report.durability.is_empty() {
+                println!(
+                    "WARNING: the database may lose a commit it acknowledged, a claim among them:"
+                );
+                for risk in &report.durability {
+                    println!("  {risk}");
+                }
+                println!();
+            }
             print_tables(&report);
         }
     }

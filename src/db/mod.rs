@@ -2,7 +2,8 @@
 //! ([`connection`]), how a session is opened and prepared ([`session`]), the
 //! pool ([`pool`]), the typed async [`Store`] every other module reaches the
 //! database through, the SQL that differs by backend ([`clock`]), whether the
-//! database answers ([`health`]), and the embedded migrations ([`migrate`]).
+//! database answers ([`health`]) and keeps what it acknowledged
+//! ([`durability`]), and the embedded migrations ([`migrate`]).
 //! The tables are described in `docs/design.md#the-tables`.
 //!
 //! The backend is chosen from the URL scheme by [`DatabaseUrl`].
@@ -12,6 +13,7 @@ pub(crate) mod batch;
 pub(crate) mod cached;
 pub(crate) mod clock;
 mod connection;
+pub(crate) mod durability;
 pub(crate) mod health;
 pub(crate) mod migrate;
 mod pool;

@@ -513,6 +513,7 @@ impl Scheduler {
             }
         }
         warn_of_lossy_replication(&store, &jobs).await;
+        crate::db::durability::warn_of_risks(&store).await;
         let stop = || tick::draining(phase.clone());
         let background = [
             {

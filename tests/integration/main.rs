@@ -14,6 +14,7 @@ mod daemon;
 mod dashboard;
 mod database_time;
 mod dependencies;
+mod durability;
 mod failover;
 mod faults;
 mod fleet;
