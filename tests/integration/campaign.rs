@@ -11,7 +11,12 @@
 //! `replicron verify`, and counts what must never happen: an instant run
 //! twice, two bodies of one job at once, a start before its instant, a row
 //! left `running`, an instant neither run nor accounted for, and a miss
-//! that no fault explains.
+//! that no fault explains. With the feature jobs (one per overlap policy,
+//! a limit shared by three jobs, a fan-in and a dependent run on failures
+//! too) it also counts more bodies at once than a policy or a limit
+//! allows, a waiting instant lost, an instant recorded missed while its
+//! job's run waited or ran, and a dependent run for an instant its parents
+//! did not end as its `on` says, or not run for one that they did.
 //!
 //! The seed and the fault timeline are printed, so a failure can be
 //! replayed: `scripts/torture --seed S` runs the same schedule.
@@ -421,6 +426,10 @@ pub(crate) struct Plan {
     pub replicas: usize,
     pub faults_for: Duration,
     pub quiet_for: Duration,
+    /// Whether the jobs that exercise the features (each overlap policy, a
+    /// limit shared by three jobs, a fan-in and a dependent on failures
+    /// too) run beside the plain ones.
+    pub features: bool,
     /// Another build of replicron to run the replicas (an older one, to
     /// show what the campaign finds in it); its `verify`, if it has one, is
     /// asked.
@@ -440,6 +449,29 @@ struct CampaignJob {
     /// How late an instant missed at a replica's start, or in an outage,
     /// may still be caught up.
     catch_up: Option<&'static str>,
+    /// Its `overlap` (`skip` when `None`).
+    overlap: Option<&'static str>,
+    /// Its `max_concurrent`, with `overlap = "allow"`.
+    max_concurrent: Option<usize>,
+    /// The [`LIMIT`] it takes.
+    limited: bool,
+    /// Fails (every attempt) at the instants whose Unix second is a
+    /// multiple of this.
+    fails_every: Option<i64>,
+}
+
+impl CampaignJob {
+    /// How many of its bodies may run at once, by its policy.
+    fn at_once(&self) -> usize {
+        self.max_concurrent.unwrap_or(1)
+    }
+
+    /// Whether an instant of it may wait for a run of it, or for a limit's
+    /// slot: from its instant to its end, such a run holds the job, and
+    /// instants meanwhile are overruns.
+    fn waits(&self) -> bool {
+        self.overlap.is_some() || self.limited
+    }
 }
 
 /// A per-second job `tick-N` whose body runs about 0.3 s, with a 3 s lease.
@@ -452,89 +484,201 @@ fn tick(n: usize, catch_up: Option<&'static str>) -> CampaignJob {
         ticks: 1,
         fails_first: false,
         catch_up,
+        overlap: None,
+        max_concurrent: None,
+        limited: false,
+        fails_every: None,
     }
 }
 
-fn campaign_jobs() -> Vec<CampaignJob> {
+/// A job of `period` seconds whose body ticks `ticks` times, 250 ms apart.
+fn every(name: &str, period: i64, offset: i64, ticks: u32) -> CampaignJob {
+    CampaignJob {
+        name: name.to_string(),
+        period,
+        offset,
+        lease_s: 3,
+        ticks,
+        ..tick(0, None)
+    }
+}
+
+/// The limit the feature jobs `limit-a`, `limit-b` and `limit-c` share,
+/// and how many of them it lets run at once.
+const LIMIT: (&str, usize) = ("campaign-limit", 2);
+
+fn campaign_jobs(features: bool) -> Vec<CampaignJob> {
     let mut jobs: Vec<CampaignJob> = (0..8).map(|n| tick(n, (n >= 4).then_some("5s"))).collect();
     jobs.push(CampaignJob {
-        name: "slow-a".into(),
-        period: 5,
-        offset: 0,
         lease_s: MAX_LEASE_S,
-        ticks: 8,
-        fails_first: false,
-        catch_up: None,
+        ..every("slow-a", 5, 0, 8)
     });
     jobs.push(CampaignJob {
-        name: "slow-b".into(),
-        period: 5,
-        offset: 2,
         lease_s: MAX_LEASE_S,
-        ticks: 12,
-        fails_first: false,
         catch_up: Some("10s"),
+        ..every("slow-b", 5, 2, 12)
     });
     jobs.push(CampaignJob {
-        name: "flaky".into(),
-        period: 3,
-        offset: 0,
-        lease_s: 3,
-        ticks: 1,
         fails_first: true,
-        catch_up: None,
+        ..every("flaky", 3, 0, 1)
+    });
+    if features {
+        jobs.extend(feature_jobs());
+    }
+    jobs
+}
+
+/// The jobs that exercise the features under the faults: one per overlap
+/// policy, each of whose runs outlasts its period, so that instants wait
+/// (`queue`, `replace`) or run beside each other (`allow`, two at most);
+/// three jobs that want a limit of two at the same instants; and two
+/// parents of the dependent jobs, one of which fails every third instant.
+fn feature_jobs() -> Vec<CampaignJob> {
+    let mut jobs = vec![
+        CampaignJob {
+            overlap: Some("queue"),
+            lease_s: MAX_LEASE_S,
+            ..every("queue", 2, 0, 10)
+        },
+        CampaignJob {
+            overlap: Some("replace"),
+            ..every("replace", 2, 1, 10)
+        },
+        CampaignJob {
+            overlap: Some("allow"),
+            max_concurrent: Some(2),
+            ..every("allow", 1, 0, 6)
+        },
+    ];
+    for name in ["limit-a", "limit-b", "limit-c"] {
+        jobs.push(CampaignJob {
+            limited: true,
+            ..every(name, 2, 0, 4)
+        });
+    }
+    jobs.push(every("parent-a", 3, 0, 1));
+    jobs.push(CampaignJob {
+        fails_every: Some(9),
+        ..every("parent-b", 3, 0, 1)
     });
     jobs
 }
 
-/// The job file: every body records `EVENT JOB INSTANT INSTANCE RUN_ID
-/// FENCE ATTEMPT PID NS` lines, its clock read without any skew
-/// (libfaketime is not preloaded into it).
-fn job_file(jobs: &[CampaignJob], out: &Path) -> String {
+/// A job that runs after others (`after`): its parents, and the endings
+/// of theirs that start it (`on`).
+struct Dependent {
+    child: &'static str,
+    parents: &'static [&'static str],
+    on: &'static [&'static str],
+}
+
+impl Dependent {
+    /// Whether `ending` is one that starts it.
+    fn starts_on(&self, ending: &str) -> bool {
+        self.on.contains(&ending)
+    }
+}
+
+/// The dependent jobs: one after a plain job; with the features, a fan-in
+/// of two parents, and one that runs after its parent's failures too.
+fn dependents(features: bool) -> Vec<Dependent> {
+    let mut list = vec![Dependent {
+        child: "after-tick-1",
+        parents: &["tick-1"],
+        on: &["succeeded"],
+    }];
+    if features {
+        list.push(Dependent {
+            child: "fan-in",
+            parents: &["parent-a", "parent-b"],
+            on: &["succeeded"],
+        });
+        list.push(Dependent {
+            child: "after-either",
+            parents: &["parent-b"],
+            on: &["succeeded", "failed"],
+        });
+    }
+    list
+}
+
+/// A body that records its start, a tick every 250 ms (`ticks` of them)
+/// and its end, as `EVENT JOB INSTANT INSTANCE RUN_ID FENCE ATTEMPT PID
+/// NS` lines, its clock read without any skew (libfaketime is not
+/// preloaded into it); `fail` runs before its end.
+fn body(ticks: u32, fail: &str, out: &Path) -> String {
+    format!(
+        "command = '''r() {{ echo \"$1 $REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $REPLICRON_RUN_ID $REPLICRON_FENCE $REPLICRON_ATTEMPT $$ $(date +%s%N)\" >> \"$OUT\"; }}; \
+         r start; i=0; while [ $i -lt {ticks} ]; do sleep 0.25; r tick; i=$((i+1)); done; {fail}r end'''\n\
+         env = {{ OUT = {out:?}, LD_PRELOAD = \"\" }}\n\n"
+    )
+}
+
+/// The job file, every job's body recording itself into `out`.
+fn job_file(jobs: &[CampaignJob], dependents: &[Dependent], out: &Path) -> String {
     let mut text = String::from(
         "[daemon]\nshutdown_grace = \"10s\"\n\n[defaults]\nmissed_after = \"10s\"\ntimeout = \"30s\"\n\n",
     );
+    if jobs.iter().any(|job| job.limited) {
+        text.push_str(&format!(
+            "[[limit]]\nname = \"{}\"\nmax_running = {}\n\n",
+            LIMIT.0, LIMIT.1
+        ));
+    }
     for job in jobs {
         let seconds = if job.period == 1 {
             "*".to_string()
         } else {
             format!("{}-59/{}", job.offset, job.period)
         };
-        let fail = if job.fails_first {
-            "if [ \"$REPLICRON_ATTEMPT\" = 1 ]; then r end; exit 1; fi; "
-        } else {
-            ""
+        let fail = match (job.fails_first, job.fails_every) {
+            (true, _) => "if [ \"$REPLICRON_ATTEMPT\" = 1 ]; then r end; exit 1; fi; ".to_string(),
+            (false, Some(n)) => format!(
+                "if [ $(( $(date -d \"$REPLICRON_SCHEDULED_AT\" +%s) % {n} )) = 0 ]; then r end; exit 1; fi; "
+            ),
+            (false, None) => String::new(),
         };
+        let mut keys = match (job.fails_first, job.catch_up) {
+            (true, _) => "retries = 1\nretry_backoff = \"500ms\"\n".to_string(),
+            (false, Some(window)) => format!("catch_up = \"{window}\"\n"),
+            (false, None) => String::new(),
+        };
+        if let Some(overlap) = job.overlap {
+            keys.push_str(&format!("overlap = \"{overlap}\"\n"));
+        }
+        if let Some(n) = job.max_concurrent {
+            keys.push_str(&format!("max_concurrent = {n}\n"));
+        }
+        if job.limited {
+            keys.push_str(&format!("limits = [\"{}\"]\n", LIMIT.0));
+        }
         text.push_str(&format!(
             "[[job]]\nname = \"{name}\"\nschedule = \"{seconds} * * * * *\"\n\
-             lock_at_most_for = \"{lease}s\"\n{retries}\
-             command = '''r() {{ echo \"$1 $REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $REPLICRON_RUN_ID $REPLICRON_FENCE $REPLICRON_ATTEMPT $$ $(date +%s%N)\" >> \"$OUT\"; }}; \
-             r start; i=0; while [ $i -lt {ticks} ]; do sleep 0.25; r tick; i=$((i+1)); done; {fail}r end'''\n\
-             env = {{ OUT = {out:?}, LD_PRELOAD = \"\" }}\n\n",
+             lock_at_most_for = \"{lease}s\"\n{keys}{body}",
             name = job.name,
             lease = job.lease_s,
-            retries = match (job.fails_first, job.catch_up) {
-                (true, _) => "retries = 1\nretry_backoff = \"500ms\"\n".to_string(),
-                (false, Some(window)) => format!("catch_up = \"{window}\"\n"),
-                (false, None) => String::new(),
-            },
-            ticks = job.ticks,
+            body = body(job.ticks, &fail, out),
         ));
     }
-    for (child, parent) in DEPENDENTS {
+    for dependent in dependents {
+        let quoted = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| format!("{n:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         text.push_str(&format!(
-            "[[job]]\nname = \"{child}\"\nafter = [\"{parent}\"]\nlock_at_most_for = \"3s\"\n\
-             command = '''r() {{ echo \"$1 $REPLICRON_JOB $REPLICRON_SCHEDULED_AT $REPLICRON_INSTANCE $REPLICRON_RUN_ID $REPLICRON_FENCE $REPLICRON_ATTEMPT $$ $(date +%s%N)\" >> \"$OUT\"; }}; \
-             r start; sleep 0.1; r end'''\n\
-             env = {{ OUT = {out:?}, LD_PRELOAD = \"\" }}\n\n",
+            "[[job]]\nname = \"{child}\"\nafter = {{ jobs = [{parents}], on = [{on}] }}\n\
+             lock_at_most_for = \"3s\"\n{body}",
+            child = dependent.child,
+            parents = quoted(dependent.parents),
+            on = quoted(dependent.on),
+            body = body(1, "", out),
         ));
     }
     text
 }
-
-/// Jobs that run after a campaign job (`after`), and that job: each runs
-/// once for each instant its parent's run succeeded, after that run.
-const DEPENDENTS: [(&str, &str); 1] = [("after-tick-1", "tick-1")];
 
 /// One body, as its records tell.
 #[derive(Clone, Debug)]
@@ -630,7 +774,8 @@ fn read_history(conn: &mut RawConnection) -> Vec<Row> {
     .expect("read the history")
 }
 
-/// What the campaign found.
+/// What the campaign found: each property that must hold, and the job and
+/// instant at which it broke.
 #[derive(Default, Debug)]
 pub(crate) struct Findings {
     pub instants: usize,
@@ -638,9 +783,12 @@ pub(crate) struct Findings {
     /// An instant (one attempt) whose body started more than once, or that
     /// ran under two leases.
     pub duplicates: Vec<String>,
-    /// Two bodies of one job running at once.
-    pub overlaps: Vec<String>,
-    /// A body started before its instant.
+    /// More bodies running at once, by their own records, than the job's
+    /// overlap policy or a limit allows (one, `max_concurrent`, or the
+    /// limit's `max_running` across its jobs).
+    pub too_many_at_once: Vec<String>,
+    /// A body started before its instant, or a dependent job's before its
+    /// parents' runs of the instant ended.
     pub early: Vec<String>,
     /// A row still `running` after every replica stopped.
     pub left_running: Vec<String>,
@@ -650,6 +798,20 @@ pub(crate) struct Findings {
     pub silent: Vec<String>,
     /// An instant not run outside every fault's window.
     pub unexplained: Vec<String>,
+    /// An instant recorded `missed` while a run of its job waited (behind
+    /// its run or for a limit's slot) or ran, outside every fault's window:
+    /// an overrun, not a miss.
+    pub missed_while_busy: Vec<String>,
+    /// An instant that came while a `queue` or `replace` job ran, outside
+    /// every fault's window, and was neither run nor recorded: the instant
+    /// that should have waited, lost.
+    pub lost_waiters: Vec<String>,
+    /// A dependent job run at an instant at which its parents did not all
+    /// end as its `on` says.
+    pub unwarranted: Vec<String>,
+    /// An instant at which every parent ended as the dependent's `on`
+    /// says, outside every fault's window, without the dependent's run.
+    pub children_missing: Vec<String>,
     /// Instants not run inside fault windows, and how they are accounted.
     pub accounted: BTreeMap<String, usize>,
     /// `replicron verify`'s exit code and summary, when asked.
@@ -657,15 +819,68 @@ pub(crate) struct Findings {
 }
 
 impl Findings {
+    /// Each property, by name, with what broke it.
+    fn properties(&self) -> [(&'static str, &[String]); 11] {
+        [
+            ("instants started twice", &self.duplicates),
+            (
+                "more bodies at once than the policy or limit allows",
+                &self.too_many_at_once,
+            ),
+            ("early starts", &self.early),
+            ("rows left running", &self.left_running),
+            ("bodies without their row", &self.unrecorded),
+            (
+                "silent misses (neither run nor accounted for)",
+                &self.silent,
+            ),
+            ("misses no fault window explains", &self.unexplained),
+            (
+                "instants recorded missed while their job's run waited or ran",
+                &self.missed_while_busy,
+            ),
+            (
+                "waiting instants lost (neither run nor recorded)",
+                &self.lost_waiters,
+            ),
+            (
+                "dependent runs whose parents did not end as `on` says",
+                &self.unwarranted,
+            ),
+            (
+                "parent instants, outside fault windows, without their dependent's run",
+                &self.children_missing,
+            ),
+        ]
+    }
+
     fn violations(&self) -> usize {
-        self.duplicates.len()
-            + self.overlaps.len()
-            + self.early.len()
-            + self.left_running.len()
-            + self.unrecorded.len()
-            + self.silent.len()
-            + self.unexplained.len()
+        self.properties()
+            .iter()
+            .map(|(_, items)| items.len())
+            .sum::<usize>()
             + usize::from(self.verify.as_ref().is_some_and(|(code, _)| *code != 0))
+    }
+
+    /// The properties that broke, each with how often, in one line.
+    pub(crate) fn verdict(&self) -> String {
+        let broken: Vec<String> = self
+            .properties()
+            .iter()
+            .filter(|(_, items)| !items.is_empty())
+            .map(|(name, items)| format!("{name}: {}", items.len()))
+            .chain(
+                self.verify
+                    .as_ref()
+                    .filter(|(code, _)| *code != 0)
+                    .map(|(code, _)| format!("replicron verify exited {code}")),
+            )
+            .collect();
+        if broken.is_empty() {
+            "clean".to_string()
+        } else {
+            broken.join("; ")
+        }
     }
 
     fn summary(&self) -> String {
@@ -679,22 +894,15 @@ impl Findings {
             }
             text
         };
-        let mut text = format!(
-            "{} instants due, {} bodies ran\n{}\n{}\n{}\n{}\n{}\n{}\n{}\nnot run inside fault windows, accounted: {:?}",
-            self.instants,
-            self.bodies,
-            list("duplicates", &self.duplicates),
-            list("overlaps", &self.overlaps),
-            list("early starts", &self.early),
-            list("rows left running", &self.left_running),
-            list("bodies without their row", &self.unrecorded),
-            list(
-                "silent misses (neither run nor accounted for)",
-                &self.silent
-            ),
-            list("misses no fault window explains", &self.unexplained),
-            self.accounted,
-        );
+        let mut text = format!("{} instants due, {} bodies ran", self.instants, self.bodies);
+        for (name, items) in self.properties() {
+            text.push('\n');
+            text.push_str(&list(name, items));
+        }
+        text.push_str(&format!(
+            "\nnot run inside fault windows, accounted: {:?}",
+            self.accounted
+        ));
         if let Some((code, out)) = &self.verify {
             text.push_str(&format!("\nreplicron verify exited {code}:\n{out}"));
         }
@@ -706,15 +914,75 @@ fn ms(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// The bodies of `members` that started while `at_most` others of them
+/// were still heard from (a body is heard from its start to the last line
+/// it wrote), each named with those it ran beside; `bound` names the job
+/// or the limit.
+fn too_many_at_once(bound: &str, members: &[&str], at_most: usize, bodies: &[Body]) -> Vec<String> {
+    let mut list: Vec<&Body> = bodies
+        .iter()
+        .filter(|b| members.contains(&b.job.as_str()))
+        .collect();
+    list.sort_by_key(|b| b.start_ns);
+    let name = |b: &Body| {
+        format!(
+            "{} {} (attempt {}, {} fence {})",
+            b.job,
+            ms(b.instant),
+            b.attempt,
+            b.instance,
+            b.fence
+        )
+    };
+    let mut found = Vec::new();
+    let mut heard: Vec<&Body> = Vec::new();
+    for body in list {
+        heard.retain(|before| before.last_ns > body.start_ns);
+        if heard.len() >= at_most {
+            found.push(format!(
+                "{bound} (at most {at_most}): {} started while {} ran on",
+                name(body),
+                heard
+                    .iter()
+                    .map(|before| format!(
+                        "{} for {} ms",
+                        name(before),
+                        (before.last_ns - body.start_ns) / 1_000_000
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        heard.push(body);
+    }
+    found
+}
+
+/// When the checker looks: the instants from `from` to `to` are judged,
+/// `stop` is when the replicas were told to stop, and `windows` are the
+/// faults' spans with their aftermath.
+#[derive(Clone, Copy)]
+struct Timeline<'w> {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    stop: DateTime<Utc>,
+    windows: &'w [(DateTime<Utc>, DateTime<Utc>)],
+}
+
 /// Holds the bodies and the history against each other and the schedule.
 fn check(
     jobs: &[CampaignJob],
+    dependents: &[Dependent],
     bodies: &[Body],
     rows: &[Row],
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    windows: &[(DateTime<Utc>, DateTime<Utc>)],
+    timeline: Timeline,
 ) -> Findings {
+    let Timeline {
+        from,
+        to,
+        stop,
+        windows,
+    } = timeline;
     let mut found = Findings {
         bodies: bodies.len(),
         ..Findings::default()
@@ -777,36 +1045,30 @@ fn check(
             ));
         }
     }
-    // Overlaps: a body that started while an earlier one was still heard.
-    let mut per_job: BTreeMap<&str, Vec<&Body>> = BTreeMap::new();
-    for body in bodies {
-        per_job.entry(&body.job).or_default().push(body);
+    // At once: by the bodies' own records (from a body's start to the last
+    // line it wrote), no more of a job's bodies than its policy allows,
+    // nor of a limit's jobs than the limit's slots.
+    let mut bounds: Vec<(String, Vec<&str>, usize)> = jobs
+        .iter()
+        .map(|job| (job.name.clone(), vec![job.name.as_str()], job.at_once()))
+        .chain(
+            dependents
+                .iter()
+                .map(|d| (d.child.to_string(), vec![d.child], 1)),
+        )
+        .collect();
+    let limited: Vec<&str> = jobs
+        .iter()
+        .filter(|job| job.limited)
+        .map(|job| job.name.as_str())
+        .collect();
+    if !limited.is_empty() {
+        bounds.push((format!("limit {}", LIMIT.0), limited, LIMIT.1));
     }
-    for list in per_job.values_mut() {
-        list.sort_by_key(|b| b.start_ns);
-        let mut latest: Option<&Body> = None;
-        for body in list.iter() {
-            if let Some(before) = latest
-                && body.start_ns < before.last_ns
-            {
-                found.overlaps.push(format!(
-                    "{} {} (attempt {}, {} fence {}) started while {} (attempt {}, {} fence {}) ran on for {} ms",
-                    body.job,
-                    ms(body.instant),
-                    body.attempt,
-                    body.instance,
-                    body.fence,
-                    ms(before.instant),
-                    before.attempt,
-                    before.instance,
-                    before.fence,
-                    (before.last_ns - body.start_ns) / 1_000_000
-                ));
-            }
-            if latest.is_none_or(|l| body.last_ns > l.last_ns) {
-                latest = Some(body);
-            }
-        }
+    for (bound, members, at_most) in &bounds {
+        found
+            .too_many_at_once
+            .extend(too_many_at_once(bound, members, *at_most, bodies));
     }
     // Every row ended, and every body has its row.
     for row in rows {
@@ -889,6 +1151,15 @@ fn check(
                     at_ns(b.last_ns) + TimeDelta::milliseconds(300),
                 )
             }))
+            // A run that may wait holds the job from its instant on.
+            .map(|(instant, start, end)| {
+                let start = if job.waits() {
+                    start.min(instant)
+                } else {
+                    start
+                };
+                (instant, start, end)
+            })
             .collect();
         let in_window = |t: DateTime<Utc>| windows.iter().any(|(a, b)| *a <= t && t <= *b);
         let going_at = |t: DateTime<Utc>| {
@@ -924,8 +1195,36 @@ fn check(
             if ran.contains(&instant) {
                 continue;
             }
+            // Every run it may have beside it held the job: an overrun.
+            let busy = job.waits()
+                && going_at(instant)
+                    .filter(|held| *held < instant)
+                    .collect::<BTreeSet<_>>()
+                    .len()
+                    >= job.at_once();
             let explained = in_window(instant)
+                || busy
                 || going_at(instant).any(|held| held < instant && pushed.contains(&held));
+            if busy
+                && !in_window(instant)
+                && recorded
+                    .get(&instant)
+                    .is_some_and(|statuses| statuses.contains(&"missed"))
+            {
+                found.missed_while_busy.push(format!(
+                    "{} {} recorded missed while its runs of {} held it",
+                    job.name,
+                    ms(instant),
+                    going_at(instant)
+                        .filter(|held| *held < instant)
+                        .map(ms)
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                continue;
+            }
             let how = match recorded.get(&instant) {
                 Some(statuses) => statuses.join("+"),
                 None if going_at(instant).next().is_some() => "overrun".to_string(),
@@ -943,15 +1242,82 @@ fn check(
             }
         }
     }
-    check_dependents(&mut found, bodies, rows, from, to, windows);
+    found
+        .lost_waiters
+        .extend(lost_waiters(jobs, bodies, rows, from, stop, windows));
+    check_dependents(&mut found, dependents, bodies, rows, from, to, windows);
     found
 }
 
-/// Each dependent job against its parent: it ran once for each instant at
-/// which its parent's run succeeded (or that instant is accounted for),
-/// never for another, and never before that run's body ended.
+/// For a `queue` or `replace` job: the instants that came while one of its
+/// runs ran, outside every fault's window and before the replicas were
+/// told to stop, that should have waited for it (the first after its
+/// start) and were neither run nor recorded.
+fn lost_waiters(
+    jobs: &[CampaignJob],
+    bodies: &[Body],
+    rows: &[Row],
+    from: DateTime<Utc>,
+    stop: DateTime<Utc>,
+    windows: &[(DateTime<Utc>, DateTime<Utc>)],
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for job in jobs
+        .iter()
+        .filter(|j| matches!(j.overlap, Some("queue" | "replace")))
+    {
+        let ran: BTreeSet<DateTime<Utc>> = bodies
+            .iter()
+            .filter(|b| b.job == job.name)
+            .map(|b| b.instant)
+            .collect();
+        let recorded: BTreeSet<DateTime<Utc>> = rows
+            .iter()
+            .filter(|r| r.job == job.name)
+            .map(|r| r.scheduled_at.and_utc())
+            .collect();
+        for run in bodies.iter().filter(|b| b.job == job.name) {
+            let start = DateTime::from_timestamp_nanos(run.start_ns).max(run.instant);
+            let end = DateTime::from_timestamp_nanos(run.last_ns);
+            let quiet = !windows
+                .iter()
+                .any(|(a, b)| *a <= end + TimeDelta::seconds(1) && run.instant <= *b);
+            // The first instant of the job after the run's start.
+            let offset = (job.offset - start.timestamp() - 1).rem_euclid(job.period);
+            let Some(next) = DateTime::from_timestamp(start.timestamp() + 1 + offset, 0) else {
+                continue;
+            };
+            if !quiet
+                || next < from
+                || next > end
+                || next >= stop - TimeDelta::milliseconds(500)
+                || ran.contains(&next)
+                || recorded.contains(&next)
+            {
+                continue;
+            }
+            found.push(format!(
+                "{} {} came while {} ran ({} from {} to {}), and was neither run nor recorded",
+                job.name,
+                ms(next),
+                ms(run.instant),
+                run.instance,
+                ms(start),
+                ms(end)
+            ));
+        }
+    }
+    found
+}
+
+/// Each dependent job against its parents: it ran at most once for each
+/// instant at which every parent's last attempt ended as its `on` says,
+/// never for another instant, and never before its parents' bodies of that
+/// instant ended; outside every fault's window, it ran for each such
+/// instant.
 fn check_dependents(
     found: &mut Findings,
+    dependents: &[Dependent],
     bodies: &[Body],
     rows: &[Row],
     from: DateTime<Utc>,
@@ -959,31 +1325,83 @@ fn check_dependents(
     windows: &[(DateTime<Utc>, DateTime<Utc>)],
 ) {
     let in_window = |t: DateTime<Utc>| windows.iter().any(|(a, b)| *a <= t && t <= *b);
-    for (child, parent) in DEPENDENTS {
-        // The parent's successes: instant → when its run ended.
-        let succeeded: BTreeMap<DateTime<Utc>, DateTime<Utc>> = rows
+    for dependent in dependents {
+        let child = dependent.child;
+        // Each parent's endings: instant → its last attempt's status and end.
+        type Ending<'r> = (i32, &'r str, Option<DateTime<Utc>>);
+        let endings: Vec<BTreeMap<DateTime<Utc>, Ending>> = dependent
+            .parents
             .iter()
-            .filter(|r| r.job == parent && r.status == "succeeded")
-            .filter_map(|r| Some((r.scheduled_at.and_utc(), r.finished_at?.and_utc())))
+            .map(|parent| {
+                rows.iter().filter(|r| r.job == *parent).fold(
+                    BTreeMap::new(),
+                    |mut map: BTreeMap<DateTime<Utc>, Ending>, r| {
+                        let ending = (
+                            r.attempt,
+                            r.status.as_str(),
+                            r.finished_at.map(|t| t.and_utc()),
+                        );
+                        let last = map.entry(r.scheduled_at.and_utc()).or_insert(ending);
+                        if r.attempt >= last.0 {
+                            *last = ending;
+                        }
+                        map
+                    },
+                )
+            })
+            .collect();
+        let how_ended = |instant: &DateTime<Utc>| {
+            dependent
+                .parents
+                .iter()
+                .zip(&endings)
+                .map(|(parent, ending)| {
+                    let status = ending.get(instant).map_or("nothing", |(_, s, _)| *s);
+                    format!("{parent} {status}")
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        // The instants it is due at: instant → when its last parent ended.
+        let due: BTreeMap<DateTime<Utc>, DateTime<Utc>> = endings[0]
+            .keys()
+            .filter_map(|instant| {
+                let mut ended = *instant;
+                for ending in &endings {
+                    let (_, status, end) = ending.get(instant)?;
+                    if !dependent.starts_on(status) {
+                        return None;
+                    }
+                    ended = ended.max((*end)?);
+                }
+                Some((*instant, ended))
+            })
             .collect();
         let parent_ends: BTreeMap<DateTime<Utc>, i64> = bodies
             .iter()
-            .filter(|b| b.job == parent && b.ended)
-            .map(|b| (b.instant, b.last_ns))
-            .collect();
+            .filter(|b| dependent.parents.contains(&b.job.as_str()))
+            .fold(BTreeMap::new(), |mut ends, b| {
+                let end = ends.entry(b.instant).or_insert(b.last_ns);
+                *end = (*end).max(b.last_ns);
+                ends
+            });
         let children: Vec<&Body> = bodies.iter().filter(|b| b.job == child).collect();
         for body in &children {
-            if !succeeded.contains_key(&body.instant) {
-                found.duplicates.push(format!(
-                    "{child} {} ran, which {parent} did not succeed at",
-                    ms(body.instant)
+            if !due.contains_key(&body.instant) {
+                found.unwarranted.push(format!(
+                    "{child} {} ran ({} run {}), though its parents ended: {} (it runs on {:?})",
+                    ms(body.instant),
+                    body.instance,
+                    body.run_id,
+                    how_ended(&body.instant),
+                    dependent.on
                 ));
             }
             if let Some(end) = parent_ends.get(&body.instant)
                 && body.start_ns < *end
             {
                 found.early.push(format!(
-                    "{child} {} started {} ms before {parent}'s run of it ended",
+                    "{child} {} started {} ms before its parents' runs of it ended",
                     ms(body.instant),
                     (end - body.start_ns) / 1_000_000
                 ));
@@ -1015,7 +1433,7 @@ fn check_dependents(
                 (start, end)
             })
             .collect();
-        for (instant, ended) in &succeeded {
+        for (instant, ended) in &due {
             if *instant < from || *instant > to {
                 continue;
             }
@@ -1029,17 +1447,19 @@ fn check_dependents(
             let how = match recorded.get(instant) {
                 Some(statuses) => statuses.join("+"),
                 None if overrun => "overrun".to_string(),
-                None => {
-                    found.silent.push(format!("{child} {}", ms(*instant)));
-                    "nothing".to_string()
-                }
+                None => "nothing".to_string(),
             };
             if in_window(*instant) || in_window(*ended) || overrun {
+                if how == "nothing" {
+                    found.silent.push(format!("{child} {}", ms(*instant)));
+                }
                 *found.accounted.entry(how).or_default() += 1;
             } else {
-                found
-                    .unexplained
-                    .push(format!("{child} {} ({how})", ms(*instant)));
+                found.children_missing.push(format!(
+                    "{child} {} not run ({how}), though its parents ended: {}",
+                    ms(*instant),
+                    how_ended(instant)
+                ));
             }
         }
     }
@@ -1097,8 +1517,9 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
     let name = "campaign";
     database.create(name);
     let out = dir.path().join("bodies.txt");
-    let jobs = campaign_jobs();
-    let file = job_file(&jobs, &out);
+    let jobs = campaign_jobs(plan.features);
+    let dependents = dependents(plan.features);
+    let file = job_file(&jobs, &dependents, &out);
     let binary = plan.binary.clone().unwrap_or_else(binary);
     let nodes = database.addresses();
     let faults = draw(plan.seed, plan.replicas, nodes.len(), plan.faults_for);
@@ -1316,8 +1737,10 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
         logs.push_str(&format!("--- log of {id}\n{text}"));
     }
     let saved = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-        "target/campaign-{:?}-{}.log",
-        plan.backend, plan.seed
+        "target/campaign-{:?}-{}{}.log",
+        plan.backend,
+        plan.seed,
+        if plan.features { "-features" } else { "" }
     ));
     let _ = std::fs::write(&saved, &logs);
     let panics = logs.lines().filter(|l| l.contains("panicked")).count();
@@ -1330,7 +1753,18 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
     // The check for missed instants records an instant 10 s (its
     // missed_after) after it, every 5 s.
     let to = crate::database_time::second(stopped_at) - TimeDelta::seconds(20);
-    let mut found = check(&jobs, &bodies, &rows, from, to, &windows);
+    let mut found = check(
+        &jobs,
+        &dependents,
+        &bodies,
+        &rows,
+        Timeline {
+            from,
+            to,
+            stop: stopped_at,
+            windows: &windows,
+        },
+    );
     // An older build may have no `verify`: then only the checker judges.
     let has_verify = std::process::Command::new(&binary)
         .args(["verify", "--help"])
@@ -1351,9 +1785,24 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
         ));
     }
     let by_kind: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    if panics > 0 {
+        found
+            .duplicates
+            .push(format!("{panics} panics in the logs"));
+    }
+    if !bad_exits.is_empty() {
+        found.left_running.push(format!(
+            "replicas that did not stop in good order: {bad_exits:?}"
+        ));
+    }
     let report = format!(
-        "campaign on {:?}, seed {}: faults from {} to {} ({}), checked {} to {}; {} rows; {} ERROR lines, {} panics; graceful stops that failed: {:?}\n{}\n(replica logs in {})",
+        "campaign on {:?}{}, seed {}: faults from {} to {} ({}), checked {} to {}; {} rows; {} ERROR lines, {} panics; graceful stops that failed: {:?}\n{}\n(replica logs in {})\nverdict: {}\n",
         plan.backend,
+        if plan.features {
+            " with the feature jobs"
+        } else {
+            ""
+        },
         plan.seed,
         ms(started_utc),
         ms(faults_ended),
@@ -1365,22 +1814,13 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
         panics,
         bad_exits,
         found.summary(),
-        saved.display()
+        saved.display(),
+        found.verdict()
     );
     eprintln!("{report}");
     // Beside the logs, for scripts/test to print (a test's own output is
     // shown only when it fails).
     let _ = std::fs::write(saved.with_extension("txt"), &report);
-    if panics > 0 {
-        found
-            .duplicates
-            .push(format!("{panics} panics in the logs"));
-    }
-    if !bad_exits.is_empty() {
-        found.left_running.push(format!(
-            "replicas that did not stop in good order: {bad_exits:?}"
-        ));
-    }
     drop(slots);
     Some(found)
 }
@@ -1414,6 +1854,7 @@ fn a_randomized_fault_campaign_runs_every_instant_once() {
         replicas: 4,
         faults_for: Duration::from_secs(100),
         quiet_for: Duration::from_secs(35),
+        features: false,
         binary: None,
     });
 }
@@ -1421,8 +1862,8 @@ fn a_randomized_fault_campaign_runs_every_instant_once() {
 /// A longer campaign, run by `scripts/torture`: its backend, length and
 /// seed come from `REPLICRON_TORTURE_BACKEND` (`mariadb`, `postgres`),
 /// `REPLICRON_TORTURE_MINUTES`, `REPLICRON_TORTURE_SEED` and
-/// `REPLICRON_TORTURE_REPLICAS`; `REPLICRON_TORTURE_BINARY` runs another
-/// build's replicas.
+/// `REPLICRON_TORTURE_REPLICAS`; `REPLICRON_TORTURE_FEATURES=1` adds the
+/// feature jobs; `REPLICRON_TORTURE_BINARY` runs another build's replicas.
 #[test]
 #[ignore = "long: run by scripts/torture"]
 fn torture() {
@@ -1452,6 +1893,7 @@ fn torture() {
         replicas,
         faults_for: total.saturating_sub(quiet).max(Duration::from_secs(20)),
         quiet_for: quiet,
+        features: var("REPLICRON_TORTURE_FEATURES").is_some_and(|v| v == "1"),
         binary: var("REPLICRON_TORTURE_BINARY").map(PathBuf::from),
     };
     assert_clean(&plan);
@@ -1482,7 +1924,7 @@ pub(crate) fn restart_into_a_locked_history(
         format!(
             "[database]\nurl = {:?}\n\n{}",
             database.url(name, None),
-            job_file(&jobs, &out)
+            job_file(&jobs, &[], &out)
         ),
     )
     .expect("write config");
