@@ -1,6 +1,7 @@
 //! Private MariaDB servers for the tests that need one of their own: a
 //! server with settings of its own (a session time zone), and a 3-node
-//! Galera cluster. Each gets its own data directory and ports under a
+//! Galera cluster, which can be crashed whole and bootstrapped again from
+//! its most advanced node. Each gets its own data directory and ports under a
 //! temporary folder, starts with `--no-defaults`, and is stopped by PID.
 
 use std::os::unix::process::CommandExt as _;
@@ -70,6 +71,12 @@ impl Node {
 
     /// Starts `mariadbd` on the node's data directory and port.
     fn spawn(&mut self) {
+        let child = self.command().spawn().expect("start mariadbd");
+        self.child = Some(child);
+    }
+
+    /// `mariadbd` on the node's data directory and port, with its options.
+    fn command(&self) -> Command {
         let dir = &self.dir;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -84,7 +91,7 @@ impl Node {
         } else {
             Command::new(MARIADBD)
         };
-        let child = command
+        command
             .arg("--no-defaults")
             .arg(format!("--datadir={}", dir.display()))
             .arg(format!("--socket={}", dir.with_extension("sock").display()))
@@ -106,10 +113,56 @@ impl Node {
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start mariadbd");
-        self.child = Some(child);
+            .stderr(log);
+        command
+    }
+
+    /// The last transaction (Galera's seqno) this stopped node's data
+    /// holds: `grastate.dat`'s, or, where a crash left it unknown (-1),
+    /// what `mariadbd --wsrep-recover` reads from InnoDB.
+    pub(crate) fn recovered_seqno(&self) -> i64 {
+        let state = std::fs::read_to_string(self.dir.join("grastate.dat")).unwrap_or_default();
+        let saved = state
+            .lines()
+            .find_map(|l| l.strip_prefix("seqno:"))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(-1);
+        if saved >= 0 {
+            return saved;
+        }
+        let log = self.dir.with_extension("recover.err");
+        let status = self
+            .command()
+            .arg("--wsrep-recover")
+            .arg(format!("--log-error={}", log.display()))
+            .status()
+            .expect("mariadbd --wsrep-recover");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| l.split_once("Recovered position:"))
+            .filter_map(|(_, position)| position.trim().rsplit_once(':'))
+            .filter_map(|(_, seqno)| seqno.trim().parse::<i64>().ok())
+            .next_back()
+            .unwrap_or_else(|| panic!("mariadbd --wsrep-recover exited {status}:\n{text}"))
+    }
+
+    /// Starts this stopped node as a new cluster of its own (`--wsrep-new-
+    /// cluster`, its `grastate.dat` marked safe to bootstrap), for the
+    /// others to join; waits until it is ready.
+    pub(crate) fn bootstrap(&mut self, timeout: Duration) {
+        self.kill();
+        let state_file = self.dir.join("grastate.dat");
+        let state = std::fs::read_to_string(&state_file).unwrap_or_default();
+        std::fs::write(
+            &state_file,
+            state.replace("safe_to_bootstrap: 0", "safe_to_bootstrap: 1"),
+        )
+        .expect("mark grastate.dat safe to bootstrap");
+        if !self.extra.iter().any(|o| o == "--wsrep-new-cluster") {
+            self.extra.push("--wsrep-new-cluster".to_string());
+        }
+        self.spawn();
+        self.wait_for_status("wsrep_ready", "ON", timeout);
     }
 
     /// Starts the node again after [`Node::kill`], on the same data and
@@ -382,6 +435,36 @@ impl Galera {
             started.elapsed()
         );
         Some(Galera { nodes, _dir: dir })
+    }
+
+    /// SIGKILLs every node, one right after the other (within a second).
+    pub(crate) fn crash_all(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+    }
+
+    /// Brings a cluster whose nodes all crashed back as an operator does:
+    /// bootstraps it from the most advanced node (by its recovered
+    /// seqno), then the others rejoin by state transfer, each waited for.
+    /// Returns the bootstrapped node's index and each node's seqno.
+    pub(crate) fn recover_all(&mut self, timeout: Duration) -> (usize, Vec<i64>) {
+        let seqnos: Vec<i64> = self.nodes.iter().map(Node::recovered_seqno).collect();
+        let first = (0..self.nodes.len())
+            .max_by_key(|i| (seqnos[*i], std::cmp::Reverse(*i)))
+            .expect("a node");
+        // The saved views would have each node wait for the others to
+        // form the old primary component: this is a new one.
+        for node in &self.nodes {
+            let _ = std::fs::remove_file(node.dir.join("gvwstate.dat"));
+        }
+        self.nodes[first].bootstrap(timeout);
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if i != first {
+                node.rejoin(timeout);
+            }
+        }
+        (first, seqnos)
     }
 }
 

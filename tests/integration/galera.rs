@@ -2,8 +2,10 @@
 //! cluster with each replica on a different node (its URL lists the other
 //! nodes after its own). Replicas started at the same moment all start
 //! (the migrations run once, one replica at a time); a database left
-//! half-migrated heals; and killing a node while claims are in flight runs
-//! no instant twice and loses none.
+//! half-migrated heals; killing a node while claims are in flight runs
+//! no instant twice and loses none; and after every node is killed at
+//! once and the cluster bootstrapped again from the most advanced, the
+//! replicas claim again without a restart and run no instant twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -355,6 +357,113 @@ fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
     );
 }
 
+/// Three replicas run 10 per-second jobs (catching up for a minute) when
+/// every node is SIGKILLed within a second: the cluster is bootstrapped
+/// again from the most advanced node (by `grastate.dat`'s seqno, or
+/// `mariadbd --wsrep-recover`), and the others rejoin by state transfer.
+/// The replicas, never restarted, claim again once it is back: no instant
+/// runs twice, before the crash, in the outage's catch-up or after, and
+/// from 15 s after the cluster is back every instant runs.
+fn crash_the_whole_cluster(cluster: &mut Galera, dir: &Path) {
+    const JOBS: usize = 10;
+    // The node the previous phase killed comes back first: every node is
+    // up when all are killed.
+    cluster.nodes[2].rejoin(Duration::from_secs(120));
+    cluster.nodes[0].execute("CREATE DATABASE crashing");
+    let out = dir.join("crashing-runs.txt");
+    let jobs = format!(
+        "[defaults]\nlock_at_most_for = \"10s\"\nmissed_after = \"3s\"\ncatch_up = \"1m\"\n\n{}",
+        per_second_jobs(JOBS, &out)
+    );
+    let configs = configs(cluster, dir, "crashing", &jobs);
+    let mut replicas: Vec<Replica> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, config)| {
+            Replica::start(
+                config,
+                &format!("w{}", i + 1),
+                None,
+                &[("RUST_LOG", "info")],
+            )
+        })
+        .collect();
+    wait_all_started(&mut replicas, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(5));
+    let crash_started = Instant::now();
+    let crashed_at = Utc::now();
+    cluster.crash_all();
+    let crash_took = crash_started.elapsed();
+    assert!(crash_took < Duration::from_secs(1), "{crash_took:?}");
+    let (first, seqnos) = cluster.recover_all(Duration::from_secs(180));
+    let back_at = Utc::now();
+    let from = second(back_at) + TimeDelta::seconds(15);
+    crate::support::wait_until(
+        "every job runs again after the cluster is back",
+        Duration::from_secs(90),
+        || {
+            let lines = read_lines(&out);
+            (0..JOBS).all(|n| {
+                let job = format!("job-{n:02}");
+                lines
+                    .iter()
+                    .any(|l| l.job == job && l.instant >= from + TimeDelta::seconds(5))
+            })
+        },
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let to = second(Utc::now()) - TimeDelta::seconds(2);
+    for replica in &mut replicas {
+        assert!(
+            replica.wait_exit(Duration::ZERO).is_none(),
+            "replica {} exited after the cluster's crash:\n{}",
+            replica.id,
+            replica.log_text()
+        );
+    }
+    let logs = stop_all(replicas);
+    let _ = std::fs::write(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/galera-whole-crash.log"),
+        &logs,
+    );
+    let lines = read_lines(&out);
+    let mut count: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
+    for line in &lines {
+        *count.entry((line.job.clone(), line.instant)).or_default() += 1;
+    }
+    let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "instants run twice: {twice:?}");
+    let mut lost = Vec::new();
+    for n in 0..JOBS {
+        let job = format!("job-{n:02}");
+        let mut t = from;
+        while t <= to {
+            if !count.contains_key(&(job.clone(), t)) {
+                lost.push(format!("{job} {}", t.format("%H:%M:%S")));
+            }
+            t += TimeDelta::seconds(1);
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "instants not run after the cluster came back at {}: {lost:?}",
+        back_at.format("%H:%M:%S%.3f")
+    );
+    let caught_up = lines
+        .iter()
+        .filter(|l| l.instant > crashed_at && l.instant < back_at)
+        .count();
+    eprintln!(
+        "Galera, every node killed within {crash_took:?} at {}: seqnos {seqnos:?}, bootstrapped from node {}, back after {:.1} s; {} runs, none twice, {caught_up} of them instants of the outage caught up; every instant from {} to {} ran",
+        crashed_at.format("%H:%M:%S%.3f"),
+        first + 1,
+        (back_at - crashed_at).num_milliseconds() as f64 / 1000.0,
+        lines.len(),
+        from.format("%H:%M:%S"),
+        to.format("%H:%M:%S"),
+    );
+}
+
 #[test]
 #[cfg_attr(
     replicron_no_galera,
@@ -368,4 +477,5 @@ fn galera_three_nodes_three_replicas() {
     simultaneous_starts(&cluster, dir.path());
     half_applied_heals(&cluster, dir.path());
     kill_a_node_mid_run(&mut cluster, dir.path());
+    crash_the_whole_cluster(&mut cluster, dir.path());
 }
