@@ -154,8 +154,14 @@ fn lock_error(doing: &'static str) -> impl FnOnce(diesel::result::Error) -> Migr
 }
 
 /// Applies the pending migrations on `conn`, holding the cluster-wide
-/// migration lock as `holder` (named in other replicas' messages).
+/// migration lock as `holder` (named in other replicas' messages). A
+/// database that has every migration needs no lock: a replica's restart
+/// is not held back by a lock that another, killed or cut off before it
+/// released it, left to run out its lease.
 pub(crate) fn migrate(conn: &mut DbConnection, holder: &str) -> Result<Migrated, MigrateError> {
+    if check_migrated(conn).is_ok() {
+        return Ok(Migrated::default());
+    }
     create_lock_table(conn)?;
     acquire(conn, holder)?;
     let result = apply_pending(conn, holder);
