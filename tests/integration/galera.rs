@@ -133,6 +133,48 @@ fn half_applied_heals(cluster: &Galera, dir: &Path) {
     eprintln!("Galera: a half-migrated database healed on the next start");
 }
 
+/// How many per-second jobs the fleets of the crash phases run.
+const JOBS: usize = 10;
+
+/// Three replicas `{prefix}1`…`{prefix}3`, one per node, running [`JOBS`]
+/// per-second jobs under `defaults` on a fresh database `name`, started:
+/// the file their runs are recorded in, their configs, and the replicas.
+fn per_second_fleet(
+    cluster: &Galera,
+    dir: &Path,
+    name: &str,
+    defaults: &str,
+    prefix: &str,
+) -> (PathBuf, Vec<PathBuf>, Vec<Replica>) {
+    cluster.nodes[0].execute(&format!("CREATE DATABASE {name}"));
+    let out = dir.join(format!("{name}-runs.txt"));
+    let jobs = format!("[defaults]\n{defaults}\n{}", per_second_jobs(JOBS, &out));
+    let configs = configs(cluster, dir, name, &jobs);
+    let mut replicas: Vec<Replica> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, config)| {
+            Replica::start(
+                config,
+                &format!("{prefix}{}", i + 1),
+                None,
+                &[("RUST_LOG", "info")],
+            )
+        })
+        .collect();
+    wait_all_started(&mut replicas, Duration::from_secs(60));
+    (out, configs, replicas)
+}
+
+/// How many times each job's instant ran, by its recorded lines.
+fn runs_per_instant(lines: &[Line]) -> BTreeMap<(String, DateTime<Utc>), usize> {
+    let mut count = BTreeMap::new();
+    for line in lines {
+        *count.entry((line.job.clone(), line.instant)).or_default() += 1;
+    }
+    count
+}
+
 fn second(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(TimeDelta::seconds(1)).expect("truncate")
 }
@@ -152,27 +194,13 @@ fn second(t: DateTime<Utc>) -> DateTime<Utc> {
 /// all taken by the other questions. No instant runs twice, and none is
 /// lost (neither run nor recorded).
 fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
-    const JOBS: usize = 10;
-    cluster.nodes[0].execute("CREATE DATABASE killing");
-    let out = dir.join("killing-runs.txt");
-    let jobs = format!(
-        "[defaults]\nlock_at_most_for = \"10s\"\nmissed_after = \"3s\"\n\n{}",
-        per_second_jobs(JOBS, &out)
+    let (out, configs, replicas) = per_second_fleet(
+        cluster,
+        dir,
+        "killing",
+        "lock_at_most_for = \"10s\"\nmissed_after = \"3s\"\n",
+        "g",
     );
-    let configs = configs(cluster, dir, "killing", &jobs);
-    let mut replicas: Vec<Replica> = configs
-        .iter()
-        .enumerate()
-        .map(|(i, config)| {
-            Replica::start(
-                config,
-                &format!("g{}", i + 1),
-                None,
-                &[("RUST_LOG", "info")],
-            )
-        })
-        .collect();
-    wait_all_started(&mut replicas, Duration::from_secs(60));
     let window_start = second(Utc::now()) + TimeDelta::seconds(2);
     std::thread::sleep(Duration::from_secs(6));
     // 8 ms into a second: the claims of its instant are on their way, or
@@ -195,10 +223,7 @@ fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
     );
 
     let lines: Vec<Line> = read_lines(&out);
-    let mut count: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
-    for line in &lines {
-        *count.entry((line.job.clone(), line.instant)).or_default() += 1;
-    }
+    let count = runs_per_instant(&lines);
     let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "instants run twice: {twice:?}");
     // What the killed node's replica said of its claims in flight, and of
@@ -365,30 +390,16 @@ fn kill_a_node_mid_run(cluster: &mut Galera, dir: &Path) {
 /// runs twice, before the crash, in the outage's catch-up or after, and
 /// from 15 s after the cluster is back every instant runs.
 fn crash_the_whole_cluster(cluster: &mut Galera, dir: &Path) {
-    const JOBS: usize = 10;
     // The node the previous phase killed comes back first: every node is
     // up when all are killed.
     cluster.nodes[2].rejoin(Duration::from_secs(120));
-    cluster.nodes[0].execute("CREATE DATABASE crashing");
-    let out = dir.join("crashing-runs.txt");
-    let jobs = format!(
-        "[defaults]\nlock_at_most_for = \"10s\"\nmissed_after = \"3s\"\ncatch_up = \"1m\"\n\n{}",
-        per_second_jobs(JOBS, &out)
+    let (out, _, mut replicas) = per_second_fleet(
+        cluster,
+        dir,
+        "crashing",
+        "lock_at_most_for = \"10s\"\nmissed_after = \"3s\"\ncatch_up = \"1m\"\n",
+        "w",
     );
-    let configs = configs(cluster, dir, "crashing", &jobs);
-    let mut replicas: Vec<Replica> = configs
-        .iter()
-        .enumerate()
-        .map(|(i, config)| {
-            Replica::start(
-                config,
-                &format!("w{}", i + 1),
-                None,
-                &[("RUST_LOG", "info")],
-            )
-        })
-        .collect();
-    wait_all_started(&mut replicas, Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(5));
     let crash_started = Instant::now();
     let crashed_at = Utc::now();
@@ -427,10 +438,7 @@ fn crash_the_whole_cluster(cluster: &mut Galera, dir: &Path) {
         &logs,
     );
     let lines = read_lines(&out);
-    let mut count: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
-    for line in &lines {
-        *count.entry((line.job.clone(), line.instant)).or_default() += 1;
-    }
+    let count = runs_per_instant(&lines);
     let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "instants run twice: {twice:?}");
     let mut lost = Vec::new();
