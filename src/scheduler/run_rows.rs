@@ -104,9 +104,37 @@ impl<'e> RunRows<'e> {
 
     /// Marks the runs that earlier holders of the job's own lease row left
     /// `running` `abandoned`, through the journal: the claim batch does it
-    /// for the runs it records, so only when it recorded none.
+    /// for the runs it records, so only when it recorded none. A run held
+    /// on its instant's row (`overlap = "allow"`) marks instead the job's
+    /// runs whose instants' leases have ended, in a task of its own: no
+    /// later claim of their rows would.
     pub(crate) fn abandon_earlier(&self) {
-        if self.first.is_none() && self.row.lease_row.as_ref() == Some(&self.row.job) {
+        let Some(row) = self.row.lease_row.as_deref() else {
+            return;
+        };
+        if row.starts_with(crate::lease::INSTANT_ROW_PREFIX) {
+            let (store, job) = (self.engine.store.clone(), self.row.job.clone());
+            let on_abandoned = self.engine.on_abandoned.clone();
+            tokio::spawn(async move {
+                let swept = job.clone();
+                match store
+                    .call("marking abandoned runs", move |conn| {
+                        crate::lease::runs::mark_abandoned_behind_instants(conn, &swept)
+                    })
+                    .await
+                {
+                    Ok(marked) if !marked.is_empty() => {
+                        warn!(job = %job, runs = marked.len(), "marked runs of a vanished holder abandoned: their instants' leases ended");
+                        on_abandoned(&marked);
+                    }
+                    Ok(_) => {}
+                    // The job's next instant's claimant sweeps again.
+                    Err(e) => {
+                        debug!(job = %job, "the runs of vanished holders could not be looked for: {e}")
+                    }
+                }
+            });
+        } else if self.first.is_none() && row == self.row.job {
             self.engine.journal.push(Write::Abandoned {
                 job: self.row.job.clone(),
                 fence: self.row.fence,
