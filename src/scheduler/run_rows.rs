@@ -42,6 +42,9 @@ pub(crate) struct RunRows<'e> {
     parent_runs: Vec<i64>,
     /// The run's span, which the rows' ids are recorded on.
     span: tracing::Span,
+    /// How long attempt 1, recorded at the claim, waited for its shared
+    /// locks and limits: its end counts from its start, so the wait too.
+    waited: std::sync::Mutex<Duration>,
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.
@@ -89,6 +92,7 @@ impl<'e> RunRows<'e> {
             missed_after: work.settings.missed_after(None),
             parent_runs: recording.parent_runs.clone(),
             span: tracing::Span::current(),
+            waited: std::sync::Mutex::default(),
         }
     }
 
@@ -153,15 +157,18 @@ impl<'e> RunRows<'e> {
         }
     }
 
-    /// Attempt 1, recorded at the claim, starts now that its shared locks
-    /// are taken: its end is measured from its start, and a run that
-    /// waited must not look ended before it ran.
-    pub(crate) async fn restart_first(&self) {
-        let Some(id) = self.first else {
-            return;
-        };
-        if let Err(e) = self.engine.store.restart_run(id).await {
-            warn!(job = %self.row.job, run_id = id, "the run's start after its locks could not be recorded: {e}");
+    /// Attempt 1, recorded at the claim, waited `waited` for its shared
+    /// locks and limits. Its row keeps its start: the run was going,
+    /// holding the job's lease, while it waited (the instants that came
+    /// meanwhile are its overruns, not misses), and its end, measured from
+    /// that start, counts the wait, so that a run that waited does not
+    /// look ended before it ran.
+    pub(crate) fn waited_for_gates(&self, waited: Duration) {
+        if self.first.is_some() {
+            *self
+                .waited
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = waited;
         }
     }
 
@@ -230,8 +237,14 @@ impl<'e> RunRows<'e> {
     /// missed instants only judges instants `missed_after` old, so an end
     /// written well within that of the run's end cannot be behind the
     /// check's mark, and is written in one statement.
-    pub(crate) async fn finish(&self, id: i64, finish: RunFinish, ended: Instant) {
+    pub(crate) async fn finish(&self, id: i64, mut finish: RunFinish, ended: Instant) {
         let engine = self.engine;
+        if self.first == Some(id) {
+            finish.duration += *self
+                .waited
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
         let may_be_late = ended.elapsed() >= self.missed_after / 2;
         // With the ends of the runs that end with it, unless it may be late
         // (its missed-instant check is its own); alone if that fails.
