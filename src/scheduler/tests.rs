@@ -678,6 +678,41 @@ async fn instants_while_a_run_waits_for_its_limit_are_overruns_not_missed() {
     );
 }
 
+/// `overlap = "allow"` with one run slot, on two replicas and a paused
+/// clock: a job due every 5 s whose runs take 12 s, so its instants wait
+/// for the slot, several at once. They start in their order, each once.
+#[tokio::test(start_paused = true)]
+async fn an_allow_jobs_waiting_instants_start_in_their_order() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let replica = |id: &str| {
+        let mut job = recording_job(
+            "parallel",
+            "*/5 * * * * *",
+            Duration::from_secs(12),
+            &clock,
+            &spans,
+        );
+        job.settings.overlap = crate::config::Overlap::Allow(1);
+        job.settings.gates = vec![super::job::Gate {
+            label: "its 1 run slots (max_concurrent)".to_string(),
+            rows: crate::lease::concurrent_rows("parallel", 1),
+        }];
+        job.settings.timeout = Duration::from_secs(600);
+        replica_of(&db, &clock, id, job)
+    };
+    side_by_side(replica("one"), replica("two"), Duration::from_secs(4 * 60)).await;
+    let mut spans = spans.lock().expect("spans").clone();
+    spans.sort_by_key(|(_, start, _)| *start);
+    assert!(spans.len() >= 15, "{spans:?}");
+    let instants: Vec<&String> = spans.iter().map(|(instant, _, _)| instant).collect();
+    let mut ordered = instants.clone();
+    ordered.sort();
+    ordered.dedup();
+    assert_eq!(instants, ordered, "{spans:?}");
+}
+
 /// A connection for a test's own statements that reads the test's virtual
 /// clock, as the scheduler's own SQLite connections do.
 fn connect_at(db: &TestDb, clock: &Arc<TokioClock>) -> crate::db::DbConnection {
