@@ -249,6 +249,37 @@ pub(crate) fn instant_row(job: &str, instant: DateTime<Utc>) -> String {
 /// The prefix of [`instant_row`]s.
 pub(crate) const INSTANT_ROW_PREFIX: &str = "replicron.at.";
 
+/// Whether an instant of `job` (an `overlap = "allow"` job) earlier than
+/// `instant` is claimed and waiting: its row's lease is held, and no run of
+/// it is recorded yet (its run records its start once it has its shared
+/// locks, limits and run slot). A waiter that died holds no lease for
+/// long, so it keeps nobody waiting.
+pub(crate) fn earlier_instant_waits(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+) -> QueryResult<bool> {
+    use crate::db::schema::replicron_runs::dsl as runs;
+    let prefix = format!("{INSTANT_ROW_PREFIX}{}.", crate::schedule::digest(job));
+    let claimed: Vec<Option<NaiveDateTime>> = locks::replicron_locks
+        .select(locks::last_scheduled_at)
+        .filter(locks::name.like(format!("{prefix}%")))
+        .filter(locks::lock_until.gt(DbNow))
+        .filter(locks::last_scheduled_at.lt(to_db_time(instant).nullable()))
+        .load(conn)?;
+    let claimed: Vec<NaiveDateTime> = claimed.into_iter().flatten().collect();
+    if claimed.is_empty() {
+        return Ok(false);
+    }
+    let started: Vec<NaiveDateTime> = runs::replicron_runs
+        .select(runs::scheduled_at)
+        .filter(runs::job.eq(job))
+        .filter(runs::scheduled_at.eq_any(&claimed))
+        .filter(runs::scope.eq(""))
+        .load(conn)?;
+    Ok(claimed.iter().any(|t| !started.contains(t)))
+}
+
 /// The lease rows of the `max_concurrent` slots of an `overlap = "allow"`
 /// job's runs: each run holds one.
 pub(crate) fn concurrent_rows(job: &str, max: u32) -> Vec<String> {

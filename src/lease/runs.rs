@@ -1,7 +1,9 @@
 //! The statements that join a lease to its runs: the starts of the runs a
 //! replica won at one instant, recorded from the lease rows that give each
 //! its fence, and the runs of holders that lost their leases marked
-//! abandoned, each in one statement for every job of an instant.
+//! abandoned: in one statement for every job of an instant, or, for an
+//! `overlap = "allow"` job whose runs hold their instants' rows, by the
+//! instants' rows whose leases have ended.
 
 use diesel::prelude::*;
 
@@ -94,5 +96,48 @@ pub(crate) fn mark_abandoned_behind_leases(
         .filter(runs::status.eq(RunStatus::Running))
         .filter(runs::fence.nullable().lt(current_fence))
         .load(conn)?;
+    crate::history::mark_rows_abandoned(conn, candidates)
+}
+
+/// Marks `abandoned` every run of `job` (an `overlap = "allow"` job) still
+/// recorded `running` whose lease, its instant's row
+/// ([`super::instant_row`]), has ended by the database's clock under the
+/// run's fence or a later one: nobody keeps it any more, so its holder
+/// died, or was cut off and stopped it (its end, recorded later, replaces
+/// the mark). A run held on the job's own row (a trigger's, a backfill's)
+/// has no instant row and is left to the job's next claimant. Returns the
+/// rows this call marked.
+pub(crate) fn mark_abandoned_behind_instants(
+    conn: &mut DbConnection,
+    job: &str,
+) -> QueryResult<Vec<RunRow>> {
+    let running: Vec<RunRow> = runs::replicron_runs
+        .select(RunRow::as_select())
+        .filter(runs::job.eq(job))
+        .filter(runs::status.eq(RunStatus::Running))
+        .filter(runs::scope.eq(""))
+        .load(conn)?;
+    if running.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<String> = running
+        .iter()
+        .map(|run| super::instant_row(job, run.scheduled_at.and_utc()))
+        .collect();
+    let ended: Vec<(String, i64)> = locks::replicron_locks
+        .select((locks::name, locks::fence))
+        .filter(locks::name.eq_any(&rows))
+        .filter(locks::lock_until.le(DbNow))
+        .load(conn)?;
+    let candidates = running
+        .into_iter()
+        .zip(rows)
+        .filter(|(run, row)| {
+            ended
+                .iter()
+                .any(|(name, fence)| name == row && run.fence <= *fence)
+        })
+        .map(|(run, _)| run)
+        .collect();
     crate::history::mark_rows_abandoned(conn, candidates)
 }

@@ -100,6 +100,19 @@ impl Store {
         .await
     }
 
+    /// [`super::earlier_instant_waits`].
+    pub(crate) async fn earlier_instant_waits(
+        &self,
+        job: &str,
+        instant: DateTime<Utc>,
+    ) -> Result<bool, DbError> {
+        let job = job.to_string();
+        self.call("reading the job's waiting instants", move |conn| {
+            super::earlier_instant_waits(conn, &job, instant)
+        })
+        .await
+    }
+
     /// [`super::find_lock`].
     pub(crate) async fn find_lock(&self, job: &str) -> Result<Option<LockRow>, DbError> {
         let job = job.to_string();

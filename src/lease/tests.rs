@@ -804,3 +804,97 @@ backend_test! {
         assert_eq!(lease::release_many(&mut conn, &[], LONG).expect("none"), Vec::<bool>::new());
     }
 }
+
+backend_test! {
+    /// An `overlap = "allow"` job's runs hold their instants' own rows. A
+    /// run is marked `abandoned` once its instant's lease has ended, never
+    /// while it is held, and a run held on the job's own row (a trigger's)
+    /// is left to the job's next claimant; the holder's end, recorded
+    /// later (it was cut off, not dead), replaces the mark. Retention
+    /// deletes the instants' rows whose leases ended long enough ago, and
+    /// no other row.
+    fn an_allow_runs_instant_row_decides_when_it_is_abandoned(db: &TestDb) {
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        let (first, second) = (lease::instant_row("al", t(0)), lease::instant_row("al", t(2)));
+        ensure_rows(&mut conn, &["al", &first, &second]).expect("rows");
+        let start = |conn: &mut crate::db::DbConnection, row: &str, instant, fence| {
+            crate::history::record_run_started(
+                conn,
+                &crate::history::NewRun {
+                    job: "al".into(),
+                    scheduled_at: instant,
+                    attempt: 1,
+                    instance: "gone".into(),
+                    fence,
+                    once_key: None,
+                    scope: String::new(),
+                    lease_row: Some(row.to_string()),
+                    trigger: Default::default(),
+                    params: None,
+                },
+            )
+            .expect("start")
+        };
+        let won = |conn: &mut crate::db::DbConnection, row: &str, instant| {
+            claim(conn, row, "gone", instant, LONG)
+                .expect("claim")
+                .won()
+                .expect("won")
+        };
+        let held = won(&mut conn, &first, t(0));
+        let one = start(&mut conn, &first, t(0), held.fence);
+        let other = won(&mut conn, &second, t(2));
+        let two = start(&mut conn, &second, t(2), other.fence);
+        let triggered = won(&mut conn, "al", t(1));
+        let three = start(&mut conn, "al", t(1), triggered.fence);
+        let sweep = |conn: &mut crate::db::DbConnection| {
+            crate::lease::runs::mark_abandoned_behind_instants(conn, "al")
+                .expect("sweep")
+                .into_iter()
+                .map(|r| r.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sweep(&mut conn), Vec::<i64>::new(), "every lease is held");
+        force_unlock(&mut conn, &first).expect("unlock");
+        force_unlock(&mut conn, "al").expect("unlock");
+        assert_eq!(sweep(&mut conn), vec![one]);
+        assert_eq!(sweep(&mut conn), Vec::<i64>::new(), "marked once");
+        let status = |conn: &mut crate::db::DbConnection, id| {
+            crate::history::find_run(conn, id)
+                .expect("read")
+                .expect("row")
+                .status
+        };
+        assert_eq!(status(&mut conn, two), RunStatus::Running);
+        assert_eq!(status(&mut conn, three), RunStatus::Running);
+        let finish = crate::history::RunFinish {
+            status: RunStatus::LostLock,
+            exit_code: None,
+            output: String::new(),
+            duration: Duration::from_secs(1),
+        };
+        crate::history::record_run_finished(&mut conn, one, &finish, true).expect("end");
+        assert_eq!(status(&mut conn, one), RunStatus::LostLock);
+
+        // Retention: the ended instant row once its lease is old enough.
+        let aged = |conn: &mut crate::db::DbConnection, name: &str| {
+            diesel::update(replicron_locks::table.filter(replicron_locks::name.eq(name)))
+                .set(replicron_locks::lock_until.eq(crate::db::clock::to_db_time(t(0)).0))
+                .execute(conn)
+                .expect("age");
+        };
+        aged(&mut conn, &first);
+        aged(&mut conn, "al");
+        assert_eq!(
+            lease::prune_instant_rows(&mut conn, Duration::from_secs(3600)).expect("prune"),
+            1
+        );
+        let names: Vec<String> = replicron_locks::table
+            .select(replicron_locks::name)
+            .order(replicron_locks::name)
+            .load::<String>(&mut **conn)
+            .expect("names");
+        assert_eq!(names, vec!["al".to_string(), second.clone()]);
+    }
+}

@@ -73,6 +73,11 @@ pub(crate) struct Evidence {
     pub(crate) created_at: Option<DateTime<Utc>>,
     /// The fence and end of its lease now, if it has a row.
     pub(crate) lease: Option<(i64, DateTime<Utc>)>,
+    /// The fence and end now of the leases of the instants of its runs
+    /// recorded `running` that were claimed on rows of their own
+    /// (`overlap = "allow"`): such a run holds its instant's row, not the
+    /// job's.
+    pub(crate) instant_leases: BTreeMap<NaiveDateTime, (i64, DateTime<Utc>)>,
     /// Its pauses that cover some of the range.
     pub(crate) pauses: Vec<(DateTime<Utc>, DateTime<Utc>)>,
     /// Its runs that concern the range.
@@ -106,13 +111,47 @@ pub(crate) fn gather(
         )
         .order((runs::scheduled_at, runs::attempt))
         .load(conn)?;
+    let instant_leases = instant_leases(conn, job, &runs)?;
     Ok(Evidence {
         now,
         created_at: row.as_ref().and_then(|r| r.created_at).map(|t| t.and_utc()),
         lease: row.map(|r| (r.fence, r.lock_until.and_utc())),
+        instant_leases,
         pauses,
         runs,
     })
+}
+
+/// The leases of the instants' own rows (`crate::lease::instant_row`) of
+/// `job`'s runs still recorded `running`, by instant: an `overlap =
+/// "allow"` job's runs hold those, not the job's row.
+fn instant_leases(
+    conn: &mut DbConnection,
+    job: &str,
+    runs: &[Row],
+) -> QueryResult<BTreeMap<NaiveDateTime, (i64, DateTime<Utc>)>> {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    let instants: BTreeMap<String, NaiveDateTime> = runs
+        .iter()
+        .filter(|run| run.status == RunStatus::Running)
+        .map(|run| {
+            (
+                crate::lease::instant_row(job, run.scheduled_at.and_utc()),
+                run.scheduled_at,
+            )
+        })
+        .collect();
+    if instants.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let rows: Vec<(String, i64, NaiveDateTime)> = locks::replicron_locks
+        .select((locks::name, locks::fence, locks::lock_until))
+        .filter(locks::name.eq_any(instants.keys()))
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(name, fence, until)| Some((*instants.get(&name)?, (fence, until.and_utc()))))
+        .collect())
 }
 
 /// What kind of thing is wrong.
@@ -267,17 +306,21 @@ pub(crate) fn judge(
     // Until when each chain may have held the lease: its end, or, not
     // known, until the lease could have run out after its last
     // confirmation (or now, while it holds the lease still).
-    let holds_now = |fence: i64| {
+    // A run claimed on its instant's own row (`overlap = "allow"`) holds
+    // that row's lease; any other, the job's.
+    let holds_now = |instant: NaiveDateTime, fence: i64| {
         evidence
-            .lease
-            .is_some_and(|(current, until)| current == fence && until > evidence.now)
+            .instant_leases
+            .get(&instant)
+            .or(evidence.lease.as_ref())
+            .is_some_and(|(current, until)| *current == fence && *until > evidence.now)
     };
     let held: Vec<(DateTime<Utc>, DateTime<Utc>)> = chains
         .iter()
-        .map(|((_, fence), chain)| {
+        .map(|((instant, fence), chain)| {
             let until = match chain.end {
                 Some(end) => end + at_least,
-                None if holds_now(*fence) => DateTime::<Utc>::MAX_UTC,
+                None if holds_now(*instant, *fence) => DateTime::<Utc>::MAX_UTC,
                 None => {
                     let confirmed = chain
                         .rows
@@ -302,7 +345,7 @@ pub(crate) fn judge(
             });
 
     // The runs themselves: early starts, rows left running, overlaps.
-    for ((_, fence), chain) in &chains {
+    for ((instant, fence), chain) in &chains {
         for row in &chain.rows {
             if row.started_at < row.scheduled_at {
                 found.push(violation(
@@ -317,7 +360,7 @@ pub(crate) fn judge(
                     ),
                 ));
             }
-            if row.status == RunStatus::Running && promise.concurrent == 1 && !holds_now(*fence) {
+            if row.status == RunStatus::Running && !holds_now(*instant, *fence) {
                 found.push(violation(
                     Finding::LeftRunning,
                     Some(row.scheduled_at),
@@ -529,6 +572,7 @@ mod tests {
             now: utc("2027-01-01T01:00:00Z"),
             created_at: Some(utc("2026-12-31T00:00:00Z")),
             lease: Some((1000, utc("2027-01-01T00:59:00Z"))),
+            instant_leases: BTreeMap::new(),
             pauses: Vec::new(),
             runs,
         }
@@ -697,8 +741,9 @@ mod tests {
 
     /// An `allow` job's runs may overlap up to `max_concurrent`: three runs
     /// of a minute each, a minute apart, going at once, are fine with 3 and
-    /// an overlap with 2; a run recorded running is not judged by the job's
-    /// own lease (its instant's row holds it).
+    /// an overlap with 2; a run recorded running is judged by its
+    /// instant's row, not the job's own lease: fine while that row's lease
+    /// is held under its fence, left running once it has ended.
     #[test]
     fn runs_of_an_allow_job_overlap_up_to_max_concurrent() {
         let long = |id: i64, minute: u32| {
@@ -725,6 +770,30 @@ mod tests {
         let mut running = runs;
         running[9].status = RunStatus::Running;
         running[9].finished_at = None;
-        assert_eq!(judge_with(3, running), Vec::<Finding>::new());
+        let judge_held_until = |until: &str| {
+            let promise = Promise {
+                concurrent: 3,
+                ..promise()
+            };
+            let mut evidence = evidence(running.clone());
+            evidence
+                .instant_leases
+                .insert(running[9].scheduled_at, (1, utc(until)));
+            let (_, found) = judge(
+                &promise,
+                &evidence,
+                utc("2027-01-01T00:00:00Z"),
+                utc("2027-01-01T00:09:00Z"),
+            );
+            found.into_iter().map(|v| v.kind).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            judge_held_until("2027-01-01T01:05:00Z"),
+            Vec::<Finding>::new()
+        );
+        assert_eq!(
+            judge_held_until("2027-01-01T00:20:00Z"),
+            vec![Finding::LeftRunning]
+        );
     }
 }

@@ -40,6 +40,8 @@ pub(crate) struct Engine {
     pub(crate) phase: watch::Receiver<Phase>,
     /// The jobs whose definitions differ between live replicas.
     pub(crate) drift: super::drift::DriftState,
+    /// Tells about the runs this replica marks `abandoned`.
+    pub(crate) on_abandoned: OnAbandoned,
 }
 
 impl Engine {
@@ -60,7 +62,7 @@ impl Engine {
         let on_abandoned = abandoned_notices(notifier.clone());
         let journal = Journal::start(store.clone(), health.clone(), on_abandoned.clone());
         Arc::new(Engine {
-            claimer: Claimer::start(store.clone(), instance.clone(), on_abandoned),
+            claimer: Claimer::start(store.clone(), instance.clone(), on_abandoned.clone()),
             finisher: Finisher::start(store.clone()),
             notifier,
             store,
@@ -71,6 +73,7 @@ impl Engine {
             clock,
             phase,
             drift: super::drift::DriftState::default(),
+            on_abandoned,
         })
     }
 }

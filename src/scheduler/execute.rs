@@ -51,7 +51,7 @@ pub(crate) struct Plan {
 /// their way) is not going: an instant that comes meanwhile waits for the
 /// run instead of counting as its overrun.
 #[derive(Debug, Default)]
-pub(crate) struct Going(std::sync::Mutex<Span>);
+pub(crate) struct Going(std::sync::Mutex<Span>, std::sync::Mutex<Option<String>>);
 
 /// A run's first start and, once it is over, its last end.
 type Span = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
@@ -85,6 +85,23 @@ impl Going {
         if span.0.is_some() && span.1.is_none() {
             span.1 = Some(at);
         }
+    }
+
+    /// The run waits for its shared locks and limits (`gates`, as a
+    /// message names them), or, `None`, no longer.
+    fn waiting_for(&self, gates: Option<String>) {
+        *self
+            .1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = gates;
+    }
+
+    /// The shared locks and limits the run waits for, if it does.
+    pub(crate) fn waits_for(&self) -> Option<String> {
+        self.1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Whether the action was going at `instant`.
@@ -183,11 +200,19 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     // claim).
     if let Some(going) = going.as_ref().filter(|_| !settings.gates.is_empty()) {
         going.begin(engine.clock.now());
+        let gates: Vec<&str> = settings.gates.iter().map(|g| g.label.as_str()).collect();
+        going.waiting_for(Some(gates.join(", ")));
     }
-    match held.take_locks(&engine, &job).await {
-        Ok(true) => rows.restart_first().await,
-        Ok(false) => {}
-        Err(why) => last = rows.skipped(&why.to_string()).await,
+    let waiting = Instant::now();
+    let taken = held.take_locks(&engine, &job).await;
+    if let Some(going) = &going {
+        going.waiting_for(None);
+    }
+    if !settings.gates.is_empty() {
+        rows.waited_for_gates(waiting.elapsed());
+    }
+    if let Err(why) = taken {
+        last = rows.skipped(&why.to_string()).await;
     }
     let attempts = if last.is_some() { 0 } else { attempts };
     let alerts = RunAlerts::default();

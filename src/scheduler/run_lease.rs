@@ -105,7 +105,14 @@ impl RunLease {
         engine: &Engine,
         work: &Work,
     ) -> Result<bool, LockNotTaken> {
-        self.locks = take_locks(engine, work, &self.keeper, self.hold.fence()).await?;
+        // An `allow` job's instants, each on a row of its own, wait in
+        // their order.
+        let in_order = self
+            .hold
+            .row()
+            .filter(|row| row.starts_with(crate::lease::INSTANT_ROW_PREFIX))
+            .map(|_| self.hold.instant());
+        self.locks = take_locks(engine, work, &self.keeper, self.hold.fence(), in_order).await?;
         Ok(!self.locks.is_empty())
     }
 
@@ -162,12 +169,16 @@ const LOCK_POLL_MAX: Duration = Duration::from_millis(100);
 /// that `fence` picks, so that runs spread over them. A gate whose slots
 /// are all held elsewhere is waited for, as an instant waits for a lease
 /// held by a late run: up to [`LATE_LIMIT`]. `Err` says which gate and who
-/// holds it (the slots taken are given back).
+/// holds it (the slots taken are given back). With `in_order` (an
+/// `overlap = "allow"` job's instant), no slot is tried while an earlier
+/// instant of the job waits: the job's waiting instants start in their
+/// order, across the fleet.
 async fn take_locks(
     engine: &Engine,
     job: &Work,
     keeper: &Keeper,
     fence: i64,
+    in_order: Option<DateTime<Utc>>,
 ) -> Result<Vec<Lease>, LockNotTaken> {
     let give_up = Instant::now() + LATE_LIMIT.to_std().unwrap_or_default();
     let mut taken: Vec<Lease> = Vec::new();
@@ -192,7 +203,16 @@ async fn take_locks(
                 break 'gates;
             }
             let mut holders = Vec::new();
-            for row in gate.rows.iter().cycle().skip(first).take(gate.rows.len()) {
+            let earlier_waits = match in_order.filter(|_| taken.is_empty()) {
+                Some(instant) => engine
+                    .store
+                    .earlier_instant_waits(&job.name, instant)
+                    .await
+                    .unwrap_or(true),
+                None => false,
+            };
+            let tried = if earlier_waits { 0 } else { gate.rows.len() };
+            for row in gate.rows.iter().cycle().skip(first).take(tried) {
                 match engine
                     .store
                     .claim_now(row, &engine.instance, job.settings.lock_at_most_for)

@@ -42,6 +42,9 @@ pub(crate) struct RunRows<'e> {
     parent_runs: Vec<i64>,
     /// The run's span, which the rows' ids are recorded on.
     span: tracing::Span,
+    /// How long attempt 1, recorded at the claim, waited for its shared
+    /// locks and limits: its end counts from its start, so the wait too.
+    waited: std::sync::Mutex<Duration>,
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.
@@ -89,6 +92,7 @@ impl<'e> RunRows<'e> {
             missed_after: work.settings.missed_after(None),
             parent_runs: recording.parent_runs.clone(),
             span: tracing::Span::current(),
+            waited: std::sync::Mutex::default(),
         }
     }
 
@@ -104,9 +108,37 @@ impl<'e> RunRows<'e> {
 
     /// Marks the runs that earlier holders of the job's own lease row left
     /// `running` `abandoned`, through the journal: the claim batch does it
-    /// for the runs it records, so only when it recorded none.
+    /// for the runs it records, so only when it recorded none. A run held
+    /// on its instant's row (`overlap = "allow"`) marks instead the job's
+    /// runs whose instants' leases have ended, in a task of its own: no
+    /// later claim of their rows would.
     pub(crate) fn abandon_earlier(&self) {
-        if self.first.is_none() && self.row.lease_row.as_ref() == Some(&self.row.job) {
+        let Some(row) = self.row.lease_row.as_deref() else {
+            return;
+        };
+        if row.starts_with(crate::lease::INSTANT_ROW_PREFIX) {
+            let (store, job) = (self.engine.store.clone(), self.row.job.clone());
+            let on_abandoned = self.engine.on_abandoned.clone();
+            tokio::spawn(async move {
+                let swept = job.clone();
+                match store
+                    .call("marking abandoned runs", move |conn| {
+                        crate::lease::runs::mark_abandoned_behind_instants(conn, &swept)
+                    })
+                    .await
+                {
+                    Ok(marked) if !marked.is_empty() => {
+                        warn!(job = %job, runs = marked.len(), "marked runs of a vanished holder abandoned: their instants' leases ended");
+                        on_abandoned(&marked);
+                    }
+                    Ok(_) => {}
+                    // The job's next instant's claimant sweeps again.
+                    Err(e) => {
+                        debug!(job = %job, "the runs of vanished holders could not be looked for: {e}")
+                    }
+                }
+            });
+        } else if self.first.is_none() && row == self.row.job {
             self.engine.journal.push(Write::Abandoned {
                 job: self.row.job.clone(),
                 fence: self.row.fence,
@@ -125,15 +157,18 @@ impl<'e> RunRows<'e> {
         }
     }
 
-    /// Attempt 1, recorded at the claim, starts now that its shared locks
-    /// are taken: its end is measured from its start, and a run that
-    /// waited must not look ended before it ran.
-    pub(crate) async fn restart_first(&self) {
-        let Some(id) = self.first else {
-            return;
-        };
-        if let Err(e) = self.engine.store.restart_run(id).await {
-            warn!(job = %self.row.job, run_id = id, "the run's start after its locks could not be recorded: {e}");
+    /// Attempt 1, recorded at the claim, waited `waited` for its shared
+    /// locks and limits. Its row keeps its start: the run was going,
+    /// holding the job's lease, while it waited (the instants that came
+    /// meanwhile are its overruns, not misses), and its end, measured from
+    /// that start, counts the wait, so that a run that waited does not
+    /// look ended before it ran.
+    pub(crate) fn waited_for_gates(&self, waited: Duration) {
+        if self.first.is_some() {
+            *self
+                .waited
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = waited;
         }
     }
 
@@ -202,8 +237,14 @@ impl<'e> RunRows<'e> {
     /// missed instants only judges instants `missed_after` old, so an end
     /// written well within that of the run's end cannot be behind the
     /// check's mark, and is written in one statement.
-    pub(crate) async fn finish(&self, id: i64, finish: RunFinish, ended: Instant) {
+    pub(crate) async fn finish(&self, id: i64, mut finish: RunFinish, ended: Instant) {
         let engine = self.engine;
+        if self.first == Some(id) {
+            finish.duration += *self
+                .waited
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
         let may_be_late = ended.elapsed() >= self.missed_after / 2;
         // With the ends of the runs that end with it, unless it may be late
         // (its missed-instant check is its own); alone if that fails.

@@ -610,6 +610,109 @@ async fn a_limit_of_two_lets_two_of_three_jobs_run_at_once() {
     );
 }
 
+/// A job due every 10 s that takes a limit of one, which another job
+/// holds for 100 s from 00:01: the waiter's run at 00:01:10 waits 60 s
+/// and is recorded `skipped`, the next waits for the rest, and the
+/// instants that came meanwhile are the waiting runs' overruns: the check
+/// for missed instants records none of them `missed`. The run that got its
+/// slot late keeps its claim's start, its end counting the wait. On a
+/// paused clock, with the check running all along.
+#[tokio::test(start_paused = true)]
+async fn instants_while_a_run_waits_for_its_limit_are_overruns_not_missed() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let limit = crate::config::Limit {
+        name: "vendor".to_string(),
+        max_running: 1,
+    };
+    let job = |name: &'static str, schedule: &str, busy: u64| {
+        let mut job = Job::new(name, schedule)
+            .expect("job")
+            .run(move |_| async move {
+                tokio::time::sleep(Duration::from_secs(busy)).await;
+                Ok::<(), String>(())
+            });
+        job.settings.gates = vec![super::job::Gate {
+            label: "limit vendor".to_string(),
+            rows: limit.rows(),
+        }];
+        job.settings.timeout = Duration::from_secs(600);
+        job
+    };
+    replica_of(&db, &clock, "one", job("waiter", "*/10 * * * * *", 1))
+        .job(job("hog", "0 1 * * * *", 100))
+        .build()
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(6 * 60)))
+        .await
+        .expect("runs");
+    let rows = runs_of(&db, "waiter");
+    let missed: Vec<&RunRow> = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .collect();
+    assert!(missed.is_empty(), "{missed:?}");
+    assert!(
+        rows.iter().any(
+            |r| r.status == RunStatus::Skipped && r.output.contains("limit vendor stayed held")
+        ),
+        "{rows:?}"
+    );
+    // The run that had the slot when the hog let it go waited for it
+    // since its claim.
+    let waited = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Succeeded)
+        .filter_map(|r| Some(r.finished_at? - r.started_at))
+        .max()
+        .expect("runs");
+    assert!(waited >= TimeDelta::seconds(20), "{rows:?}");
+    // The check did judge those instants: it recorded nothing else either.
+    assert!(
+        runs_of(&db, "hog")
+            .iter()
+            .all(|r| r.status != RunStatus::Missed),
+        "{:?}",
+        runs_of(&db, "hog")
+    );
+}
+
+/// `overlap = "allow"` with one run slot, on two replicas and a paused
+/// clock: a job due every 5 s whose runs take 12 s, so its instants wait
+/// for the slot, several at once. They start in their order, each once.
+#[tokio::test(start_paused = true)]
+async fn an_allow_jobs_waiting_instants_start_in_their_order() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let replica = |id: &str| {
+        let mut job = recording_job(
+            "parallel",
+            "*/5 * * * * *",
+            Duration::from_secs(12),
+            &clock,
+            &spans,
+        );
+        job.settings.overlap = crate::config::Overlap::Allow(1);
+        job.settings.gates = vec![super::job::Gate {
+            label: "its 1 run slots (max_concurrent)".to_string(),
+            rows: crate::lease::concurrent_rows("parallel", 1),
+        }];
+        job.settings.timeout = Duration::from_secs(600);
+        replica_of(&db, &clock, id, job)
+    };
+    side_by_side(replica("one"), replica("two"), Duration::from_secs(4 * 60)).await;
+    let mut spans = spans.lock().expect("spans").clone();
+    spans.sort_by_key(|(_, start, _)| *start);
+    assert!(spans.len() >= 15, "{spans:?}");
+    let instants: Vec<&String> = spans.iter().map(|(instant, _, _)| instant).collect();
+    let mut ordered = instants.clone();
+    ordered.sort();
+    ordered.dedup();
+    assert_eq!(instants, ordered, "{spans:?}");
+}
+
 /// A connection for a test's own statements that reads the test's virtual
 /// clock, as the scheduler's own SQLite connections do.
 fn connect_at(db: &TestDb, clock: &Arc<TokioClock>) -> crate::db::DbConnection {

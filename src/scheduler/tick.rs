@@ -201,12 +201,21 @@ pub(crate) async fn job_loop(
             if run.was_going_at(job.schedule.start_of(instant)) {
                 telemetry::overrun(&job.name);
                 if !overrun_reported {
-                    warn!(
-                        job = %job.name,
-                        instant = %fmt_instant(instant),
-                        running_since = %fmt_instant(run.claimed_at),
-                        "overrun: the job's previous run was still going at this instant; its instants are skipped until it ends"
-                    );
+                    match run.going.waits_for() {
+                        Some(gates) => warn!(
+                            job = %job.name,
+                            instant = %fmt_instant(instant),
+                            running_since = %fmt_instant(run.claimed_at),
+                            waiting_for = %gates,
+                            "overrun: the job's previous run was still waiting for {gates} at this instant; its instants are skipped until it ends"
+                        ),
+                        None => warn!(
+                            job = %job.name,
+                            instant = %fmt_instant(instant),
+                            running_since = %fmt_instant(run.claimed_at),
+                            "overrun: the job's previous run was still going at this instant; its instants are skipped until it ends"
+                        ),
+                    }
                     overrun_reported = true;
                 }
                 continue;

@@ -5,6 +5,7 @@
 #[path = "../support/databases.rs"]
 mod databases;
 
+mod abandoned;
 mod audit;
 mod backends;
 mod campaign;
