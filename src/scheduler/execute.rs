@@ -184,10 +184,14 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     if let Some(going) = going.as_ref().filter(|_| !settings.gates.is_empty()) {
         going.begin(engine.clock.now());
     }
-    match held.take_locks(&engine, &job).await {
-        Ok(true) => rows.restart_first().await,
-        Ok(false) => {}
-        Err(why) => last = rows.skipped(&why.to_string()).await,
+    if let Some(why) = &recording.not_run {
+        last = rows.skipped(why).await;
+    } else {
+        match held.take_locks(&engine, &job).await {
+            Ok(true) => rows.restart_first().await,
+            Ok(false) => {}
+            Err(why) => last = rows.skipped(&why.to_string()).await,
+        }
     }
     let attempts = if last.is_some() { 0 } else { attempts };
     let alerts = RunAlerts::default();
@@ -247,6 +251,9 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     }
     held.release(&engine, &job).await;
     let (outcome, attempted) = last?;
+    if recording.not_run.is_some() {
+        return Some(outcome);
+    }
     notify_outcome(&engine, &job, &outcome, attempted, recording.trigger).await;
     Some(outcome)
 }
