@@ -432,7 +432,7 @@ pub(crate) fn judge(
                 Decision::Ready { due, .. } | Decision::Upstream { due, .. } => {
                     Some((at, Some(due)))
                 }
-                Decision::Pending => Some((at, None)),
+                Decision::Pending | Decision::Overtaken => Some((at, None)),
                 Decision::NoRun => None,
             }
         })

@@ -77,7 +77,17 @@ pub(crate) enum Decision {
     NoRun,
     /// A parent's run of it has not ended for good yet.
     Pending,
+    /// A parent has no row of it yet, but has rows of later instants that
+    /// started [`OVERTAKEN_AFTER`] ago or more (it skipped the instant in
+    /// an outage, or claims it late): the job's loop passes over it rather
+    /// than hold every later instant back, while the check for missed
+    /// instants and `verify` still wait for its row, as for `Pending`.
+    Overtaken,
 }
+
+/// How long after a parent's run of a later instant started an instant of
+/// which it has no row is passed over by the dependent job's loop.
+pub(crate) const OVERTAKEN_AFTER: TimeDelta = TimeDelta::seconds(5);
 
 /// How one parent's runs of an instant ended.
 enum Ended {
@@ -85,6 +95,8 @@ enum Ended {
     As(RunStatus, Option<(i64, DateTime<Utc>)>),
     /// Not yet.
     NotYet,
+    /// Not yet: it has no row of it.
+    NoRowYet,
     /// It is not an instant of the parent's.
     NotItsInstant,
     /// It has no row, and waited long enough for one.
@@ -110,6 +122,38 @@ pub(crate) fn decide(
             .push(row);
     }
     let last = by_instant.keys().next_back().copied();
+    // Each parent's instants, each with the earliest start among its rows
+    // of that instant and of every later one.
+    let mut starts: BTreeMap<&str, BTreeMap<DateTime<Utc>, DateTime<Utc>>> = BTreeMap::new();
+    for row in rows {
+        let start = row.started_at.and_utc();
+        let first = starts
+            .entry(row.job.as_str())
+            .or_default()
+            .entry(row.scheduled_at.and_utc())
+            .or_insert(start);
+        *first = (*first).min(start);
+    }
+    for instants in starts.values_mut() {
+        let mut earliest = DateTime::<Utc>::MAX_UTC;
+        for first in instants.values_mut().rev() {
+            earliest = earliest.min(*first);
+            *first = earliest;
+        }
+    }
+    // Whether `parent` has runs of instants after `instant` that started
+    // long enough ago.
+    let overtaken = |parent: &str, instant: DateTime<Utc>| {
+        starts.get(parent).is_some_and(|instants| {
+            instants
+                .range((
+                    std::ops::Bound::Excluded(instant),
+                    std::ops::Bound::Unbounded,
+                ))
+                .next()
+                .is_some_and(|(_, earliest)| now - *earliest >= OVERTAKEN_AFTER)
+        })
+    };
     let mut decided = Vec::new();
     for (instant, rows) in by_instant {
         if !complete && Some(instant) == last {
@@ -125,6 +169,18 @@ pub(crate) fn decide(
             Decision::NoRun
         } else if ends.iter().any(|e| matches!(e, Ended::NotYet)) {
             Decision::Pending
+        } else if ends.iter().any(|e| matches!(e, Ended::NoRowYet)) {
+            let all_overtaken = after
+                .parents
+                .iter()
+                .zip(&ends)
+                .filter(|(_, end)| matches!(end, Ended::NoRowYet))
+                .all(|(parent, _)| overtaken(&parent.name, instant));
+            if all_overtaken {
+                Decision::Overtaken
+            } else {
+                Decision::Pending
+            }
         } else if own.excluded(instant).is_some() {
             Decision::NoRun
         } else {
@@ -190,7 +246,7 @@ fn ended(parent: &Parent, instant: DateTime<Utc>, rows: &[&RunBrief], now: DateT
         return if now - since > PARENT_PATIENCE {
             Ended::Never
         } else {
-            Ended::NotYet
+            Ended::NoRowYet
         };
     }
     let finished = |run: &RunBrief| run.finished_at.map(|t| (run.id, t.and_utc()));
@@ -274,6 +330,11 @@ pub(crate) async fn dependent_loop(
             let (due, parent_runs, upstream) = match decision {
                 Decision::Pending => continue 'polling,
                 Decision::NoRun => {
+                    handled = Some(instant);
+                    continue;
+                }
+                Decision::Overtaken => {
+                    debug!(job = %job.name, instant = %fmt_instant(instant), "passed over: a parent has no run of it, and ran later instants (the check for missed instants waits for its row)");
                     handled = Some(instant);
                     continue;
                 }
@@ -717,6 +778,21 @@ mod tests {
                     why: "upstream failed: b ended timed_out".into()
                 }
             )]
+        );
+        // A parent with no row of an instant, that ran later ones: the
+        // instant is passed over once those started 5 s ago.
+        let skipped_one = vec![
+            row(1, "a", t0, 1, Succeeded, Some("2027-01-01T00:00:00.3Z")),
+            row(2, "a", t2, 1, Succeeded, Some("2027-01-01T00:00:02.3Z")),
+            row(3, "b", t2, 1, Succeeded, Some("2027-01-01T00:00:02.4Z")),
+        ];
+        let decided = decide(&both, &own, &skipped_one, true, at("2027-01-01T00:00:04Z"));
+        assert_eq!(decided[0], (at(t0), Decision::Pending));
+        let decided = decide(&both, &own, &skipped_one, true, at("2027-01-01T00:00:07Z"));
+        assert_eq!(decided[0], (at(t0), Decision::Overtaken));
+        assert!(
+            matches!(decided[1], (_, Decision::Ready { .. })),
+            "{decided:?}"
         );
         // A run still going, and the last instant of a page cut short.
         let going = vec![row(9, "a", t0, 1, Running, None)];

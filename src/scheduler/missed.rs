@@ -291,7 +291,10 @@ async fn dependent_instants(
             Decision::Ready { due, .. } | Decision::Upstream { due, .. } if due <= to => {
                 instants.push((instant, due))
             }
-            Decision::Ready { .. } | Decision::Upstream { .. } | Decision::Pending => {
+            Decision::Ready { .. }
+            | Decision::Upstream { .. }
+            | Decision::Pending
+            | Decision::Overtaken => {
                 mark = instant - TimeDelta::milliseconds(1);
                 break;
             }

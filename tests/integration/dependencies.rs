@@ -323,6 +323,140 @@ fn statuses(config: &std::path::Path, job: &str) -> BTreeMap<String, Vec<String>
     by
 }
 
+/// Holds every write of `db` off for `span`, on a thread of its own
+/// (MariaDB: `FLUSH TABLES WITH READ LOCK`; PostgreSQL: the lease and run
+/// tables locked in EXCLUSIVE mode, which reads pass).
+fn stall(db: &TestDb, span: Duration) -> std::thread::JoinHandle<()> {
+    use diesel::connection::SimpleConnection;
+    let (sql, release) = match db.kind {
+        crate::databases::Kind::Postgres => (
+            "BEGIN; LOCK TABLE replicron_locks, replicron_runs IN EXCLUSIVE MODE",
+            "COMMIT",
+        ),
+        _ => ("FLUSH TABLES WITH READ LOCK", "UNLOCK TABLES"),
+    };
+    let mut conn = db.raw();
+    std::thread::spawn(move || {
+        conn.batch_execute(sql).expect("stall");
+        std::thread::sleep(span);
+        conn.batch_execute(release).expect("release");
+    })
+}
+
+/// Two per-second parents and a fan-in after them, on two replicas. The
+/// database takes no write for 14 s: when it does again, the parents' ends
+/// of the instants held back arrive together. They are a backlog, not
+/// overruns of the child's first run: in the fault-free time after the
+/// stall, the child has a run (or a recorded skip) for every instant at
+/// which both parents succeeded, nothing `missed`, and it ran most of them.
+fn a_fan_ins_backlog_after_a_stall_is_run(db: &TestDb) {
+    db.migrate();
+    let quick = "true";
+    let jobs = format!(
+        "[defaults]\nlock_at_most_for = \"30s\"\n\n\
+         [[job]]\nname = \"sec1\"\nschedule = \"* * * * * *\"\ncommand = \"{quick}\"\n\n\
+         [[job]]\nname = \"sec2\"\nschedule = \"* * * * * *\"\ncommand = \"{quick}\"\n\n\
+         [[job]]\nname = \"child1\"\nafter = [\"sec1\", \"sec2\"]\ncommand = \"{quick}\"\n",
+    );
+    let config = db.config(&jobs);
+    let replicas: Vec<Replica> = ["r0", "r1"]
+        .iter()
+        .map(|id| Replica::start(&config, id, None, &[]))
+        .collect();
+    for replica in &replicas {
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+    }
+    wait_until("the child's first runs", Duration::from_secs(30), || {
+        history_json(&config, "child1")
+            .iter()
+            .filter(|r| r["status"] == "succeeded")
+            .count()
+            >= 3
+    });
+    let first = history_json(&config, "child1")
+        .iter()
+        .filter_map(|r| r["scheduled_at"].as_str().map(str::to_string))
+        .min()
+        .expect("a run");
+    stall(db, Duration::from_secs(14))
+        .join()
+        .expect("the stall");
+    let healed = chrono::Utc::now();
+    let until = (healed + chrono::TimeDelta::seconds(15))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    // Every instant until 15 s after the stall at which both parents
+    // succeeded has the child's row.
+    let accounted = || {
+        let both = all_succeeded(&config, &["sec1", "sec2"]);
+        let child = statuses(&config, "child1");
+        both.iter().any(|at| *at > until)
+            && both
+                .iter()
+                .filter(|at| **at >= first && **at <= until)
+                .all(|at| child.contains_key(at))
+    };
+    crate::support::wait_until_or(
+        "a row of the child for each instant",
+        Duration::from_secs(45),
+        accounted,
+        || {
+            format!(
+                "both: {:?}\nchild: {:?}\n{}",
+                all_succeeded(&config, &["sec1", "sec2"]),
+                statuses(&config, "child1"),
+                replicas
+                    .iter()
+                    .map(Replica::log_text)
+                    .collect::<Vec<_>>()
+                    .join("\n----\n")
+            )
+        },
+    );
+    drop(replicas);
+    let both = all_succeeded(&config, &["sec1", "sec2"]);
+    let child = statuses(&config, "child1");
+    let judged: Vec<&String> = both
+        .iter()
+        .filter(|at| **at >= first && **at <= until)
+        .collect();
+    assert!(judged.len() >= 15, "{judged:?}");
+    let mut ran = 0;
+    for at in &judged {
+        let rows = &child[*at];
+        assert_eq!(rows.len(), 1, "{at}: {rows:?}");
+        assert!(
+            rows[0] == "succeeded" || rows[0] == "skipped",
+            "{at}: {rows:?}"
+        );
+        ran += usize::from(rows[0] == "succeeded");
+    }
+    assert!(
+        ran * 10 >= judged.len() * 9,
+        "ran {ran} of {}: {child:?}",
+        judged.len()
+    );
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+#[cfg_attr(
+    replicron_no_mysql_server,
+    ignore = "REPLICRON_TEST_MYSQL_URL is not set"
+)]
+fn a_fan_ins_backlog_after_a_stall_is_run_mysql() {
+    a_fan_ins_backlog_after_a_stall_is_run(&TestDb::mysql());
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+#[cfg_attr(
+    replicron_no_postgres_server,
+    ignore = "REPLICRON_TEST_POSTGRES_URL is not set"
+)]
+fn a_fan_ins_backlog_after_a_stall_is_run_postgres() {
+    a_fan_ins_backlog_after_a_stall_is_run(&TestDb::postgres());
+}
+
 backend_test! {
     /// A per-second parent and two children whose runs take 2.5 s, on two
     /// replicas: `s` (overlap "skip") and `q` (overlap "queue"). Every
