@@ -121,7 +121,8 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             eprint!("\r\x1b[Kverify: {}/{total} {}", n + 1, job.name);
             let _ = std::io::stderr().flush();
         }
-        let evidence = gather(&mut conn, &job.name, args.from, args.to).map_err(|e| {
+        let parents = job.after.as_ref().map(|a| a.names()).unwrap_or_default();
+        let evidence = gather(&mut conn, &job.name, &parents, args.from, args.to).map_err(|e| {
             crate::db::DbError::query(format!("reading the history of {}", job.name), e)
         })?;
         now = Some(evidence.now);
@@ -136,6 +137,7 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
                 crate::config::Overlap::Allow(max) => max,
                 _ => 1,
             },
+            after: job.after.clone(),
         };
         let (tally, found) = judge(&promise, &evidence, args.from, args.to);
         tallies.push(tally);

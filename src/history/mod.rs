@@ -482,6 +482,77 @@ pub(crate) fn runs_after(
         .load(conn)
 }
 
+/// The fleet's runs of `jobs` for instants in `[from, to]`, as
+/// [`runs_after`] orders them: what a dependent job's parents did in a
+/// range.
+pub(crate) fn runs_between(
+    conn: &mut DbConnection,
+    jobs: &[String],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> QueryResult<Vec<RunBrief>> {
+    runs::replicron_runs
+        .filter(runs::job.eq_any(jobs))
+        .filter(runs::scope.eq(""))
+        .filter(runs::scheduled_at.ge(to_db_time(from)))
+        .filter(runs::scheduled_at.le(to_db_time(to)))
+        .order((runs::scheduled_at, runs::job, runs::attempt))
+        .select(RunBrief::as_select())
+        .load(conn)
+}
+
+/// The instant and fence of the fleet's run of `job` that was going at
+/// `at` (the database's time): an attempt that had started by then and
+/// had not ended before it. A row still `running` counts only under
+/// `fence`, the fence of the job's lease while it is held (a row left
+/// `running` by a holder that vanished is no run going); a `skipped` row
+/// records an instant that did not run.
+pub(crate) fn run_going_at(
+    conn: &mut DbConnection,
+    job: &str,
+    at: DateTime<Utc>,
+    fence: Option<i64>,
+) -> QueryResult<Option<(DateTime<Utc>, i64)>> {
+    let at = to_db_time(at);
+    let ended_after = runs::finished_at.gt(at.nullable());
+    let going = runs::status
+        .eq(RunStatus::Running)
+        .and(runs::fence.nullable().eq(fence));
+    let row: Option<(NaiveDateTime, i64)> = runs::replicron_runs
+        .select((runs::scheduled_at, runs::fence))
+        .filter(runs::job.eq(job))
+        .filter(runs::scope.eq(""))
+        .filter(runs::attempt.gt(0))
+        .filter(runs::status.ne(RunStatus::Skipped))
+        .filter(runs::started_at.le(at))
+        .filter(ended_after.or(going))
+        .order(runs::started_at.desc())
+        .first(conn)
+        .optional()?;
+    Ok(row.map(|(instant, fence)| (instant.and_utc(), fence)))
+}
+
+/// Whether an instant of `job` after `after` and before `before` was run
+/// (or claimed to run): a row of an attempt that is not `skipped`.
+pub(crate) fn ran_between(
+    conn: &mut DbConnection,
+    job: &str,
+    after: DateTime<Utc>,
+    before: DateTime<Utc>,
+) -> QueryResult<bool> {
+    let found: Option<i64> = runs::replicron_runs
+        .select(runs::id)
+        .filter(runs::job.eq(job))
+        .filter(runs::scope.eq(""))
+        .filter(runs::attempt.gt(0))
+        .filter(runs::status.ne(RunStatus::Skipped))
+        .filter(runs::scheduled_at.gt(to_db_time(after)))
+        .filter(runs::scheduled_at.lt(to_db_time(before)))
+        .first(conn)
+        .optional()?;
+    Ok(found.is_some())
+}
+
 /// Moves run `id`'s start to the database's now: a run recorded when its
 /// lease was claimed, that then waited for its shared locks, starts when it
 /// has them (its end is measured from its start).

@@ -9,8 +9,8 @@
 //! The instants due come from the job file given: a schedule that changed
 //! within the range is judged by the file as it is now (see
 //! `docs/design.md#verifying-the-history`). A dependent job's instants are
-//! its parents', which the file cannot list: those it ran or was recorded
-//! missed at are judged.
+//! its parents': the parents' endings in the history say which were due,
+//! as the job's own loop decides them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -46,6 +46,8 @@ pub(crate) struct Promise {
     /// `max_concurrent` (whose runs hold leases of their instants', not
     /// the job's).
     pub(crate) concurrent: u32,
+    /// A dependent job's parents, and the endings it runs on.
+    pub(crate) after: Option<crate::config::After>,
 }
 
 /// A run's row, as verify reads it.
@@ -82,13 +84,17 @@ pub(crate) struct Evidence {
     pub(crate) pauses: Vec<(DateTime<Utc>, DateTime<Utc>)>,
     /// Its runs that concern the range.
     pub(crate) runs: Vec<Row>,
+    /// A dependent job's parents' runs of the range's instants.
+    pub(crate) parents: Vec<crate::history::RunBrief>,
 }
 
 /// Reads what verify needs of `job` for `[from, to]`: its runs for those
-/// instants, and the runs that may have held its lease then.
+/// instants, the runs that may have held its lease then, and its
+/// `parents`' runs of those instants.
 pub(crate) fn gather(
     conn: &mut DbConnection,
     job: &str,
+    parents: &[String],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> QueryResult<Evidence> {
@@ -112,6 +118,11 @@ pub(crate) fn gather(
         .order((runs::scheduled_at, runs::attempt))
         .load(conn)?;
     let instant_leases = instant_leases(conn, job, &runs)?;
+    let parents = if parents.is_empty() {
+        Vec::new()
+    } else {
+        crate::history::runs_between(conn, parents, from, to)?
+    };
     Ok(Evidence {
         now,
         created_at: row.as_ref().and_then(|r| r.created_at).map(|t| t.and_utc()),
@@ -119,6 +130,7 @@ pub(crate) fn gather(
         instant_leases,
         pauses,
         runs,
+        parents,
     })
 }
 
@@ -443,14 +455,39 @@ pub(crate) fn judge(
     let to = to.min(evidence.now);
     let mut spans = held.clone();
     spans.sort();
-    // A dependent job's instants are its parents' (`after`), which the
-    // job file cannot list: those it ran or was recorded missed at are
-    // judged, each at most once.
+    // A dependent job's instants are its parents' (`after`): those at
+    // which its parents' runs ended for good (as it asks, or failing), as
+    // its loop decides them, each with when its run was due (the parents'
+    // last end); those still undecided, and those it ran or was recorded
+    // at, each at most once.
+    let decided: BTreeMap<DateTime<Utc>, Option<DateTime<Utc>>> = match &promise.after {
+        Some(after) if promise.schedule.is_after() => crate::scheduler::after::decide(
+            after,
+            &promise.schedule,
+            &evidence.parents,
+            true,
+            evidence.now,
+        )
+        .into_iter()
+        .filter_map(|(at, decision)| {
+            use crate::scheduler::after::Decision;
+            match decision {
+                Decision::Ready { due, .. } | Decision::Upstream { due, .. } => {
+                    Some((at, Some(due)))
+                }
+                Decision::Pending | Decision::Overtaken => Some((at, None)),
+                Decision::NoRun => None,
+            }
+        })
+        .collect(),
+        _ => BTreeMap::new(),
+    };
     let dependent: Vec<DateTime<Utc>> = if promise.schedule.is_after() {
         by_instant
             .keys()
             .chain(missed.iter())
             .map(|at| at.and_utc())
+            .chain(decided.keys().copied())
             .filter(|at| *at >= from && *at <= to)
             .collect::<BTreeSet<_>>()
             .into_iter()
@@ -498,6 +535,12 @@ pub(crate) fn judge(
             }
             continue;
         }
+        // When its run was due: a dependent job's when its parents ended
+        // (`None`: they have not all ended yet).
+        let due = match decided.get(&instant) {
+            Some(due) => *due,
+            None => Some(promise.schedule.start_of(instant)),
+        };
         if missed.contains(&at) {
             tally.missed += 1;
         } else if evidence
@@ -506,15 +549,16 @@ pub(crate) fn judge(
             .any(|(since, until)| *since <= instant && instant < *until)
         {
             tally.paused += 1;
-        } else if spans
-            .iter()
-            .take_while(|(start, _)| *start <= promise.schedule.start_of(instant))
-            .any(|(_, until)| *until >= promise.schedule.start_of(instant))
+        } else if let Some(due) = due
+            && spans
+                .iter()
+                .take_while(|(start, _)| *start <= due)
+                .any(|(_, until)| *until >= due)
         {
             tally.overrun += 1;
         } else if evidence.created_at.is_some_and(|created| instant < created) {
             tally.before_job += 1;
-        } else if instant > settled {
+        } else if due.is_none_or(|due| due > settled) {
             tally.pending += 1;
         } else {
             tally.unaccounted += 1;
@@ -522,7 +566,11 @@ pub(crate) fn judge(
                 Finding::Unaccounted,
                 Some(at),
                 &[],
-                "neither run nor recorded missed or skipped; not paused, and no run held the job's lease then".to_string(),
+                if decided.contains_key(&instant) {
+                    "its parents ended, but it was neither run nor recorded missed or skipped; not paused, and no run held the job's lease then".to_string()
+                } else {
+                    "neither run nor recorded missed or skipped; not paused, and no run held the job's lease then".to_string()
+                },
             ));
         }
     }
@@ -548,6 +596,7 @@ mod tests {
             missed_after: Duration::from_secs(60),
             check_every: Duration::from_secs(30),
             concurrent: 1,
+            after: None,
         }
     }
 
@@ -575,6 +624,7 @@ mod tests {
             instant_leases: BTreeMap::new(),
             pauses: Vec::new(),
             runs,
+            parents: Vec::new(),
         }
     }
 
@@ -794,6 +844,85 @@ mod tests {
         assert_eq!(
             judge_held_until("2027-01-01T00:20:00Z"),
             vec![Finding::LeftRunning]
+        );
+    }
+
+    /// A dependent job is judged against its parents' endings: an instant
+    /// at which its parent succeeded and it has no row is `unaccounted`;
+    /// one at which the parent failed and it was recorded `skipped` is
+    /// skipped; one at which the parent is still going is pending; one the
+    /// parent ran is ran.
+    #[test]
+    fn a_dependent_job_is_judged_against_its_parents_endings() {
+        use crate::history::{RunBrief, Trigger};
+        let parent = crate::config::Parent {
+            name: "a".into(),
+            schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).expect("schedule"),
+            retries: 0,
+            retry_backoff: Duration::from_secs(10),
+        };
+        let promise = Promise {
+            schedule: Schedule::after(&["a".into()], chrono_tz::Tz::UTC),
+            after: Some(crate::config::After {
+                parents: vec![parent],
+                on: vec![RunStatus::Succeeded],
+            }),
+            ..promise()
+        };
+        let base = utc("2027-01-01T00:00:00Z").naive_utc();
+        let parent_run = |id: i64, minute: i64, status: RunStatus| RunBrief {
+            id,
+            job: "a".into(),
+            scheduled_at: base + TimeDelta::minutes(minute),
+            attempt: 1,
+            instance: "r1".into(),
+            fence: id,
+            started_at: base + TimeDelta::minutes(minute),
+            finished_at: (status != RunStatus::Running)
+                .then(|| base + TimeDelta::minutes(minute) + TimeDelta::seconds(1)),
+            status,
+            exit_code: None,
+            confirmed_at: None,
+            once_key: None,
+            triggered_by: Trigger::Schedule,
+            params: None,
+        };
+        // The child ran at 00:01 (after a's end), was recorded skipped at
+        // 00:02 (a failed); nothing at 00:03, which a ran; a still goes
+        // at 00:04 (its lease held).
+        let mut ran = row(1, 1, 1, 1, RunStatus::Succeeded);
+        ran.started_at += TimeDelta::seconds(2);
+        ran.finished_at = Some(ran.started_at + TimeDelta::seconds(1));
+        let skipped = row(2, 2, 1, 2, RunStatus::Skipped);
+        let mut evidence = evidence(vec![ran, skipped]);
+        evidence.parents = vec![
+            parent_run(11, 1, RunStatus::Succeeded),
+            parent_run(12, 2, RunStatus::Failed),
+            parent_run(13, 3, RunStatus::Succeeded),
+            parent_run(14, 4, RunStatus::Running),
+        ];
+        let (tally, found) = judge(
+            &promise,
+            &evidence,
+            utc("2027-01-01T00:00:00Z"),
+            utc("2027-01-01T00:09:00Z"),
+        );
+        assert_eq!(
+            (
+                tally.due,
+                tally.ran,
+                tally.skipped,
+                tally.pending,
+                tally.unaccounted
+            ),
+            (4, 1, 1, 1, 1),
+            "{tally:?}"
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, Finding::Unaccounted);
+        assert_eq!(
+            found[0].instant.as_deref(),
+            Some("2027-01-01T00:03:00.000Z")
         );
     }
 }

@@ -12,6 +12,12 @@
 //! whether or not it is still up, the dependent run happens once. An
 //! instant whose parents have not all ended is waited for: later ones are
 //! not claimed before it, so the runs keep their instants' order.
+//!
+//! Every instant at which the parents ended has a row: one whose parents
+//! ended while a run of the job was going (by the history) is an overrun,
+//! and one at which a parent failed is `upstream failed`; either is still
+//! claimed, and recorded `skipped` with its reason by the replica that wins
+//! it. Ends that arrive together are a backlog, run in order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,12 +60,34 @@ pub(crate) enum Decision {
         due: DateTime<Utc>,
         parents: Vec<i64>,
     },
-    /// It does not run: a parent ended otherwise, did not run it, or the
-    /// instant is not a parent's, or the job's calendars exclude it.
+    /// A parent's run of it ended for good otherwise than `on` asks, and
+    /// not by succeeding (it failed, timed out, was recorded `missed`, …):
+    /// the dependent job does not run, and its
+    /// instant is recorded `skipped`, `why` saying which parent ended how.
+    /// Due when the last of the parents' runs ended.
+    Upstream {
+        due: DateTime<Utc>,
+        parents: Vec<i64>,
+        why: String,
+    },
+    /// It does not run, and nothing is recorded: the instant is not a
+    /// parent's, a parent succeeded where `on` asks for other endings, a
+    /// parent has had no row for it for [`PARENT_PATIENCE`], or the job's
+    /// calendars exclude it.
     NoRun,
     /// A parent's run of it has not ended for good yet.
     Pending,
+    /// A parent has no row of it yet, but has rows of later instants that
+    /// started [`OVERTAKEN_AFTER`] ago or more (it skipped the instant in
+    /// an outage, or claims it late): the job's loop passes over it rather
+    /// than hold every later instant back, while the check for missed
+    /// instants and `verify` still wait for its row, as for `Pending`.
+    Overtaken,
 }
+
+/// How long after a parent's run of a later instant started an instant of
+/// which it has no row is passed over by the dependent job's loop.
+pub(crate) const OVERTAKEN_AFTER: TimeDelta = TimeDelta::seconds(5);
 
 /// How one parent's runs of an instant ended.
 enum Ended {
@@ -67,6 +95,8 @@ enum Ended {
     As(RunStatus, Option<(i64, DateTime<Utc>)>),
     /// Not yet.
     NotYet,
+    /// Not yet: it has no row of it.
+    NoRowYet,
     /// It is not an instant of the parent's.
     NotItsInstant,
     /// It has no row, and waited long enough for one.
@@ -92,6 +122,38 @@ pub(crate) fn decide(
             .push(row);
     }
     let last = by_instant.keys().next_back().copied();
+    // Each parent's instants, each with the earliest start among its rows
+    // of that instant and of every later one.
+    let mut starts: BTreeMap<&str, BTreeMap<DateTime<Utc>, DateTime<Utc>>> = BTreeMap::new();
+    for row in rows {
+        let start = row.started_at.and_utc();
+        let first = starts
+            .entry(row.job.as_str())
+            .or_default()
+            .entry(row.scheduled_at.and_utc())
+            .or_insert(start);
+        *first = (*first).min(start);
+    }
+    for instants in starts.values_mut() {
+        let mut earliest = DateTime::<Utc>::MAX_UTC;
+        for first in instants.values_mut().rev() {
+            earliest = earliest.min(*first);
+            *first = earliest;
+        }
+    }
+    // Whether `parent` has runs of instants after `instant` that started
+    // long enough ago.
+    let overtaken = |parent: &str, instant: DateTime<Utc>| {
+        starts.get(parent).is_some_and(|instants| {
+            instants
+                .range((
+                    std::ops::Bound::Excluded(instant),
+                    std::ops::Bound::Unbounded,
+                ))
+                .next()
+                .is_some_and(|(_, earliest)| now - *earliest >= OVERTAKEN_AFTER)
+        })
+    };
     let mut decided = Vec::new();
     for (instant, rows) in by_instant {
         if !complete && Some(instant) == last {
@@ -107,24 +169,51 @@ pub(crate) fn decide(
             Decision::NoRun
         } else if ends.iter().any(|e| matches!(e, Ended::NotYet)) {
             Decision::Pending
+        } else if ends.iter().any(|e| matches!(e, Ended::NoRowYet)) {
+            let all_overtaken = after
+                .parents
+                .iter()
+                .zip(&ends)
+                .filter(|(_, end)| matches!(end, Ended::NoRowYet))
+                .all(|(parent, _)| overtaken(&parent.name, instant));
+            if all_overtaken {
+                Decision::Overtaken
+            } else {
+                Decision::Pending
+            }
         } else if own.excluded(instant).is_some() {
             Decision::NoRun
         } else {
             let mut due = None;
             let mut parents = Vec::new();
+            let mut failed = Vec::new();
             let mut all = true;
-            for end in ends {
+            for (parent, end) in after.parents.iter().zip(ends) {
                 match end {
-                    Ended::As(status, run) if after.on.contains(&status) => {
+                    Ended::As(status, run) => {
                         if let Some((id, finished)) = run {
                             parents.push(id);
                             due = due.max(Some(finished));
+                        }
+                        // A parent that ended otherwise than it asks,
+                        // and not by succeeding (a success is simply not
+                        // an instant of a job that runs on failures).
+                        if !after.on.contains(&status) {
+                            all = false;
+                            if status != RunStatus::Succeeded {
+                                failed.push(format!("{} ended {}", parent.name, status.as_str()));
+                            }
                         }
                     }
                     _ => all = false,
                 }
             }
             match (all, due) {
+                _ if !failed.is_empty() => Decision::Upstream {
+                    due: due.unwrap_or(instant),
+                    parents,
+                    why: format!("upstream failed: {}", failed.join(", ")),
+                },
                 (true, Some(due)) => Decision::Ready { due, parents },
                 _ => Decision::NoRun,
             }
@@ -157,7 +246,7 @@ fn ended(parent: &Parent, instant: DateTime<Utc>, rows: &[&RunBrief], now: DateT
         return if now - since > PARENT_PATIENCE {
             Ended::Never
         } else {
-            Ended::NotYet
+            Ended::NoRowYet
         };
     }
     let finished = |run: &RunBrief| run.finished_at.map(|t| (run.id, t.and_utc()));
@@ -238,82 +327,41 @@ pub(crate) async fn dependent_loop(
         };
         let complete = (rows.len() as i64) < PAGE;
         for (instant, decision) in decide(&after, &job.schedule, &rows, complete, now) {
-            let (due, parent_runs) = match decision {
+            let (due, parent_runs, upstream) = match decision {
                 Decision::Pending => continue 'polling,
                 Decision::NoRun => {
                     handled = Some(instant);
                     continue;
                 }
-                Decision::Ready { due, parents } => (due, parents),
+                Decision::Overtaken => {
+                    debug!(job = %job.name, instant = %fmt_instant(instant), "passed over: a parent has no run of it, and ran later instants (the check for missed instants waits for its row)");
+                    handled = Some(instant);
+                    continue;
+                }
+                Decision::Ready { due, parents } => (due, parents, None),
+                Decision::Upstream { due, parents, why } => (due, parents, Some(why)),
             };
-            handled = Some(instant);
-            if now - due > patience {
-                telemetry::skipped(&job.name, telemetry::Skip::TooLate, 1);
-                warn!(
-                    job = %job.name,
-                    instant = %fmt_instant(instant),
-                    "instant skipped: its parents ended more than {}s ago before a replica got to it (the check for missed instants records it)",
-                    patience.num_seconds()
-                );
-                continue;
-            }
             let cause = Cause {
                 trigger: Trigger::Dependency,
                 due: Some(due),
                 parent_runs,
+                not_run: None,
             };
-            if let Some(run) = current.take_if(|run| run.is_running()) {
-                match job.settings.overlap {
-                    Overlap::Allow(_) => {
-                        others.retain(|task| !task.is_finished());
-                        others.push(run.task);
-                    }
-                    Overlap::Queue | Overlap::Replace => {
-                        let mut run = run;
-                        let fence = run.fence;
-                        let waited = tick::overlapping(
-                            &engine,
-                            &job,
-                            instant,
-                            fence,
-                            Some(&mut run.task),
-                            &mut retired,
-                            cause,
-                        )
-                        .await;
-                        match after_waiting(&job, instant, waited) {
-                            Waited::Stop => break 'polling,
-                            Waited::Run(next) => current = next,
-                        }
-                        continue;
-                    }
-                    Overlap::Skip => {
-                        overrun(&job, instant);
-                        current = Some(run);
-                        continue;
-                    }
-                }
-            }
-            let attempt =
-                tick::attempt(&engine, &job, instant, cause.clone(), Patience::Since(due)).await;
-            match attempt {
-                Attempt::Won(run) => {
-                    info!(job = %job.name, instant = %fmt_instant(instant), "its parents ended: running");
-                    current = Some(run);
-                }
-                Attempt::Overrun { fence, .. }
-                    if matches!(job.settings.overlap, Overlap::Queue | Overlap::Replace) =>
-                {
-                    let waited =
-                        tick::overlapping(&engine, &job, instant, fence, None, &mut retired, cause)
-                            .await;
-                    match after_waiting(&job, instant, waited) {
-                        Waited::Stop => break 'polling,
-                        Waited::Run(next) => current = next,
-                    }
-                }
-                Attempt::Overrun { .. } => overrun(&job, instant),
-                Attempt::Lost | Attempt::Paused { .. } | Attempt::Skipped => {}
+            let mut instants = Instants {
+                engine: &engine,
+                job: &job,
+                current: &mut current,
+                others: &mut others,
+                retired: &mut retired,
+            };
+            let taken = match upstream {
+                Some(why) => instants.not_run(instant, cause, why).await,
+                None => instants.take(instant, cause, patience).await,
+            };
+            match taken {
+                Taken::Done => handled = Some(instant),
+                Taken::Again => continue 'polling,
+                Taken::Stop => break 'polling,
             }
             if *engine.phase.borrow() != Phase::Running {
                 break 'polling;
@@ -328,37 +376,236 @@ pub(crate) async fn dependent_loop(
     }
 }
 
-/// What an instant that waited for the job's run (`queue`, `replace`)
-/// leaves the loop with.
-enum Waited {
+/// What became of one ready instant.
+enum Taken {
+    /// It was decided: run, recorded, or left to the check for missed
+    /// instants.
+    Done,
+    /// It could not be decided now (the history could not be read): the
+    /// next read starts at it again.
+    Again,
     /// The loop is to stop.
     Stop,
-    /// The run it started, if it won.
-    Run(Option<Current>),
 }
 
-/// What [`tick::overlapping`]'s answer for `instant` makes of it: an
-/// overrun where another instant waited already.
-fn after_waiting(job: &Job, instant: DateTime<Utc>, waited: Option<Option<Attempt>>) -> Waited {
-    match waited {
-        Some(Some(Attempt::Won(next))) => Waited::Run(Some(next)),
-        Some(Some(_)) => Waited::Run(None),
-        Some(None) => Waited::Stop,
-        None => {
-            overrun(job, instant);
-            Waited::Run(None)
+/// The run of the job that was going when an instant's parents ended, as
+/// the history tells.
+struct Behind {
+    /// The fence of its lease.
+    fence: i64,
+    /// Whether an instant after its own, before this one, ran or waits to
+    /// run already: under `queue` and `replace`, the one that waits for it.
+    waited: bool,
+}
+
+/// Why an instant whose parents ended while the job's run was going is not
+/// run.
+const OVERRUN: &str = "overrun: a run of the job was going when its parents ended";
+const OVERRUN_WAITED: &str = "overrun: a run of the job was going when its parents ended, and an earlier instant waited for it already";
+
+/// The dependent loop's state that each instant it takes works on.
+struct Instants<'a> {
+    engine: &'a Arc<Engine>,
+    job: &'a Arc<Job>,
+    /// This replica's latest run of the job.
+    current: &'a mut Option<Current>,
+    /// Its runs that may go beside it (`overlap = "allow"`).
+    others: &'a mut Vec<JoinHandle<()>>,
+    retired: &'a mut watch::Receiver<bool>,
+}
+
+impl Instants<'_> {
+    /// Runs `instant`, whose parents ended at `cause.due`, as its overlap
+    /// policy says. Its own run that this replica started after the
+    /// parents ended (their ends came together, after a stall) is waited
+    /// for: the instants are a backlog, run in order. Only an instant
+    /// whose parents ended while a run of the job was going, by the
+    /// history, is an overrun: `skip` records it `skipped`; `queue` and
+    /// `replace` let the first such instant wait for that run and record
+    /// the others `skipped`.
+    async fn take(&mut self, instant: DateTime<Utc>, cause: Cause, patience: TimeDelta) -> Taken {
+        let (engine, job) = (self.engine, self.job);
+        let due = cause.due.unwrap_or(instant);
+        if let Overlap::Allow(_) = job.settings.overlap {
+            if let Some(run) = self.current.take_if(|run| run.is_running()) {
+                self.others.retain(|task| !task.is_finished());
+                self.others.push(run.task);
+            }
+            if too_late(engine, job, instant, due, patience) {
+                return Taken::Done;
+            }
+            return self.attempt(instant, cause).await;
         }
+        if let Some(run) = self
+            .current
+            .take_if(|run| run.is_running() && !run.was_going_at(due))
+        {
+            let mut run = run;
+            tokio::select! {
+                biased;
+                () = tick::stopping(engine, self.retired) => {
+                    *self.current = Some(run);
+                    return Taken::Stop;
+                }
+                _ = &mut run.task => {}
+            }
+        }
+        let behind = match behind(engine, job, instant, due).await {
+            Ok(behind) => behind,
+            Err(e) => {
+                debug!(job = %job.name, instant = %fmt_instant(instant), "the job's runs could not be read: {e}");
+                return Taken::Again;
+            }
+        };
+        match behind {
+            None if too_late(engine, job, instant, due, patience) => Taken::Done,
+            None => self.attempt(instant, cause).await,
+            Some(behind) => {
+                telemetry::overrun(&job.name);
+                self.overrun(instant, cause, behind).await
+            }
+        }
+    }
+
+    /// Claims `instant` and starts its run on a win.
+    async fn attempt(&mut self, instant: DateTime<Utc>, cause: Cause) -> Taken {
+        let (engine, job) = (self.engine, self.job);
+        let due = cause.due.unwrap_or(instant);
+        match tick::attempt(engine, job, instant, cause.clone(), Patience::Since(due)).await {
+            Attempt::Won(run) => {
+                info!(job = %job.name, instant = %fmt_instant(instant), "its parents ended: running");
+                *self.current = Some(run);
+                Taken::Done
+            }
+            // A run the history did not show yet was going when the
+            // parents ended.
+            Attempt::Overrun { fence, .. } => {
+                self.overrun(
+                    instant,
+                    cause,
+                    Behind {
+                        fence,
+                        waited: false,
+                    },
+                )
+                .await
+            }
+            Attempt::Lost | Attempt::Paused { .. } | Attempt::Skipped => Taken::Done,
+        }
+    }
+
+    /// An instant whose parents ended while the job's run `behind` was
+    /// going.
+    async fn overrun(&mut self, instant: DateTime<Utc>, cause: Cause, behind: Behind) -> Taken {
+        let (engine, job) = (self.engine, self.job);
+        match job.settings.overlap {
+            Overlap::Queue | Overlap::Replace if !behind.waited => {
+                let mut local = self
+                    .current
+                    .take_if(|run| run.is_running() && run.fence == behind.fence);
+                let waited = tick::overlapping(
+                    engine,
+                    job,
+                    instant,
+                    behind.fence,
+                    local.as_mut().map(|run| &mut run.task),
+                    self.retired,
+                    cause.clone(),
+                )
+                .await;
+                match waited {
+                    Some(Some(Attempt::Won(next))) => *self.current = Some(next),
+                    Some(Some(_)) => {}
+                    Some(None) => {
+                        *self.current = local.filter(|run| run.is_running());
+                        return Taken::Stop;
+                    }
+                    None => {
+                        *self.current = local.filter(|run| run.is_running());
+                        return self.not_run(instant, cause, OVERRUN_WAITED.into()).await;
+                    }
+                }
+                Taken::Done
+            }
+            Overlap::Queue | Overlap::Replace => {
+                self.not_run(instant, cause, OVERRUN_WAITED.into()).await
+            }
+            Overlap::Skip | Overlap::Allow(_) => self.not_run(instant, cause, OVERRUN.into()).await,
+        }
+    }
+
+    /// Records `instant` `skipped`, `why` saying why, through its claim:
+    /// the replica that wins it writes the one row the fleet has of it.
+    /// Waits for the job's lease (a run going holds it) for as long as it
+    /// takes.
+    async fn not_run(&mut self, instant: DateTime<Utc>, cause: Cause, why: String) -> Taken {
+        let (engine, job) = (self.engine, self.job);
+        let cause = Cause {
+            not_run: Some(why),
+            ..cause
+        };
+        let patience = if matches!(job.settings.overlap, Overlap::Allow(_)) {
+            Patience::Since(cause.due.unwrap_or(instant))
+        } else {
+            Patience::Waiting
+        };
+        let attempt = tokio::select! {
+            biased;
+            () = tick::stopping(engine, self.retired) => return Taken::Stop,
+            attempt = tick::attempt(engine, job, instant, cause, patience) => attempt,
+        };
+        if let Attempt::Won(recording) = attempt {
+            let _ = recording.task.await;
+        }
+        Taken::Done
     }
 }
 
-/// Logs an instant of a dependent job that came while its run was going.
-fn overrun(job: &Job, instant: DateTime<Utc>) {
-    telemetry::overrun(&job.name);
+/// Whether `instant`, due at `due`, is older than the claim's `patience`:
+/// skipped here, and recorded `missed` by the check for missed instants.
+fn too_late(
+    engine: &Engine,
+    job: &Job,
+    instant: DateTime<Utc>,
+    due: DateTime<Utc>,
+    patience: TimeDelta,
+) -> bool {
+    if engine.clock.now() - due <= patience {
+        return false;
+    }
+    telemetry::skipped(&job.name, telemetry::Skip::TooLate, 1);
     warn!(
         job = %job.name,
         instant = %fmt_instant(instant),
-        "overrun: the job's previous run was still going when its parents ended; the instant is skipped"
+        "instant skipped: its parents ended more than {}s ago before a replica got to it (the check for missed instants records it)",
+        patience.num_seconds()
     );
+    true
+}
+
+/// The run of `job` that was going at `due` (when `instant`'s parents
+/// ended), by the fleet's history, if one was.
+async fn behind(
+    engine: &Engine,
+    job: &Job,
+    instant: DateTime<Utc>,
+    due: DateTime<Utc>,
+) -> Result<Option<Behind>, crate::db::DbError> {
+    let name = job.name.to_string();
+    engine
+        .store
+        .call("reading the job's runs", move |conn| {
+            let now = crate::db::clock::database_now(conn)?;
+            let held = crate::lease::find_lock(conn, &name)?
+                .filter(|row| row.lock_until.and_utc() > now)
+                .map(|row| row.fence);
+            let Some((ran, fence)) = crate::history::run_going_at(conn, &name, due, held)? else {
+                return Ok(None);
+            };
+            let waited = crate::history::ran_between(conn, &name, ran, instant)?;
+            Ok(Some(Behind { fence, waited }))
+        })
+        .await
 }
 
 #[cfg(test)]
@@ -489,7 +736,63 @@ mod tests {
         };
         assert_eq!(
             decide(&succeeded_only, &own, &failed, true, at(t1)),
+            [(
+                at(t0),
+                Decision::Upstream {
+                    due: at("2027-01-01T00:00:00.3Z"),
+                    parents: vec![9],
+                    why: "upstream failed: a ended failed".into()
+                }
+            )]
+        );
+        // A success is no instant of a job that runs on failures.
+        let succeeded = vec![row(
+            9,
+            "a",
+            t0,
+            1,
+            Succeeded,
+            Some("2027-01-01T00:00:00.3Z"),
+        )];
+        assert_eq!(
+            decide(&one, &own, &succeeded, true, at(t1)),
             [(at(t0), Decision::NoRun)]
+        );
+        // A fan-in one of whose parents failed for good, the other
+        // succeeding later: upstream failed, due at the last end.
+        let fan_in = vec![
+            row(1, "a", t0, 1, Succeeded, Some("2027-01-01T00:00:00.8Z")),
+            row(2, "b", t0, 1, TimedOut, Some("2027-01-01T00:00:00.5Z")),
+        ];
+        let both = After {
+            parents: vec![parent("a", "* * * * * *", 0), parent("b", "* * * * * *", 0)],
+            on: vec![Succeeded],
+        };
+        assert_eq!(
+            decide(&both, &own, &fan_in, true, at(t1)),
+            [(
+                at(t0),
+                Decision::Upstream {
+                    due: at("2027-01-01T00:00:00.8Z"),
+                    parents: vec![1, 2],
+                    why: "upstream failed: b ended timed_out".into()
+                }
+            )]
+        );
+        // A parent with no row of an instant, that ran later ones: the
+        // instant is passed over once those started 5 s ago.
+        let skipped_one = vec![
+            row(1, "a", t0, 1, Succeeded, Some("2027-01-01T00:00:00.3Z")),
+            row(2, "a", t2, 1, Succeeded, Some("2027-01-01T00:00:02.3Z")),
+            row(3, "b", t2, 1, Succeeded, Some("2027-01-01T00:00:02.4Z")),
+        ];
+        let decided = decide(&both, &own, &skipped_one, true, at("2027-01-01T00:00:04Z"));
+        assert_eq!(decided[0], (at(t0), Decision::Pending));
+        let decided = decide(&both, &own, &skipped_one, true, at("2027-01-01T00:00:07Z"));
+        assert_eq!(decided[0], (at(t0), Decision::Overtaken));
+        assert!(
+            matches!(decided[1], (_, Decision::Ready { .. })),
+            "{decided:?}"
         );
         // A run still going, and the last instant of a page cut short.
         let going = vec![row(9, "a", t0, 1, Running, None)];

@@ -203,16 +203,20 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
         let gates: Vec<&str> = settings.gates.iter().map(|g| g.label.as_str()).collect();
         going.waiting_for(Some(gates.join(", ")));
     }
-    let waiting = Instant::now();
-    let taken = held.take_locks(&engine, &job).await;
-    if let Some(going) = &going {
-        going.waiting_for(None);
-    }
-    if !settings.gates.is_empty() {
-        rows.waited_for_gates(waiting.elapsed());
-    }
-    if let Err(why) = taken {
-        last = rows.skipped(&why.to_string()).await;
+    if let Some(why) = &recording.not_run {
+        last = rows.skipped(why).await;
+    } else {
+        let waiting = Instant::now();
+        let taken = held.take_locks(&engine, &job).await;
+        if let Some(going) = &going {
+            going.waiting_for(None);
+        }
+        if !settings.gates.is_empty() {
+            rows.waited_for_gates(waiting.elapsed());
+        }
+        if let Err(why) = taken {
+            last = rows.skipped(&why.to_string()).await;
+        }
     }
     let attempts = if last.is_some() { 0 } else { attempts };
     let alerts = RunAlerts::default();
@@ -272,6 +276,9 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     }
     held.release(&engine, &job).await;
     let (outcome, attempted) = last?;
+    if recording.not_run.is_some() {
+        return Some(outcome);
+    }
     notify_outcome(&engine, &job, &outcome, attempted, recording.trigger).await;
     Some(outcome)
 }

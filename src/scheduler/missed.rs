@@ -282,10 +282,19 @@ async fn dependent_instants(
         if instant > to {
             break;
         }
+        use super::after::Decision;
         match decision {
-            super::after::Decision::NoRun => {}
-            super::after::Decision::Ready { due, .. } if due <= to => instants.push((instant, due)),
-            super::after::Decision::Ready { .. } | super::after::Decision::Pending => {
+            Decision::NoRun => {}
+            // An instant its parents' ends left not to run is recorded
+            // `skipped` by the replica that claims it; one that no replica
+            // got to is missed as a ready one is.
+            Decision::Ready { due, .. } | Decision::Upstream { due, .. } if due <= to => {
+                instants.push((instant, due))
+            }
+            Decision::Ready { .. }
+            | Decision::Upstream { .. }
+            | Decision::Pending
+            | Decision::Overtaken => {
                 mark = instant - TimeDelta::milliseconds(1);
                 break;
             }

@@ -318,17 +318,12 @@ impl<'e> RunRows<'e> {
         )
     }
 
-    /// Records the instant `skipped` (a shared lock stayed held), as
-    /// attempt 1.
+    /// Records the instant `skipped` (a shared lock stayed held, or a
+    /// dependent job's instant is not to run), as attempt 1, linked to the
+    /// parents' runs whose ends it follows.
     pub(crate) async fn skipped(&self, why: &str) -> Option<(Outcome, Attempted)> {
         let instant = self.row.scheduled_at;
-        let run_id = match self.record(1).await {
-            Ok(id) => id,
-            Err(e) => {
-                error!(job = %self.row.job, instant = %fmt_instant(instant), "the skipped instant could not be recorded: {e}");
-                return None;
-            }
-        };
+        let run_id = self.start(1).await?;
         warn!(job = %self.row.job, instant = %fmt_instant(instant), run_id, "instant skipped: {why}");
         Some(
             self.unstarted(run_id, 1, RunStatus::Skipped, format!("replicron: {why}\n"))

@@ -1492,8 +1492,9 @@ fn dependent_replica(
 /// A chain a → b → c and a fan-in (a, d) → e on two replicas and a paused
 /// clock, for six minutes of per-minute parents: every link runs once per
 /// instant, after its parents' runs ended, with their instant; e only at
-/// the instants where both a and d succeeded (d fails at odd minutes);
-/// no instant is recorded missed.
+/// the instants where both a and d succeeded (d fails at odd minutes),
+/// the others recorded `skipped`, upstream failed; no instant is recorded
+/// missed.
 #[tokio::test(start_paused = true)]
 async fn dependent_jobs_run_once_per_instant_after_their_parents() {
     let db = TestDb::sqlite();
@@ -1566,12 +1567,22 @@ async fn dependent_jobs_run_once_per_instant_after_their_parents() {
             );
         }
     }
-    for (job, count) in [("b", 6), ("c", 6), ("on-failure", 3), ("e", 3)] {
+    for (job, count) in [("b", 6), ("c", 6), ("on-failure", 3), ("e", 6)] {
         let rows = runs_of(&db, job);
         assert_eq!(rows.len(), count, "{job}: {rows:?}");
         assert!(
+            rows.iter().all(|r| r.triggered_by == Trigger::Dependency),
+            "{job}: {rows:?}"
+        );
+        // e's instants at which d failed are recorded, not run.
+        let skipped = |r: &RunRow| {
+            r.status == RunStatus::Skipped
+                && r.output == "replicron: upstream failed: d ended failed\n"
+                && odd.contains(&r.scheduled_at.and_utc())
+        };
+        assert!(
             rows.iter()
-                .all(|r| r.triggered_by == Trigger::Dependency && r.status == RunStatus::Succeeded),
+                .all(|r| r.status == RunStatus::Succeeded || job == "e" && skipped(r)),
             "{job}: {rows:?}"
         );
     }
@@ -1588,6 +1599,9 @@ async fn dependent_jobs_run_once_per_instant_after_their_parents() {
     // A fan-in's run, to both parents' runs.
     let d_rows = runs_of(&db, "d");
     for e in runs_of(&db, "e") {
+        if e.status == RunStatus::Skipped {
+            continue;
+        }
         let links = crate::history::parents_of(&mut conn, &[e.id]).expect("links");
         let a = a_rows
             .iter()
@@ -1835,5 +1849,328 @@ async fn library_span_child() {
         seen.iter().map(|s| s.3).collect::<Vec<_>>(),
         [1, 2],
         "{seen:?}"
+    );
+}
+
+/// Records `job`'s run of `instant` as another replica would have:
+/// started at `start`, ended `status` at `end`. Returns its id.
+fn parent_ended(
+    conn: &mut crate::db::DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    status: RunStatus,
+) -> i64 {
+    use crate::db::schema::replicron_runs::dsl as runs;
+    use diesel::prelude::*;
+    let id = run_left_by(conn, job, instant, "elsewhere", 1, None);
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+        .set((
+            runs::started_at.eq(start.naive_utc()),
+            runs::finished_at.eq(Some(end.naive_utc())),
+            runs::status.eq(status),
+        ))
+        .execute(conn)
+        .expect("end");
+    id
+}
+
+/// A replica `id` of `config`'s dependent jobs `children` only (their
+/// parents' runs are the test's to write), each run taking `busy` of the
+/// paused clock.
+fn children_replica(
+    db: &TestDb,
+    clock: &Arc<TokioClock>,
+    id: &str,
+    config: &crate::config::Config,
+    children: &[&str],
+    busy: Duration,
+) -> SchedulerBuilder {
+    let mut builder = Scheduler::builder(db.url.as_str())
+        .clock(clock.clone())
+        .instance_id(id);
+    for job in config.jobs.iter().filter(|j| children.contains(&&*j.name)) {
+        builder = builder.job(Job::from_config(job).run(move |_| async move {
+            tokio::time::sleep(busy).await;
+            Ok::<(), String>(())
+        }));
+    }
+    builder
+}
+
+/// `job`'s rows by instant, as `(HH:MM:SS, status, output)`, in instant
+/// order.
+fn rows_by_instant(db: &TestDb, job: &str) -> Vec<(String, RunStatus, String)> {
+    let mut rows = runs_of(db, job);
+    rows.sort_by_key(|r| (r.scheduled_at, r.attempt));
+    rows.iter()
+        .map(|r| {
+            (
+                r.scheduled_at.format("%H:%M:%S").to_string(),
+                r.status,
+                r.output.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The seconds `00:00:SS` of `range`, formatted as `rows_by_instant` does.
+fn seconds(range: std::ops::RangeInclusive<u32>) -> Vec<String> {
+    range
+        .map(|s| format!("00:{:02}:{:02}", s / 60, s % 60))
+        .collect()
+}
+
+/// A fan-in (a, b) → c whose parents' ends for twenty instants arrive
+/// together (the database held every write for twenty seconds): they are
+/// a backlog, not overruns of c's first run. Two replicas run c at each
+/// of those instants, once, in order. On a paused clock, the parents'
+/// runs written by the test as the replicas that ran them would.
+#[tokio::test(start_paused = true)]
+async fn a_fan_ins_backlog_of_ends_that_came_together_runs_in_order() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"c\"\nafter = [\"a\", \"b\"]\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let writes = async {
+        // The stall ends at 00:00:51: the runs of 00:00:31 to 00:00:50
+        // all end then.
+        tokio::time::sleep(Duration::from_secs(21)).await;
+        let mut conn = connect_at(&db, &clock);
+        let ended = utc("2027-03-01T00:00:50.900Z");
+        for second in 31..=50 {
+            let instant = utc("2027-03-01T00:00:00Z") + TimeDelta::seconds(second);
+            for (k, job) in ["a", "b"].into_iter().enumerate() {
+                let end = ended + TimeDelta::milliseconds(second + k as i64);
+                parent_ended(&mut conn, job, instant, instant, end, RunStatus::Succeeded);
+            }
+        }
+    };
+    let busy = Duration::from_millis(200);
+    let ((), ()) = tokio::join!(
+        side_by_side(
+            children_replica(&db, &clock, "one", &config, &["c"], busy),
+            children_replica(&db, &clock, "two", &config, &["c"], busy),
+            Duration::from_secs(60),
+        ),
+        writes
+    );
+    let c = rows_by_instant(&db, "c");
+    let instants: Vec<String> = c.iter().map(|r| r.0.clone()).collect();
+    assert_eq!(instants, seconds(31..=50), "{c:?}");
+    assert!(
+        c.iter().all(|r| r.1 == RunStatus::Succeeded),
+        "every instant ran: {c:?}"
+    );
+    let mut rows = runs_of(&db, "c");
+    rows.sort_by_key(|r| r.scheduled_at);
+    assert!(
+        rows.windows(2)
+            .all(|w| w[0].finished_at <= Some(w[1].started_at)),
+        "in order, one at a time: {rows:?}"
+    );
+}
+
+/// Writes `job`'s run of each second of `range` as it ends, 100 ms after
+/// its instant, `succeeded` unless `fails` says otherwise; returns their
+/// ids by instant.
+async fn parent_runs_each_second(
+    db: &TestDb,
+    clock: &Arc<TokioClock>,
+    jobs: &[&str],
+    range: std::ops::RangeInclusive<i64>,
+    fails: fn(&str, i64) -> bool,
+) {
+    let base = utc("2027-03-01T00:00:00Z");
+    for second in range {
+        let instant = base + TimeDelta::seconds(second);
+        let end = instant + TimeDelta::milliseconds(100);
+        tokio::time::sleep((end - clock.now()).to_std().unwrap_or_default()).await;
+        let mut conn = connect_at(db, clock);
+        for job in jobs {
+            let status = if fails(job, second) {
+                RunStatus::Failed
+            } else {
+                RunStatus::Succeeded
+            };
+            parent_ended(&mut conn, job, instant, instant, end, status);
+        }
+    }
+}
+
+/// A dependent job with the default `overlap = "skip"` whose run takes
+/// 2.5 s, after a per-second parent, on two replicas: an instant whose
+/// parent ended while its run was going is recorded `skipped` once, with
+/// the reason; every other instant runs; none is missed or left without a
+/// row.
+#[tokio::test(start_paused = true)]
+async fn a_dependent_instant_that_came_while_its_run_went_is_recorded_skipped() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"s\"\nafter = [\"a\"]\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let busy = Duration::from_millis(2500);
+    let ((), ()) = tokio::join!(
+        side_by_side(
+            children_replica(&db, &clock, "one", &config, &["s"], busy),
+            children_replica(&db, &clock, "two", &config, &["s"], busy),
+            Duration::from_secs(70),
+        ),
+        parent_runs_each_second(&db, &clock, &["a"], 31..=42, |_, _| false)
+    );
+    let s = rows_by_instant(&db, "s");
+    let instants: Vec<String> = s.iter().map(|r| r.0.clone()).collect();
+    assert_eq!(instants, seconds(31..=42), "one row per instant: {s:?}");
+    let skipped: Vec<_> = s.iter().filter(|r| r.1 == RunStatus::Skipped).collect();
+    assert!(skipped.len() >= 6, "{s:?}");
+    assert!(
+        skipped.iter().all(|r| r
+            .2
+            .contains("overrun: a run of the job was going when its parents ended")),
+        "{s:?}"
+    );
+    assert!(
+        s.iter()
+            .all(|r| matches!(r.1, RunStatus::Succeeded | RunStatus::Skipped)),
+        "{s:?}"
+    );
+    // A run never overlaps the one before.
+    let mut ran: Vec<RunRow> = runs_of(&db, "s")
+        .into_iter()
+        .filter(|r| r.status == RunStatus::Succeeded)
+        .collect();
+    ran.sort_by_key(|r| r.started_at);
+    assert!(ran.len() >= 4, "{ran:?}");
+    assert!(
+        ran.windows(2)
+            .all(|w| w[0].finished_at <= Some(w[1].started_at)),
+        "{ran:?}"
+    );
+}
+
+/// A parent that failed for good leaves its dependent jobs' instant
+/// recorded `skipped`, `upstream failed`, once across two replicas, linked
+/// to the failed run: for a single parent and for a fan-in whose other
+/// parent succeeded. The instants it succeeded at run.
+#[tokio::test(start_paused = true)]
+async fn a_failed_parent_records_its_childs_instant_upstream_failed() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"u\"\nafter = [\"a\"]\ncommand = \"true\"\n\
+         [[job]]\nname = \"f\"\nafter = [\"b\", \"a\"]\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let busy = Duration::from_millis(100);
+    // a fails at odd seconds.
+    let ((), ()) = tokio::join!(
+        side_by_side(
+            children_replica(&db, &clock, "one", &config, &["u", "f"], busy),
+            children_replica(&db, &clock, "two", &config, &["u", "f"], busy),
+            Duration::from_secs(60),
+        ),
+        parent_runs_each_second(&db, &clock, &["a", "b"], 31..=40, |job, second| {
+            job == "a" && second % 2 == 1
+        })
+    );
+    let a_rows = runs_of(&db, "a");
+    let mut conn = db.connect();
+    for child in ["u", "f"] {
+        let rows = rows_by_instant(&db, child);
+        let instants: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+        assert_eq!(
+            instants,
+            seconds(31..=40),
+            "{child}: one row each: {rows:?}"
+        );
+        for (i, row) in rows.iter().enumerate() {
+            if i % 2 == 0 {
+                assert_eq!(row.1, RunStatus::Skipped, "{child}: {row:?}");
+                assert_eq!(
+                    row.2, "replicron: upstream failed: a ended failed\n",
+                    "{child}: {row:?}"
+                );
+            } else {
+                assert_eq!(row.1, RunStatus::Succeeded, "{child}: {row:?}");
+            }
+        }
+        for row in runs_of(&db, child) {
+            assert_eq!(row.triggered_by, Trigger::Dependency, "{row:?}");
+            let links = crate::history::parents_of(&mut conn, &[row.id]).expect("links");
+            let a = a_rows
+                .iter()
+                .find(|r| r.scheduled_at == row.scheduled_at)
+                .expect("a's run");
+            assert!(
+                links.get(&row.id).is_some_and(|l| l.contains(&a.id)),
+                "{row:?} {links:?}"
+            );
+        }
+    }
+}
+
+/// A dependent job with `overlap = "queue"` whose run takes 2.5 s, after
+/// a per-second parent: at most one instant waits for a run; the others
+/// whose parent ended while it went are recorded `skipped`. The backlog
+/// stays bounded: the job is done soon after its parent stops.
+#[tokio::test(start_paused = true)]
+async fn a_queued_dependent_job_lets_one_instant_wait() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"q\"\nafter = [\"a\"]\noverlap = \"queue\"\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let busy = Duration::from_millis(2500);
+    let ((), ()) = tokio::join!(
+        side_by_side(
+            children_replica(&db, &clock, "one", &config, &["q"], busy),
+            children_replica(&db, &clock, "two", &config, &["q"], busy),
+            Duration::from_secs(70),
+        ),
+        parent_runs_each_second(&db, &clock, &["a"], 31..=50, |_, _| false)
+    );
+    let q = rows_by_instant(&db, "q");
+    let instants: Vec<String> = q.iter().map(|r| r.0.clone()).collect();
+    assert_eq!(instants, seconds(31..=50), "one row per instant: {q:?}");
+    let ran = q.iter().filter(|r| r.1 == RunStatus::Succeeded).count();
+    let skipped: Vec<_> = q.iter().filter(|r| r.1 == RunStatus::Skipped).collect();
+    assert!(ran <= 10, "{q:?}");
+    assert!(
+        skipped.len() >= 8
+            && skipped
+                .iter()
+                .all(|r| r.2.contains("an earlier instant waited for it already")),
+        "{q:?}"
+    );
+    // The last parent ended at 00:00:50.1: at most the run going then and
+    // the one waiting come after.
+    let last_end = runs_of(&db, "q")
+        .iter()
+        .filter_map(|r| r.finished_at)
+        .max()
+        .expect("ended");
+    assert!(
+        last_end.and_utc() < utc("2027-03-01T00:00:56Z"),
+        "the backlog ran on until {last_end}: {q:?}"
     );
 }

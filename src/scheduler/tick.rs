@@ -70,7 +70,7 @@ impl Current {
     }
 
     /// Whether the run was going at `instant`.
-    fn was_going_at(&self, instant: DateTime<Utc>) -> bool {
+    pub(super) fn was_going_at(&self, instant: DateTime<Utc>) -> bool {
         self.going.at(instant)
     }
 }
@@ -422,6 +422,9 @@ pub(super) struct Cause {
     pub(super) due: Option<DateTime<Utc>>,
     /// The parents' runs whose ends started it.
     pub(super) parent_runs: Vec<i64>,
+    /// Why the instant, once claimed, is recorded `skipped` instead of
+    /// run.
+    pub(super) not_run: Option<String>,
 }
 
 impl From<Trigger> for Cause {
@@ -826,6 +829,7 @@ fn start(
                 trigger: cause.trigger,
                 params: job.default_params.clone(),
                 parent_runs: cause.parent_runs.clone(),
+                not_run: cause.not_run.clone(),
                 ..Recording::default()
             },
             hold,

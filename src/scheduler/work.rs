@@ -46,6 +46,11 @@ pub(crate) struct Recording {
     pub(crate) attempts_before: i32,
     /// The parents' runs whose ends started it (a dependent job's run).
     pub(crate) parent_runs: Vec<i64>,
+    /// Why its claimed instant is not to run: it is recorded `skipped`
+    /// with this reason, and not notified (a dependent job's instant
+    /// whose parent ended otherwise than it asks, or that came while its
+    /// run was going).
+    pub(crate) not_run: Option<String>,
 }
 
 /// What runs: a name (its history rows carry it: a job's, or `exec`'s
