@@ -10,6 +10,7 @@ mod backends;
 mod campaign;
 mod check;
 mod cluster;
+mod commands;
 mod daemon;
 mod dashboard;
 mod database_time;
