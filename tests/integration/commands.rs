@@ -249,3 +249,57 @@ fn verify_checks_a_half_open_range() {
     assert_eq!(due(&at(10), &at(20)), 10);
     assert_eq!(due(&at(0), &at(20)), 20);
 }
+
+/// Each run is told what started it, in `REPLICRON_TRIGGER`, as its
+/// history row says: a scheduled instant, its retry, the dependent job it
+/// started, a trigger and a backfill.
+#[test]
+fn a_run_knows_what_started_it() {
+    let db = TestDb::sqlite();
+    db.migrate();
+    let out = db.dir().join("triggers");
+    let record = format!(
+        "echo \"$REPLICRON_JOB $REPLICRON_ATTEMPT $REPLICRON_TRIGGER\" >> {}",
+        out.display()
+    );
+    let config = db.config(&format!(
+        "[[job]]\nname = \"tick\"\nschedule = \"*/2 * * * * *\"\nretries = 1\nretry_backoff = \"100ms\"\n\
+         command = '{record}; [ \"$REPLICRON_ATTEMPT\" = 2 ]'\n\n\
+         [[job]]\nname = \"child\"\nafter = [\"tick\"]\ncommand = '{record}'\n\n\
+         [[job]]\nname = \"asked\"\nschedule = \"@manual\"\ncommand = '{record}'\n"
+    ));
+    let mut replica = crate::support::Replica::start(&config, "r1", None, &[]);
+    replica.wait_for_log("replicron started", Duration::from_secs(30));
+    let lines = || std::fs::read_to_string(&out).unwrap_or_default();
+    crate::support::wait_until("a child's run", Duration::from_secs(30), || {
+        lines().contains("child 1 dependency")
+    });
+    replica.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(
+        replica
+            .wait_exit(Duration::from_secs(40))
+            .expect("exits")
+            .success()
+    );
+    let (code, o, e) = run(&config, &["trigger", "asked"]);
+    assert_eq!(code, 0, "{o}{e}");
+    let from = (chrono::Utc::now() - chrono::TimeDelta::hours(1))
+        .duration_trunc(chrono::TimeDelta::minutes(1))
+        .expect("minute");
+    let to =
+        (from + chrono::TimeDelta::seconds(2)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let from = from.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (code, o, e) = run(&config, &["backfill", "tick", "--from", &from, "--to", &to]);
+    assert_eq!(code, 0, "{o}{e}");
+    let lines = lines();
+    for needle in [
+        "tick 1 schedule",
+        "tick 2 retry",
+        "child 1 dependency",
+        "asked 1 manual",
+        "tick 1 backfill",
+        "tick 2 retry",
+    ] {
+        assert!(lines.contains(needle), "{needle}: {lines}");
+    }
+}
