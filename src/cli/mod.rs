@@ -423,10 +423,20 @@ fn find_job<'c>(config: &'c Config, name: &str) -> anyhow::Result<&'c crate::con
 }
 
 /// For an action on a job's lease row (`pause`, `resume`): the job must be
-/// in the file, unless the file is broken (the job may be among what could
-/// not be read; its row says whether it exists).
+/// in the file. In a broken file, a job whose definition is among its
+/// errors counts, and any job does where no job could be read at all.
 fn expect_job(config: &Config, name: &str) -> anyhow::Result<()> {
-    if config.broken {
+    let label = format!("{name:?}");
+    let named = |job: &str| {
+        config
+            .warnings
+            .iter()
+            .any(|w| w.job.as_deref() == Some(job))
+    };
+    if config.broken
+        && (named(&label)
+            || (config.jobs.is_empty() && !config.warnings.iter().any(|w| w.job.is_some())))
+    {
         return Ok(());
     }
     find_job(config, name).map(|_| ())

@@ -181,6 +181,10 @@ backend_test! {
         assert_eq!(code, 2, "{out}{err}");
         let (code, out, err) = run(&config, &["pause", "nightly"]);
         assert_eq!(code, 0, "{out}{err}");
+        // A name the file has nowhere is still refused.
+        let (code, out, err) = run(&config, &["pause", "nightlly"]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains("no job named \"nightlly\""), "{err}");
     }
 }
 
