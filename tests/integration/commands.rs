@@ -307,3 +307,24 @@ fn a_run_knows_what_started_it() {
         assert!(lines.contains(needle), "{needle}: {lines}");
     }
 }
+
+/// `check` accepts a job that can never fire, and warns of it by name.
+#[test]
+fn check_warns_of_a_job_that_can_never_fire() {
+    let db = TestDb::sqlite();
+    let config = db.config(
+        "[[calendar]]\nname = \"gone\"\ndates = [\"2001-01-01\"]\n\n\
+         [[job]]\nname = \"once\"\nschedule = \"@daily\"\nonly_on = [\"gone\"]\ncommand = 'true'\n\n\
+         [[job]]\nname = \"parent\"\nschedule = \"@daily\"\nenabled = false\ncommand = 'true'\n\n\
+         [[job]]\nname = \"child\"\nafter = [\"parent\"]\ncommand = 'true'\n",
+    );
+    let (code, out, err) = run(&config, &["check", "--count", "1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for needle in [
+        "warning: ",
+        "job \"once\", key \"only_on\": the job can never fire",
+        "job \"child\", key \"after\": the job can never fire: after names \"parent\", which is disabled",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+}
