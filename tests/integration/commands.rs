@@ -256,7 +256,7 @@ fn verify_checks_a_half_open_range() {
 
 /// Each run is told what started it, in `REPLICRON_TRIGGER`, as its
 /// history row says: a scheduled instant, its retry, the dependent job it
-/// started, a trigger and a backfill.
+/// started, an instant caught up at start, a trigger and a backfill.
 #[test]
 fn a_run_knows_what_started_it() {
     let db = TestDb::sqlite();
@@ -270,13 +270,33 @@ fn a_run_knows_what_started_it() {
         "[[job]]\nname = \"tick\"\nschedule = \"*/2 * * * * *\"\nretries = 1\nretry_backoff = \"100ms\"\n\
          command = '{record}; [ \"$REPLICRON_ATTEMPT\" = 2 ]'\n\n\
          [[job]]\nname = \"child\"\nafter = [\"tick\"]\ncommand = '{record}'\n\n\
-         [[job]]\nname = \"asked\"\nschedule = \"@manual\"\ncommand = '{record}'\n"
+         [[job]]\nname = \"asked\"\nschedule = \"@manual\"\ncommand = '{record}'\n\n\
+         [[job]]\nname = \"late\"\nschedule = \"*/5 * * * * *\"\ncatch_up = \"1m\"\ncommand = '{record}'\n"
     ));
     let mut replica = crate::support::Replica::start(&config, "r1", None, &[]);
     replica.wait_for_log("replicron started", Duration::from_secs(30));
     let lines = || std::fs::read_to_string(&out).unwrap_or_default();
     crate::support::wait_until("a child's run", Duration::from_secs(30), || {
         lines().contains("child 1 dependency")
+    });
+    replica.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(
+        replica
+            .wait_exit(Duration::from_secs(40))
+            .expect("exits")
+            .success()
+    );
+    // An instant of `late` passes while no replica runs: the next start
+    // catches it up.
+    let now = chrono::Utc::now();
+    let next = now
+        .duration_trunc(chrono::TimeDelta::seconds(5))
+        .expect("5 s")
+        + chrono::TimeDelta::milliseconds(6500);
+    std::thread::sleep((next - now).to_std().expect("ahead"));
+    let mut replica = crate::support::Replica::start(&config, "r2", None, &[]);
+    crate::support::wait_until("a caught-up run", Duration::from_secs(30), || {
+        lines().contains("late 1 catch_up")
     });
     replica.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(
