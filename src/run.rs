@@ -160,6 +160,12 @@ impl Trigger {
         Trigger::Dependency,
     ];
 
+    /// What started attempt `attempt` of a run this started: attempts
+    /// after the first are `retry`.
+    pub(crate) fn of_attempt(self, attempt: u32) -> Trigger {
+        if attempt > 1 { Trigger::Retry } else { self }
+    }
+
     /// The name stored in the `triggered_by` column.
     pub(crate) fn as_str(self) -> &'static str {
         match self {

@@ -2,7 +2,7 @@
 //! as a table or JSON.
 
 use super::table::print_table;
-use super::{ConfigArg, ExitCode, OutputFormat, UsageError, load, open_for_command};
+use super::{ConfigArg, ExitCode, OutputFormat, UsageError, open_for_command};
 use crate::db::audit::{Action, AuditFilter, AuditRecord};
 
 /// Arguments of `audit`.
@@ -38,7 +38,7 @@ pub(crate) struct AuditArgs {
 }
 
 pub(super) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
-    let config = load(&args.config)?;
+    let config = super::load_for_database(&args.config)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
     let rows = super::command_runtime()?.block_on(async {
         let now = store.database_now().await?;

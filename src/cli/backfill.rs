@@ -4,13 +4,11 @@
 //! line per instant otherwise); interrupted (Ctrl-C finishes the instant
 //! that is running first) and started again, it goes on where it stopped.
 
-use std::io::{IsTerminal as _, Write as _};
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
+use std::io::{IsTerminal as _, Write as _};
 
 use super::{
-    ConfigArg, ExitCode, UsageError, command_runtime, describe, find_job, load, open_for_command,
+    ConfigArg, ExitCode, UsageError, command_runtime, describe, load, open_for_command,
     parse_rfc3339,
 };
 use crate::db::audit::{Action, Actor, Entry, Outcome};
@@ -50,7 +48,7 @@ pub(crate) struct BackfillArgs {
 
 pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
-    let job = find_job(&config, &args.job)?.clone();
+    let job = super::runnable(&config, &args.job)?.clone();
     let usage = |text: String| -> anyhow::Result<ExitCode> { Err(UsageError(text).into()) };
     if let Err(refused) = backfill::check_range(&job, args.from, args.to) {
         return usage(refused.to_string());
@@ -110,7 +108,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let grace = config.daemon.shutdown_grace;
     let scheduled = Job::from_config(&job);
     let failed = runtime.block_on(async {
-        let engine = super::run::one_off_engine(pool, grace)?;
+        let engine = super::one_off_engine_for(pool, grace, &job)?;
         if !args.force
             && let Some(row) = engine.store.find_lock(&job.name).await?
             && let Some(pause) = row.pause_at(engine.store.database_now().await?)
@@ -170,10 +168,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             progress.step(*instant, &what);
         }
         progress.finish();
-        let unwritten = engine.journal.flush(Duration::from_secs(10)).await;
-        for write in &unwritten {
-            tracing::error!("history write not recorded before exit: {write}");
-        }
+        super::flush_before_exit(&engine, &job.name).await;
         Ok(failed)
     })?;
     Ok(if failed == 0 {

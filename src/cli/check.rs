@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::{ConfigArg, ExitCode, load, parse_rfc3339};
+use super::{ConfigArg, ExitCode, parse_rfc3339};
 use crate::config::Config;
 use crate::schedule::{Excluded, Schedule, SystemClock};
 
@@ -22,7 +22,10 @@ pub(crate) struct CheckArgs {
 }
 
 pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
-    let config = load(&args.config)?;
+    let config = Config::load(&args.config, &crate::config::Environment::from_process())?;
+    for warning in &config.warnings {
+        eprintln!("warning: {}", warning.located(&config.path));
+    }
     crate::runner::users::check_host(&config)?;
     // `run` refuses to start without the token; here (often a shell
     // without the unit's environment) that is only said.
@@ -48,6 +51,10 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         println!("{note}");
     }
     for calendar in &config.calendars {
+        if let Some(why) = calendar.why_unreadable() {
+            println!("calendar {:?}: CANNOT BE READ: {why}", calendar.name());
+            continue;
+        }
         let next: Vec<String> = calendar
             .dates_from(from.date_naive())
             .take(5)
@@ -104,6 +111,10 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         if !job.params.is_empty() {
             let params: Vec<String> = job.params.iter().map(ToString::to_string).collect();
             println!("  params    {}", params.join(" "));
+        }
+        if let Some(why) = job.held() {
+            println!("  HELD      {why}: the daemon does not run it");
+            continue;
         }
         if job.schedule.is_manual() {
             println!("  runs only when triggered (replicron trigger, the API, the dashboard)");
@@ -184,6 +195,21 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
             }
             println!("{line}");
         }
+    }
+    // A calendar that cannot be read stops no daemon (its jobs are held),
+    // but it is an error to fix: the file does not say what it means.
+    let held: Vec<String> = config
+        .enabled_jobs()
+        .filter(|job| job.held().is_some())
+        .map(|job| format!("{:?}", &*job.name))
+        .collect();
+    if !held.is_empty() {
+        eprintln!(
+            "replicron: {}: a calendar cannot be read: the daemon would hold (never run) {}",
+            config.path.display(),
+            held.join(", ")
+        );
+        return Ok(ExitCode::from(2));
     }
     Ok(ExitCode::SUCCESS)
 }

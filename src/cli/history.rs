@@ -3,7 +3,7 @@
 use chrono::DateTime;
 
 use super::table::print_table;
-use super::{ConfigArg, ExitCode, OutputFormat, load, open_for_command, parse_status};
+use super::{ConfigArg, ExitCode, OutputFormat, open_for_command, parse_status};
 use crate::history::{self, RunFilter, RunRecord, RunStatus};
 
 /// Arguments of `history`.
@@ -32,7 +32,7 @@ pub(crate) struct HistoryArgs {
 }
 
 pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
-    let config = load(&args.config)?;
+    let config = super::load_for_database(&args.config)?;
     let pool = open_for_command(&config)?;
     let filter = RunFilter {
         job: args.job.clone(),

@@ -213,6 +213,12 @@ pub fn main() -> ExitCode {
     {
         eprintln!("replicron: cannot fork the guard process ({e}); it is started later");
     }
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Exec(_) | Command::Backfill(_)
+    ) {
+        end_on_closed_pipe();
+    }
     // The daemon tells what it does; a one-off command speaks only of trouble.
     let default_level = if matches!(cli.command, Command::Run(_)) {
         "info"
@@ -256,6 +262,22 @@ pub fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+    }
+}
+
+/// A command whose reader goes away (`replicron history | head`) ends
+/// quietly, as `ls | head` does: SIGPIPE's default action, which Rust's
+/// runtime replaces with an error that `println!` turns into a panic. Not
+/// for the commands that run jobs while they print (the daemon, `exec`,
+/// `backfill`): those must record their runs whoever reads them.
+fn end_on_closed_pipe() {
+    #[expect(
+        unsafe_code,
+        reason = "signal(2) is how a signal's default action is restored"
+    )]
+    // SAFETY: no other thread exists yet, and SIG_DFL installs no handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
@@ -304,8 +326,33 @@ fn colour_wanted() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
 }
 
+/// Reads the job file; what is wrong but stops nothing is logged.
 fn load(path: &std::path::Path) -> anyhow::Result<Config> {
-    Ok(Config::load(path, &Environment::from_process())?)
+    let config = Config::load(path, &Environment::from_process())?;
+    warn_of(&config);
+    Ok(config)
+}
+
+/// Reads the job file for a command that needs only the database: a
+/// broken file is logged, with each of its errors, and the command goes on
+/// with what could be read ([`Config::load_for_database`]).
+fn load_for_database(path: &std::path::Path) -> anyhow::Result<Config> {
+    let config = Config::load_for_database(path, &Environment::from_process())?;
+    if config.broken {
+        tracing::warn!(
+            "{}: the job file has errors; going on with its database and the jobs that could be read",
+            path.display()
+        );
+    }
+    warn_of(&config);
+    Ok(config)
+}
+
+/// Logs the config's warnings, each with its file and line.
+pub(crate) fn warn_of(config: &Config) {
+    for warning in &config.warnings {
+        tracing::warn!("{}", warning.located(&config.path));
+    }
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -376,6 +423,45 @@ fn find_job<'c>(config: &'c Config, name: &str) -> anyhow::Result<&'c crate::con
     })
 }
 
+/// For an action on a job's lease row (`pause`, `resume`): the job must be
+/// in the file. In a broken file, a job whose definition is among its
+/// errors counts, and any job does where no job could be read at all.
+fn expect_job(config: &Config, name: &str) -> anyhow::Result<()> {
+    let label = format!("{name:?}");
+    let named = |job: &str| {
+        config
+            .warnings
+            .iter()
+            .any(|w| w.job.as_deref() == Some(job))
+    };
+    if config.broken
+        && (named(&label)
+            || (config.jobs.is_empty() && !config.warnings.iter().any(|w| w.job.is_some())))
+    {
+        return Ok(());
+    }
+    find_job(config, name).map(|_| ())
+}
+
+/// A job that runs from the command line (`trigger`, `backfill`) must not
+/// be held: its calendar could not be read.
+fn runnable<'c>(config: &'c Config, name: &str) -> anyhow::Result<&'c crate::config::Job> {
+    let job = find_job(config, name)?;
+    match job.held() {
+        Some(why) => Err(ConfigError {
+            path: config.path.clone(),
+            diagnostics: vec![crate::config::Diagnostic {
+                line: None,
+                job: Some(format!("{name:?}")),
+                key: None,
+                message: format!("held, not run: {why}"),
+            }],
+        }
+        .into()),
+        None => Ok(job),
+    }
+}
+
 /// A runtime for a command, with SIGINT/SIGTERM stopping what it runs.
 fn command_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -383,6 +469,44 @@ fn command_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
+}
+
+/// How long a command that ran a job waits, before it exits, for the
+/// history writes still queued.
+const JOURNAL_FLUSH: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long it then waits for the job's notifications (each delivery has
+/// its own `timeout` and retries; this bounds them all, as the daemon's
+/// stop does).
+const NOTIFY_FLUSH: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Before a command that ran `job` exits: its history written, then its
+/// notifications sent, each within its bound; what is left is logged.
+async fn flush_before_exit(engine: &crate::scheduler::engine::Engine, job: &str) {
+    let unwritten = engine.journal.flush(JOURNAL_FLUSH).await;
+    for write in &unwritten {
+        tracing::error!("history write not recorded before exit: {write}");
+    }
+    let unsent = engine.notifier.flush(NOTIFY_FLUSH).await;
+    if unsent > 0 {
+        tracing::error!(
+            "{unsent} notification(s) of {job} not sent before exit: their webhook or command did not answer within {}",
+            humantime::format_duration(NOTIFY_FLUSH)
+        );
+    }
+}
+
+/// An engine for a command that runs `job` from this host: the job's
+/// notifications are sent, as the daemon sends them.
+fn one_off_engine_for(
+    pool: Pool,
+    grace: std::time::Duration,
+    job: &crate::config::Job,
+) -> Result<Arc<crate::scheduler::engine::Engine>, crate::Error> {
+    let engine = run::one_off_engine(pool, grace)?;
+    engine
+        .notifier
+        .set_jobs([(&*job.name, job.notify.as_ref())]);
+    Ok(engine)
 }
 
 fn exit_code_of(outcome: Option<&Outcome>) -> ExitCode {

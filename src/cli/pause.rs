@@ -2,7 +2,7 @@
 //! stored in the job's lease row, which every replica's next claim reads
 //! (no reload). A paused job's instants are neither run nor missed.
 
-use super::{ConfigArg, ExitCode, UsageError, find_job, load, open_for_command};
+use super::{ConfigArg, ExitCode, UsageError, open_for_command};
 use crate::db::audit::Actor;
 use crate::history::rfc3339;
 use crate::ops::actions::{self, Refused};
@@ -35,8 +35,8 @@ pub(crate) struct ResumeArgs {
 }
 
 pub(super) fn pause(args: &PauseArgs) -> anyhow::Result<ExitCode> {
-    let config = load(&args.config)?;
-    find_job(&config, &args.job)?;
+    let config = super::load_for_database(&args.config)?;
+    super::expect_job(&config, &args.job)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
     let paused = super::command_runtime()?.block_on(actions::pause(
         &store,
@@ -62,8 +62,8 @@ pub(super) fn pause(args: &PauseArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(super) fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
-    let config = load(&args.config)?;
-    find_job(&config, &args.job)?;
+    let config = super::load_for_database(&args.config)?;
+    super::expect_job(&config, &args.job)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
     if super::command_runtime()?.block_on(actions::resume(&store, &Actor::cli(), &args.job))? {
         println!(

@@ -57,7 +57,8 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         if let Some(id) = &args.instance_id {
             builder = builder.instance_id(id.clone());
         }
-        for job in config.enabled_jobs() {
+        held(&config);
+        for job in config.runnable_jobs() {
             builder = builder.job(Job::from_config(job));
         }
         let scheduler = builder.build().await?;
@@ -112,6 +113,19 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     // The last runs' spans, if traces are on.
     telemetry::traces::shutdown();
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says which jobs are held (a calendar of theirs could not be read: they
+/// are not run, and the rest are), in the log and in
+/// `replicron_job_held`; a job no longer held is released.
+fn held(config: &Config) {
+    for job in config.enabled_jobs() {
+        let why = job.held();
+        if let Some(why) = &why {
+            error!(job = %job.name, "held, not run: {why}");
+        }
+        telemetry::job_held(&job.name, why.is_some());
+    }
 }
 
 /// How long after its start a replica gives back the memory start-up
@@ -208,6 +222,8 @@ async fn reload_on(
             .and_then(|new| crate::runner::users::check_host(&new).map(|()| new));
         match loaded {
             Ok(new) => {
+                super::warn_of(&new);
+                held(&new);
                 if current.database.url != new.database.url
                     || current.database.pool_size != new.database.pool_size
                 {
@@ -216,7 +232,7 @@ async fn reload_on(
                 if current.daemon != new.daemon || current.web != new.web {
                     warn!("[daemon] or [web] changed: it takes effect at the next restart");
                 }
-                let jobs = new.enabled_jobs().map(Job::from_config).collect();
+                let jobs = new.runnable_jobs().map(Job::from_config).collect();
                 if let Ok(mut shown) = shared.write() {
                     *shown = Arc::new(new.clone());
                 }

@@ -6,7 +6,7 @@
 use chrono::SecondsFormat;
 
 use super::table::print_table;
-use super::{ConfigArg, ExitCode, OutputFormat, load, open_for_command};
+use super::{ConfigArg, ExitCode, OutputFormat, open_for_command};
 use crate::history::{RunRecord, rfc3339};
 use crate::ops::fleet;
 
@@ -94,6 +94,9 @@ struct JobStatus {
     next: Option<String>,
     /// Whether it runs only when asked (`@manual`): no next instant.
     manual: bool,
+    /// Why it is held (a calendar it names cannot be read here), if it is:
+    /// no next instant, and no run.
+    held: Option<String>,
     /// Whether its window has closed (`not_after` has passed): no next
     /// instant.
     ended: bool,
@@ -132,7 +135,7 @@ struct Report {
 }
 
 pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let config = load(&args.config)?;
+    let config = super::load_for_database(&args.config)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
     let (fleet, offset, lasts, durability) = super::command_runtime()?.block_on(async {
         let fleet = fleet::read(&store, &config, 1, None).await?;
@@ -212,6 +215,7 @@ fn job_rows(
                     .next(job, now)
                     .map(|(t, _)| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
                 manual: job.is_some_and(|j| j.schedule.is_manual()),
+                held: job.filter(|j| j.enabled).and_then(crate::config::Job::held),
                 ended: job.is_some_and(|j| j.schedule.has_ended(now)),
                 after: job
                     .and_then(|j| j.after.as_ref())
@@ -285,6 +289,7 @@ fn print_tables(report: &Report) {
                 }
                 (None, _) => "not in config".to_string(),
                 (Some(false), _) => "disabled".to_string(),
+                (Some(true), _) if r.held.is_some() => "HELD".to_string(),
                 (Some(true), None) if r.manual => "manual (trigger)".to_string(),
                 (Some(true), None) if r.ended => "ended (its not_after has passed)".to_string(),
                 (Some(true), None) if !r.after.is_empty() => {

@@ -1,10 +1,8 @@
 //! `replicron trigger JOB`: runs a job once now from this host, through its
 //! lease, recorded like any run; prints how it ended and its output's tail.
 
-use std::time::Duration;
-
 use super::{
-    ConfigArg, ExitCode, UsageError, command_runtime, describe, exit_code_of, find_job, load,
+    ConfigArg, ExitCode, UsageError, command_runtime, describe, exit_code_of, load,
     open_for_command,
 };
 use crate::db::audit::{Actor, Outcome};
@@ -51,7 +49,7 @@ fn output_tail(output: &str, lines: usize) -> String {
 pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     crate::runner::users::check_host(&config)?;
-    let job = find_job(&config, &args.job)?.clone();
+    let job = super::runnable(&config, &args.job)?.clone();
     // Checked before anything touches the database: a refused parameter
     // runs nothing and records nothing.
     let params = args
@@ -66,7 +64,7 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let grace = config.daemon.shutdown_grace;
     let entry = crate::ops::actions::trigger_entry(&job, args.force, &params);
     let ran = runtime.block_on(async {
-        let engine = super::run::one_off_engine(pool, grace)?;
+        let engine = super::one_off_engine_for(pool, grace, &job)?;
         let started = crate::scheduler::trigger::start(
             engine.clone(),
             &Job::from_config(&job),
@@ -97,10 +95,7 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
             Started::Refused(Refusal::Paused(pause)) => return Ok(Err(pause)),
             Started::Refused(Refusal::Held | Refusal::NotRunnable) => None,
         };
-        let unwritten = engine.journal.flush(Duration::from_secs(10)).await;
-        for write in &unwritten {
-            tracing::error!("history write not recorded before exit: {write}");
-        }
+        super::flush_before_exit(&engine, &job.name).await;
         Ok::<_, crate::Error>(Ok(ran))
     })?;
     let ran = match ran {

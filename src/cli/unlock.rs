@@ -1,7 +1,7 @@
 //! `replicron unlock JOB`: ends a stuck lease (the operator's tool); asks
 //! for `--force` while the holder's run is recorded running.
 
-use super::{ConfigArg, ExitCode, load, open_for_command};
+use super::{ConfigArg, ExitCode, open_for_command};
 use crate::db::audit::Actor;
 use crate::ops::actions::{self, Refused, Unlocked};
 
@@ -23,7 +23,7 @@ pub(super) fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
     if args.job.starts_with(crate::config::RESERVED_PREFIX) {
         return Err(super::UsageError(Refused::Reserved(args.job.clone()).to_string()).into());
     }
-    let config = load(&args.config)?;
+    let config = super::load_for_database(&args.config)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
     match super::command_runtime()?.block_on(actions::unlock(
         &store,

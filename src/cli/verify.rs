@@ -1,5 +1,5 @@
 //! `replicron verify`: checks the fleet's history against the job file for
-//! a range of instants, reading only. Every instant due ran exactly once or
+//! a range of instants, `[from, to)`, reading only. Every instant due ran exactly once or
 //! is accounted for; no run started early, overlapped another of its job,
 //! or is left running without a live lease. Exits 0 when clean, 1 on a
 //! violation (or when the database cannot be read), 2 on bad input.
@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::table::print_table;
 use super::{
-    ConfigArg, ExitCode, OutputFormat, UsageError, find_job, load, open_for_command, parse_rfc3339,
+    ConfigArg, ExitCode, OutputFormat, UsageError, find_job, open_for_command, parse_rfc3339,
 };
 use crate::config::RunOn;
 use crate::ops::verify::{Finding, Promise, Tally, Violation, gather, judge};
@@ -26,7 +26,8 @@ pub(crate) struct VerifyArgs {
     /// The first instant to check (RFC 3339, e.g. 2027-03-01T00:00:00Z).
     #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
     pub(crate) from: DateTime<Utc>,
-    /// The last instant to check (RFC 3339); at most the database's now.
+    /// The end of the range, not included (RFC 3339), as for `backfill`;
+    /// at most the database's now.
     #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
     pub(crate) to: DateTime<Utc>,
     /// Only this job.
@@ -42,7 +43,7 @@ pub(crate) struct VerifyArgs {
 #[derive(Debug, Serialize)]
 struct NotChecked {
     job: String,
-    why: &'static str,
+    why: String,
 }
 
 /// The whole report, as `--format json` prints it.
@@ -58,7 +59,7 @@ struct Report {
 }
 
 pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
-    let config = load(&args.config)?;
+    let config = super::load_for_database(&args.config)?;
     if args.from >= args.to {
         return Err(UsageError(format!(
             "--from {} is not before --to {}",
@@ -81,6 +82,11 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         None => config.jobs.iter().collect(),
     };
+    // The range is half-open, `[from, to)`, as a backfill's: instants are
+    // stored to the millisecond, so the last one checked is at most the
+    // millisecond before `to`, and two ranges that meet check each instant
+    // once.
+    let last = args.to - chrono::TimeDelta::milliseconds(1);
     let pool = open_for_command(&config)?;
     let mut conn = pool.get()?;
     let mut not_checked = Vec::new();
@@ -99,14 +105,17 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     );
     let total = jobs.len();
     for (n, job) in jobs.into_iter().enumerate() {
-        let why = if !job.enabled {
-            Some("disabled")
+        let held = job.held().map(|why| format!("held: {why}"));
+        let why = if let Some(held) = held {
+            Some(held)
+        } else if !job.enabled {
+            Some("disabled".to_string())
         } else if job.run_on == RunOn::Every {
-            Some("runs on every replica, each for itself")
+            Some("runs on every replica, each for itself".to_string())
         } else if job.schedule.is_at_start() {
-            Some("@reboot: no instants")
+            Some("@reboot: no instants".to_string())
         } else if job.schedule.is_manual() {
-            Some("@manual: no instants, only triggered runs")
+            Some("@manual: no instants, only triggered runs".to_string())
         } else {
             None
         };
@@ -122,7 +131,7 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             let _ = std::io::stderr().flush();
         }
         let parents = job.after.as_ref().map(|a| a.names()).unwrap_or_default();
-        let evidence = gather(&mut conn, &job.name, &parents, args.from, args.to).map_err(|e| {
+        let evidence = gather(&mut conn, &job.name, &parents, args.from, last).map_err(|e| {
             crate::db::DbError::query(format!("reading the history of {}", job.name), e)
         })?;
         now = Some(evidence.now);
@@ -139,7 +148,7 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
             },
             after: job.after.clone(),
         };
-        let (tally, found) = judge(&promise, &evidence, args.from, args.to);
+        let (tally, found) = judge(&promise, &evidence, args.from, last);
         tallies.push(tally);
         violations.extend(found);
     }
@@ -177,7 +186,7 @@ fn settings_of(job: &crate::config::Job) -> crate::scheduler::JobSettings {
 
 fn print_report(report: &Report) {
     println!(
-        "instants from {} to {} (the database's clock reads {})",
+        "instants from {} up to {}, not included (the database's clock reads {})",
         report.from, report.to, report.now
     );
     print_table(

@@ -60,6 +60,12 @@ pub(crate) struct Config {
     pub(crate) limits: Vec<Limit>,
     /// Every `[[calendar]]`, in file order.
     pub(crate) calendars: Vec<std::sync::Arc<crate::schedule::calendar::Calendar>>,
+    /// What is wrong but stops nothing, in file order: a calendar that
+    /// cannot be read (its jobs are held), a job that can never fire.
+    pub(crate) warnings: Vec<Diagnostic>,
+    /// Whether the file has errors, and this is only the part of it that
+    /// could be read ([`Config::load_for_database`]).
+    pub(crate) broken: bool,
 }
 
 /// The lease and stop settings of `[defaults]`, for runs that are not
@@ -397,6 +403,21 @@ impl After {
 }
 
 impl Job {
+    /// Why the job is held, if it is: a calendar it names could not be
+    /// read. A held job never runs; the others run as usual.
+    pub(crate) fn held(&self) -> Option<String> {
+        let rules = self.schedule.rules();
+        rules
+            .skip_on
+            .iter()
+            .chain(&rules.only_on)
+            .find_map(|calendar| {
+                calendar
+                    .why_unreadable()
+                    .map(|why| format!("calendar {:?} cannot be read: {why}", calendar.name()))
+            })
+    }
+
     /// The job's effective definition, as replicas compare it (config
     /// drift): everything that decides when, where and how it runs, with
     /// `[defaults]` applied. Not where it is in the file, and not where its
@@ -601,6 +622,25 @@ pub(crate) struct ConfigError {
     pub(crate) diagnostics: Vec<Diagnostic>,
 }
 
+impl Diagnostic {
+    /// `FILE:LINE: job J, key K: message`, as each problem is printed.
+    pub(crate) fn located(&self, path: &Path) -> String {
+        let mut text = path.display().to_string();
+        if let Some(line) = self.line {
+            text.push_str(&format!(":{line}"));
+        }
+        text.push_str(": ");
+        match (&self.job, &self.key) {
+            (Some(job), Some(key)) => text.push_str(&format!("job {job}, key {key:?}: ")),
+            (Some(job), None) => text.push_str(&format!("job {job}: ")),
+            (None, Some(key)) => text.push_str(&format!("key {key:?}: ")),
+            (None, None) => {}
+        }
+        text.push_str(&self.message);
+        text
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let count = self.diagnostics.len();
@@ -611,18 +651,7 @@ impl fmt::Display for ConfigError {
             if count == 1 { "" } else { "s" }
         )?;
         for (i, diagnostic) in self.diagnostics.iter().enumerate() {
-            write!(f, "{}", self.path.display())?;
-            if let Some(line) = diagnostic.line {
-                write!(f, ":{line}")?;
-            }
-            write!(f, ": ")?;
-            match (&diagnostic.job, &diagnostic.key) {
-                (Some(job), Some(key)) => write!(f, "job {job}, key {key:?}: ")?,
-                (Some(job), None) => write!(f, "job {job}: ")?,
-                (None, Some(key)) => write!(f, "key {key:?}: ")?,
-                (None, None) => {}
-            }
-            write!(f, "{}", diagnostic.message)?;
+            write!(f, "{}", diagnostic.located(&self.path))?;
             if i + 1 < count {
                 writeln!(f)?;
             }
@@ -664,6 +693,37 @@ impl Config {
     /// The enabled jobs.
     pub(crate) fn enabled_jobs(&self) -> impl Iterator<Item = &Job> {
         self.jobs.iter().filter(|job| job.enabled)
+    }
+
+    /// The enabled jobs that are not held: those the daemon runs.
+    pub(crate) fn runnable_jobs(&self) -> impl Iterator<Item = &Job> {
+        self.enabled_jobs().filter(|job| job.held().is_none())
+    }
+
+    /// What can be read of the file at `path` for a command that needs
+    /// only the database (`status`, `history`, `pause`, …): the whole
+    /// config if it is valid; otherwise the part that is (the database
+    /// and the jobs that could be read), its errors moved to its
+    /// warnings. With TOML that cannot be read, or no file at all, only
+    /// the database `REPLICRON_DATABASE_URL` names. `Err` where no
+    /// database can be found.
+    pub(crate) fn load_for_database(path: &Path, env: &Environment) -> Result<Config, ConfigError> {
+        let error = match Config::load(path, env) {
+            Ok(config) => return Ok(config),
+            Err(error) => error,
+        };
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let partial = check::check(path, &text, env)
+            .0
+            .or_else(|| check::check(path, "", env).0);
+        let Some(mut partial) = partial else {
+            return Err(error);
+        };
+        partial.warnings.extend(error.diagnostics);
+        partial.warnings.sort_by_key(|d| d.line.unwrap_or(0));
+        partial.warnings.dedup();
+        partial.broken = true;
+        Ok(partial)
     }
 
     /// The job called `name`.

@@ -1136,25 +1136,50 @@ fn calendars_windows_and_the_daylight_saving_policy() {
         let plain = parse(&job("schedule = \"@daily\"\ncommand = \"true\"")).expect("valid");
         assert!(!plain.jobs[0].definition().contains("rules="));
     }
-    // A file that cannot be read, or parsed: the file and its line.
+    // A file that cannot be read, or parsed: a warning naming the file
+    // and its line, the job that names it held, the others not, and no
+    // error after it (the calendar is declared).
+    let second = "[[job]]\nname = \"other\"\nschedule = \"@daily\"\ncommand = \"true\"\n";
     let missing = Config::parse(
         &path,
-        &text.replace("holidays.ics", "nowhere.ics"),
+        &format!("{}{second}", text.replace("holidays.ics", "nowhere.ics")),
         &Environment::default(),
     )
-    .expect_err("no file");
-    let rendered = missing.to_string();
+    .expect("a missing calendar holds its jobs");
+    let [warning] = &missing.warnings[..] else {
+        panic!("{:#?}", missing.warnings);
+    };
+    let rendered = warning.located(&path);
     assert!(rendered.contains("jobs.toml:7:"), "{rendered}");
     assert!(rendered.contains("nowhere.ics"), "{rendered}");
+    assert!(rendered.contains("held"), "{rendered}");
+    let held = missing.jobs[0].held().expect("held");
+    assert!(
+        held.starts_with("calendar \"holidays\" cannot be read: cannot read"),
+        "{held}"
+    );
+    assert_eq!(missing.jobs[1].held(), None);
+    assert_eq!(
+        missing
+            .runnable_jobs()
+            .map(|j| j.name.to_string())
+            .collect::<Vec<_>>(),
+        ["other"]
+    );
     std::fs::write(
         &ics,
         "BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20201225\nRRULE:FREQ=WHENEVER\nEND:VEVENT\nEND:VCALENDAR\n",
     )
     .expect("written");
-    let bad = Config::parse(&path, &text, &Environment::default()).expect_err("bad rule");
-    let rendered = bad.to_string();
+    let bad = Config::parse(&path, &text, &Environment::default()).expect("bad rule: held");
+    let rendered = bad.warnings[0].located(&path);
     assert!(rendered.contains("holidays.ics:4:"), "{rendered}");
     assert!(rendered.contains("WHENEVER"), "{rendered}");
+    assert!(
+        bad.jobs[0]
+            .held()
+            .is_some_and(|why| why.contains("WHENEVER"))
+    );
 
     one_error(
         &job("schedule = \"@daily\"\ncommand = \"true\"\ndst_gap = \"later\""),
@@ -1213,6 +1238,112 @@ fn calendars_windows_and_the_daylight_saving_policy() {
         None,
         "calendar.dates",
         "needs dates",
+    );
+}
+
+#[test]
+fn a_job_that_can_never_fire_is_warned_of_by_name() {
+    let past = "[[calendar]]\nname = \"gone\"\ndates = [\"2001-01-01\"]\n\n";
+    let config = parse(&format!(
+        "{DB}{past}[[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\nonly_on = [\"gone\"]\n\n\
+         [[job]]\nname = \"off\"\nschedule = \"@daily\"\ncommand = \"true\"\nonly_on = [\"gone\"]\nenabled = false\n\n\
+         [[job]]\nname = \"child\"\nafter = [\"off\"]\ncommand = \"true\"\n"
+    ))
+    .expect("valid: warned, not refused");
+    let shown: Vec<(Option<usize>, Option<&str>, Option<&str>)> = config
+        .warnings
+        .iter()
+        .map(|w| (w.line, w.job.as_deref(), w.key.as_deref()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (Some(11), Some("\"j\""), Some("only_on")),
+            (Some(22), Some("\"child\""), Some("after")),
+        ],
+        "{:#?}",
+        config.warnings
+    );
+    assert!(
+        config.warnings[0].message.contains("never fire")
+            && config.warnings[0]
+                .message
+                .contains("\"gone\" holds no date"),
+        "{:#?}",
+        config.warnings
+    );
+    assert!(
+        config.warnings[1]
+            .message
+            .contains("\"off\", which is disabled"),
+        "{:#?}",
+        config.warnings
+    );
+    // A calendar with a date ahead, or an enabled parent: nothing said.
+    let fine = parse(&format!(
+        "{DB}[[calendar]]\nname = \"ahead\"\ndates = [\"2001-01-01\", \"2999-01-01\"]\n\n\
+         [[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\nonly_on = [\"ahead\"]\n\n\
+         [[job]]\nname = \"child\"\nafter = [\"j\"]\ncommand = \"true\"\n"
+    ))
+    .expect("valid");
+    assert_eq!(fine.warnings, []);
+}
+
+#[test]
+fn a_broken_file_still_gives_commands_its_database() {
+    let folder = tempfile::tempdir().expect("a folder");
+    let path = folder.path().join("jobs.toml");
+    let env = Environment::default();
+    // One bad job: the database and the good job, the error as a warning.
+    std::fs::write(
+        &path,
+        format!(
+            "{DB}\n[[job]]\nname = \"good\"\nschedule = \"@daily\"\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"bad\"\nschedule = \"every tuesday\"\ncommand = \"true\"\n"
+        ),
+    )
+    .expect("written");
+    assert!(Config::load(&path, &env).is_err());
+    let partial = Config::load_for_database(&path, &env).expect("the database");
+    assert!(partial.broken);
+    assert_eq!(
+        partial.database.url.to_string(),
+        "sqlite:///tmp/replicron-test.db"
+    );
+    assert_eq!(
+        partial
+            .jobs
+            .iter()
+            .map(|j| j.name.to_string())
+            .collect::<Vec<_>>(),
+        ["good"]
+    );
+    assert!(
+        partial
+            .warnings
+            .iter()
+            .any(|w| w.job.as_deref() == Some("\"bad\"")),
+        "{:#?}",
+        partial.warnings
+    );
+    // TOML that cannot be read: the database the environment names, else
+    // the error.
+    std::fs::write(&path, "[database\nurl = ").expect("written");
+    let error = Config::load_for_database(&path, &env).expect_err("no database");
+    assert!(error.to_string().contains("invalid TOML"), "{error}");
+    let env = Environment::default().with(DATABASE_URL_ENV, "sqlite:///tmp/elsewhere.db");
+    let partial = Config::load_for_database(&path, &env).expect("the environment's database");
+    assert!(partial.broken && partial.jobs.is_empty());
+    assert_eq!(
+        partial.database.url.to_string(),
+        "sqlite:///tmp/elsewhere.db"
+    );
+    // A valid file is the whole config.
+    std::fs::write(&path, job("schedule = \"@daily\"\ncommand = \"true\"")).expect("written");
+    assert!(
+        !Config::load_for_database(&path, &Environment::default())
+            .expect("valid")
+            .broken
     );
 }
 

@@ -590,12 +590,24 @@ impl FileImport<'_> {
             }
         };
         // The same validation as `replicron check`, in the zone the job
-        // runs in, so that the output is a config that loads.
-        if let Err(error) = Schedule::parse(schedule, zone) {
-            self.note(number, format!("{error}: not imported"));
-            self.left_out(line, "invalid schedule");
-            return;
-        }
+        // runs in, so that the output is a config that loads. A pattern
+        // that never matches (`0 0 30 2 *`) is a job cron never ran: it is
+        // kept, disabled, so that the line is not lost.
+        let never_fires = match Schedule::parse(schedule, zone) {
+            Ok(_) => false,
+            Err(error) if error.ends_with("never fires") => {
+                self.note(
+                    number,
+                    format!("{error} (cron never ran it): written as a disabled job"),
+                );
+                true
+            }
+            Err(error) => {
+                self.note(number, format!("{error}: not imported"));
+                self.left_out(line, "invalid schedule");
+                return;
+            }
+        };
         let (user, command) = if self.user_column {
             let (user, command) = split_word(rest);
             (Some(user), command)
@@ -645,9 +657,22 @@ impl FileImport<'_> {
             self.note(number, note);
         }
         let jobs = &mut *self.jobs;
+        if never_fires {
+            let _ = writeln!(
+                jobs,
+                "# Its schedule {} never fires, so cron never ran it: kept disabled, as @manual;\n\
+                 # give it a schedule that fires and remove `enabled = false` to run it.",
+                toml_string(schedule)
+            );
+        }
         let _ = writeln!(jobs, "[[job]]");
         let _ = writeln!(jobs, "name = {}", toml_string(&name));
-        let _ = writeln!(jobs, "schedule = {}", toml_string(schedule));
+        if never_fires {
+            let _ = writeln!(jobs, "schedule = \"@manual\"");
+            let _ = writeln!(jobs, "enabled = false");
+        } else {
+            let _ = writeln!(jobs, "schedule = {}", toml_string(schedule));
+        }
         let _ = writeln!(jobs, "command = {}", toml_string(&command));
         if self.every {
             let _ = writeln!(jobs, "run_on = \"every\"");

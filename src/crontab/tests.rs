@@ -255,7 +255,8 @@ fn a_line_that_does_not_fit_the_user_column_is_reported() {
 }
 
 #[test]
-fn invalid_schedules_are_reported_by_line_and_not_emitted() {
+fn invalid_schedules_are_reported_by_line_and_not_emitted_but_a_never_firing_one_is_kept_disabled()
+{
     let text = "\
 61 * * * * /usr/bin/minute
 0 0 30 2 * /usr/bin/never
@@ -265,9 +266,19 @@ CRON_TZ=Mars/Olympus
 0 1 * * * /usr/bin/martian
 ";
     let import = run("alice", text, None);
-    assert_eq!(import.jobs, 1, "{}", import.toml);
+    assert_eq!(import.jobs, 2, "{}", import.toml);
     assert!(import.toml.contains("name = \"fine\""));
-    for job in ["minute\"", "never\"", "macro\"", "martian\""] {
+    assert!(
+        import.toml.contains(
+            "# alice:2: 0 0 30 2 * /usr/bin/never\n\
+             # Its schedule \"0 0 30 2 *\" never fires, so cron never ran it: kept disabled, as @manual;\n\
+             # give it a schedule that fires and remove `enabled = false` to run it.\n\
+             [[job]]\nname = \"never\"\nschedule = \"@manual\"\nenabled = false\ncommand = \"/usr/bin/never\"\n"
+        ),
+        "{}",
+        import.toml
+    );
+    for job in ["minute\"", "macro\"", "martian\""] {
         assert!(
             !import.toml.contains(&format!("name = \"{job}")),
             "{}",
@@ -277,14 +288,15 @@ CRON_TZ=Mars/Olympus
     let text = messages(&import);
     for expected in [
         "alice:1: invalid schedule \"61 * * * *\": minute 61 is out of range",
-        "alice:2: schedule \"0 0 30 2 *\" never fires: not imported",
+        "alice:2: schedule \"0 0 30 2 *\" never fires (cron never ran it): written as a disabled job",
         "alice:3: unknown macro \"@fortnightly\"",
         "alice:5: CRON_TZ=\"Mars/Olympus\" is not a time zone",
         "alice:6: not imported: the CRON_TZ above it",
     ] {
         assert!(text.contains(expected), "{expected}:\n{text}");
     }
-    load(&import.toml);
+    let config = load(&import.toml);
+    assert!(config.job("never").is_some_and(|j| !j.enabled));
 }
 
 /// The shape of Debian's /etc/anacrontab.

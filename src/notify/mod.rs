@@ -380,16 +380,20 @@ impl Notifier {
 
 impl Notifier {
     /// At shutdown: waits at most `timeout` for what is queued or being
-    /// sent, and logs how many were not sent.
-    pub(crate) async fn flush(&self, timeout: Duration) {
+    /// sent, and logs how many were not sent; returns that number.
+    pub(crate) async fn flush(&self, timeout: Duration) -> usize {
         let deadline = tokio::time::Instant::now() + timeout;
-        while self.outstanding.load(Ordering::SeqCst) > 0 {
+        loop {
+            let unsent = self.outstanding.load(Ordering::SeqCst);
+            if unsent == 0 {
+                return 0;
+            }
             if tokio::time::Instant::now() >= deadline {
                 error!(
-                    unsent = self.outstanding.load(Ordering::SeqCst),
+                    unsent,
                     "notifications not sent before exit (their webhooks or commands did not answer in time)"
                 );
-                return;
+                return unsent;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -190,7 +190,7 @@ impl JobState {
         job: Option<&Job>,
         now: DateTime<Utc>,
     ) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
-        let job = job.filter(|j| j.enabled)?;
+        let job = job.filter(|j| j.enabled && j.held().is_none())?;
         let after = match &self.pause {
             Some(Pause { until: None, .. }) => return None,
             Some(Pause {
@@ -404,7 +404,11 @@ impl Seen<'_> {
     /// applies: a stuck or orphaned lease, a definition that drifted
     /// between replicas, a last run that ended badly.
     fn problem(&self, drift: Option<&Drift>) -> Option<Problem> {
-        self.stuck()
+        self.job
+            .filter(|job| job.enabled)
+            .and_then(crate::config::Job::held)
+            .map(Problem::Held)
+            .or_else(|| self.stuck())
             .or_else(|| drift.map(|drift| Problem::Drift(drift.describe())))
             .or_else(|| failed(self.last))
     }
@@ -511,6 +515,9 @@ pub(crate) enum Problem {
         ended: Duration,
         last_seen: Option<NaiveDateTime>,
     },
+    /// A calendar the job names cannot be read (here): it is not run
+    /// until the file is fixed and the daemon reloaded.
+    Held(String),
     /// Live replicas define the job differently: how.
     Drift(String),
     /// The last run ended badly.
@@ -572,6 +579,10 @@ impl std::fmt::Display for Problem {
                  is not a running replica; the next claim marks the run abandoned",
                 human(*ended)
             ),
+            Problem::Held(why) => write!(
+                f,
+                "HELD: {why}; it does not run until the file is fixed and the daemon reloaded (SIGHUP)"
+            ),
             Problem::Drift(how) => write!(f, "DRIFT: live replicas define it differently: {how}"),
             Problem::Failed {
                 run,
@@ -603,7 +614,7 @@ impl Problem {
             | Problem::LeaseEnded { run, .. }
             | Problem::Orphaned { run, .. }
             | Problem::Failed { run, .. } => Some(*run),
-            Problem::HeldWithoutRun | Problem::Drift(_) => None,
+            Problem::HeldWithoutRun | Problem::Held(_) | Problem::Drift(_) => None,
         }
     }
 

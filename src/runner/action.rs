@@ -99,6 +99,8 @@ pub struct RunContext {
     pub(crate) instant: DateTime<Utc>,
     pub(crate) fence: i64,
     pub(crate) attempt: u32,
+    /// What started this attempt, as its history row says.
+    pub(crate) trigger: crate::run::Trigger,
     pub(crate) run_id: i64,
     pub(crate) instance: Arc<str>,
     pub(crate) stop: watch::Receiver<Option<StopReason>>,
@@ -158,6 +160,13 @@ impl RunContext {
     /// 1, or more when the run is retried.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// What started this attempt, as its history row's `triggered_by`
+    /// says: `schedule`, `catch_up`, `manual`, `backfill`, `dependency`,
+    /// or `retry` for the attempts after the first.
+    pub fn trigger(&self) -> &'static str {
+        self.trigger.as_str()
     }
 
     /// The run's row in `replicron_runs`.

@@ -89,6 +89,7 @@ impl Process {
         env.insert("REPLICRON_FENCE".into(), ctx.fence().to_string());
         env.insert("REPLICRON_INSTANCE".into(), ctx.instance().to_string());
         env.insert("REPLICRON_ATTEMPT".into(), ctx.attempt().to_string());
+        env.insert("REPLICRON_TRIGGER".into(), ctx.trigger().to_string());
         // The run's trace, for the job's own spans to join (W3C).
         if let Some((parent, state)) = ctx.trace.as_deref() {
             env.insert("TRACEPARENT".into(), parent.clone());
@@ -528,6 +529,7 @@ mod tests {
             instant: chrono::Utc::now(),
             fence: 1,
             attempt: 1,
+            trigger: crate::run::Trigger::Schedule,
             run_id: 1,
             instance: Arc::from("me"),
             stop: stopped,

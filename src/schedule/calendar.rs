@@ -29,11 +29,17 @@ const MAX_DATES: usize = 200_000;
 pub(crate) struct Calendar {
     name: String,
     dates: BTreeSet<NaiveDate>,
+    /// Why its file could not be read, if it could not: it then holds no
+    /// date, and the jobs that name it are held.
+    unreadable: Option<String>,
 }
 
 /// Its name, how many dates, and a digest of them: what replicas compare.
 impl fmt::Debug for Calendar {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(why) = &self.unreadable {
+            return write!(f, "{}(unreadable: {why})", self.name);
+        }
         let all: String = self.dates.iter().map(|d| format!("{d} ")).collect();
         write!(
             f,
@@ -65,23 +71,25 @@ impl Calendar {
         Calendar {
             name: name.to_string(),
             dates: dates.into_iter().collect(),
+            unreadable: None,
+        }
+    }
+
+    /// A calendar whose file could not be read, and why: the jobs that
+    /// name it are held, rather than run without it.
+    pub(crate) fn unreadable(name: &str, why: String) -> Calendar {
+        Calendar {
+            name: name.to_string(),
+            dates: BTreeSet::new(),
+            unreadable: Some(why),
         }
     }
 
     /// The calendar an iCalendar file's `VEVENT`s cover.
     pub(crate) fn from_ics(name: &str, text: &str) -> Result<Calendar, IcsError> {
         let unfolded = icalendar::parser::unfold(text);
-        let parsed = icalendar::parser::read_calendar(&unfolded).map_err(|e| IcsError {
-            line: first_line_of_error(&e),
-            message: format!(
-                "not an iCalendar file: {}",
-                e.lines()
-                    .filter(|l| !l.trim().is_empty())
-                    .take(3)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
-        })?;
+        let parsed = icalendar::parser::read_calendar(&unfolded)
+            .map_err(|e| what_is_broken(text, first_line_of_error(&e)))?;
         let events: Vec<_> = parsed
             .components
             .iter()
@@ -183,7 +191,13 @@ impl Calendar {
         Ok(Calendar {
             name: name.to_string(),
             dates,
+            unreadable: None,
         })
+    }
+
+    /// Why its file could not be read, if it could not.
+    pub(crate) fn why_unreadable(&self) -> Option<&str> {
+        self.unreadable.as_deref()
     }
 
     /// Its name, as jobs' `skip_on` and `only_on` write it.
@@ -303,6 +317,82 @@ fn expand(start: NaiveDateTime, rule: &str) -> Result<Vec<NaiveDateTime>, String
     Ok(starts)
 }
 
+/// What is wrong with `text`, which the parser refused, in words and at a
+/// line of the file: a block left open (a file cut short), an `END` that
+/// closes no block, a line that is no property; else the line the parser
+/// named (`parser_line`, kept within the file) and its text.
+fn what_is_broken(text: &str, parser_line: usize) -> IcsError {
+    let lines: Vec<&str> = text.lines().collect();
+    let last = lines.len().max(1);
+    if !lines
+        .iter()
+        .any(|l| l.trim().eq_ignore_ascii_case("BEGIN:VCALENDAR"))
+    {
+        return IcsError {
+            line: 1,
+            message: "not an iCalendar file: no BEGIN:VCALENDAR".to_string(),
+        };
+    }
+    let mut open: Vec<(String, usize)> = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let number = n + 1;
+        let line = line.trim_end_matches('\r');
+        // A folded line goes on the one before; an empty line says nothing.
+        if line.starts_with([' ', '\t']) || line.trim().is_empty() {
+            continue;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return IcsError {
+                line: number,
+                message: format!(
+                    "{line:?} is no property (NAME:VALUE){}",
+                    if number == last {
+                        ", and it is the last line: is the file cut short?"
+                    } else {
+                        ""
+                    }
+                ),
+            };
+        };
+        let block = value.trim().to_ascii_uppercase();
+        if name.eq_ignore_ascii_case("BEGIN") {
+            open.push((block, number));
+        } else if name.eq_ignore_ascii_case("END") {
+            match open.pop() {
+                Some((begun, _)) if begun == block => {}
+                Some((begun, at)) => {
+                    return IcsError {
+                        line: number,
+                        message: format!("END:{block} where BEGIN:{begun} of line {at} is open"),
+                    };
+                }
+                None => {
+                    return IcsError {
+                        line: number,
+                        message: format!("END:{block} closes no BEGIN:{block}"),
+                    };
+                }
+            }
+        }
+    }
+    if let Some((begun, at)) = open.pop() {
+        return IcsError {
+            line: last,
+            message: format!(
+                "the file ends without END:{begun} (BEGIN:{begun} is at line {at}): is it cut short?"
+            ),
+        };
+    }
+    let line = parser_line.clamp(1, last);
+    IcsError {
+        line,
+        message: format!(
+            "not an iCalendar file: line {line} ({:?}) cannot be read",
+            lines.get(line - 1).copied().unwrap_or_default()
+        ),
+    }
+}
+
 /// The line a parse error of `icalendar` names (it numbers the unfolded
 /// text, which is the file's for files without folded lines), else 1.
 fn first_line_of_error(error: &str) -> usize {
@@ -386,6 +476,34 @@ END:VCALENDAR\r\n";
         let bad = HOLIDAYS.replace("DTSTART;VALUE=DATE:20270101", "DTSTART;VALUE=DATE:2027-1");
         let e = Calendar::from_ics("x", &bad).expect_err("bad date");
         assert_eq!(e.line, 13, "{e}");
+    }
+
+    #[test]
+    fn a_file_cut_short_or_out_of_order_is_told_in_words_at_a_line_it_has() {
+        // Cut in the middle of a line of the second event.
+        let cut = &HOLIDAYS[..HOLIDAYS.find("SUMMARY:New").expect("there") + 4];
+        let e = Calendar::from_ics("x", cut).expect_err("cut short");
+        let lines = cut.lines().count();
+        assert_eq!(e.line, lines, "{e}");
+        assert_eq!(
+            e.message,
+            "\"SUMM\" is no property (NAME:VALUE), and it is the last line: is the file cut short?"
+        );
+        // Cut after a whole line.
+        let cut = &HOLIDAYS[..HOLIDAYS.find("SUMMARY:New").expect("there")];
+        let e = Calendar::from_ics("x", cut).expect_err("cut short");
+        assert_eq!(e.line, cut.lines().count(), "{e}");
+        assert_eq!(
+            e.message,
+            "the file ends without END:VEVENT (BEGIN:VEVENT is at line 11): is it cut short?"
+        );
+        let crossed = HOLIDAYS.replacen("END:VEVENT", "END:VCALENDAR", 1);
+        let e = Calendar::from_ics("x", &crossed).expect_err("crossed");
+        assert_eq!(e.line, 10, "{e}");
+        assert_eq!(
+            e.message,
+            "END:VCALENDAR where BEGIN:VEVENT of line 4 is open"
+        );
     }
 
     #[test]

@@ -358,6 +358,7 @@ async fn run_attempt(
         instant,
         fence,
         attempt,
+        trigger: recording.trigger.of_attempt(attempt),
         run_id,
         instance: Arc::from(engine.instance.as_str()),
         stop: stopped,

@@ -204,11 +204,7 @@ impl<'e> RunRows<'e> {
                     .store
                     .record_run_started(NewRun {
                         attempt: self.attempts_before + attempt as i32,
-                        trigger: if attempt > 1 {
-                            Trigger::Retry
-                        } else {
-                            self.row.trigger
-                        },
+                        trigger: self.row.trigger.of_attempt(attempt),
                         ..self.row.clone()
                     })
                     .await

@@ -126,6 +126,10 @@ fn describe() {
         "1 while live replicas define the job differently (their job files differ), else 0; read every 10 s"
     );
     describe_gauge!(
+        "replicron_job_held",
+        "1 while the job is held on this replica (a calendar it names cannot be read: it is not run), else 0"
+    );
+    describe_gauge!(
         "replicron_job_paused",
         "1 while the job is paused fleet-wide (replicron pause), else 0; read every 10 s"
     );
@@ -240,6 +244,12 @@ pub(crate) fn overrun(job: &str) {
 /// Whether live replicas define the job differently.
 pub(crate) fn config_drift(job: &str, drifted: bool) {
     gauge!("replicron_config_drift", "job" => job.to_string()).set(if drifted { 1.0 } else { 0.0 });
+}
+
+/// Whether the job is held on this replica (a calendar of its cannot be
+/// read).
+pub(crate) fn job_held(job: &str, held: bool) {
+    gauge!("replicron_job_held", "job" => job.to_string()).set(if held { 1.0 } else { 0.0 });
 }
 
 /// Whether the job is paused fleet-wide.

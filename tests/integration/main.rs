@@ -11,6 +11,7 @@ mod backends;
 mod campaign;
 mod check;
 mod cluster;
+mod commands;
 mod daemon;
 mod dashboard;
 mod database_time;

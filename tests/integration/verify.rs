@@ -72,8 +72,11 @@ backend_test! {
             .iter()
             .map(|r| r["scheduled_at"].as_str().expect("instant").to_string())
             .collect();
-        // The first instant may have come before the job's row existed.
-        let (from, to) = (instants[1].clone(), instants[instants.len() - 1].clone());
+        // The first instant may have come before the job's row existed; the
+        // range ends after the last (`--to` is not included).
+        let from = instants[1].clone();
+        let to = (parse(&instants[instants.len() - 1]) + chrono::TimeDelta::seconds(1))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let (code, report, out) = verify(&config, &["--from", &from, "--to", &to]);
         assert_eq!(code, 0, "{out}");
         assert_eq!(report["clean"], true, "{out}");

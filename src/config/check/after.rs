@@ -200,6 +200,25 @@ impl Checker<'_> {
         if !ok {
             return false;
         }
+        // A parent that is disabled never ends, so its enabled child never
+        // fires: said, not refused (disabling a job is how it is paused
+        // in the file).
+        for declared in &declared {
+            let enabled = |name: &str| index.get(name).is_some_and(|i| jobs[*i].enabled);
+            if !enabled(&declared.job) {
+                continue;
+            }
+            for name in declared.parents.iter().filter(|p| !enabled(p)) {
+                self.warn(
+                    Some(declared.span.clone()),
+                    Some(Scope::Job(&declared.label)),
+                    Some("after"),
+                    format!(
+                        "the job can never fire: after names {name:?}, which is disabled (enabled = false)"
+                    ),
+                );
+            }
+        }
         for (i, after) in resolved {
             jobs[i].after = Some(after);
         }

@@ -64,35 +64,23 @@ impl Checker<'_> {
             }
             (None, Some(ics)) => {
                 let file = folder.join(ics.get_ref());
-                let text = match std::fs::read_to_string(&file) {
-                    Ok(text) => text,
-                    Err(e) => {
-                        self.report(
-                            Some(ics.span()),
-                            Some(scope),
-                            Some("ics"),
-                            format!("calendar {name:?}: cannot read {}: {e}", file.display()),
-                        );
-                        return None;
-                    }
+                // A file that cannot be read holds the jobs that name it
+                // (the others run): a warning, not an error.
+                let why = match std::fs::read_to_string(&file) {
+                    Err(e) => format!("cannot read {}: {e}", file.display()),
+                    Ok(text) => match Calendar::from_ics(&name, &text) {
+                        Ok(calendar) => return Some(calendar),
+                        Err(e) => format!("{}:{}: {}", file.display(), e.line, e.message),
+                    },
                 };
-                match Calendar::from_ics(&name, &text) {
-                    Ok(calendar) => Some(calendar),
-                    Err(e) => {
-                        self.report(
-                            Some(ics.span()),
-                            Some(scope),
-                            Some("ics"),
-                            format!(
-                                "calendar {name:?}: {}:{}: {}",
-                                file.display(),
-                                e.line,
-                                e.message
-                            ),
-                        );
-                        None
-                    }
-                }
+                let jobs = "the jobs that name it are held (never run) until it is fixed";
+                self.warn(
+                    Some(ics.span()),
+                    Some(scope),
+                    Some("ics"),
+                    format!("calendar {name:?}: {why}; {jobs}"),
+                );
+                Some(Calendar::unreadable(&name, why))
             }
             (Some(dates), Some(_)) => {
                 self.report(
@@ -209,5 +197,36 @@ impl Checker<'_> {
             skip_on,
             only_on,
         })
+    }
+
+    /// Warns of an enabled job that can never fire because its `only_on`
+    /// calendars hold no date from today on (a list of past dates, a
+    /// file of last year's holidays).
+    pub(super) fn only_on_ahead(
+        &mut self,
+        schedule: &Schedule,
+        at: Option<Range<usize>>,
+        scope: Scope<'_>,
+    ) {
+        let only_on = &schedule.rules().only_on;
+        if only_on.is_empty() || only_on.iter().any(|c| c.why_unreadable().is_some()) {
+            return;
+        }
+        // Yesterday: today somewhere on earth.
+        let from = Utc::now().date_naive() - chrono::TimeDelta::days(1);
+        if only_on.iter().all(|c| c.dates_from(from).next().is_none()) {
+            let names: Vec<String> = only_on.iter().map(|c| format!("{:?}", c.name())).collect();
+            self.warn(
+                at,
+                Some(scope),
+                Some("only_on"),
+                format!(
+                    "the job can never fire: its only_on calendar{} {} hold{} no date from {from} on",
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", "),
+                    if names.len() == 1 { "s" } else { "" }
+                ),
+            );
+        }
     }
 }

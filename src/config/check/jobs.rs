@@ -607,11 +607,17 @@ impl Checker<'_> {
                 }
             },
         };
+        let only_on_at = bounds.only_on.as_ref().map(Spanned::span);
         let rules = self.rules(bounds, &settings, schedule.as_ref(), file.calendars, scope);
         let schedule = match (schedule, rules) {
             (Some(schedule), Some(rules)) => Some(schedule.with_rules(rules)),
             _ => None,
         };
+        if let Some(schedule) = &schedule
+            && raw.enabled.as_ref().is_none_or(|e| *e.get_ref())
+        {
+            self.only_on_ahead(schedule, only_on_at, scope);
+        }
         let command = match (raw.command, raw.args) {
             (Some(command), None) if command.get_ref().trim().is_empty() => {
                 self.report(

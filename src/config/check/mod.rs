@@ -41,10 +41,16 @@ pub(super) fn check(
     let mut checker = Checker {
         text,
         diagnostics: Vec::new(),
+        warnings: Vec::new(),
         declared_after: Vec::new(),
     };
     let config = checker.config(path, env);
     checker.diagnostics.sort_by_key(|d| d.line.unwrap_or(0));
+    let config = config.map(|mut config| {
+        checker.warnings.sort_by_key(|d| d.line.unwrap_or(0));
+        config.warnings = checker.warnings;
+        config
+    });
     (config, checker.diagnostics)
 }
 
@@ -126,6 +132,8 @@ impl Scope<'_> {
 pub(super) struct Checker<'t> {
     text: &'t str,
     diagnostics: Vec<Diagnostic>,
+    /// What is wrong but stops nothing ([`Config::warnings`]).
+    warnings: Vec<Diagnostic>,
     /// The jobs' `after`, resolved once every job is read.
     declared_after: Vec<after::Declared>,
 }
@@ -147,17 +155,39 @@ impl<'t> Checker<'t> {
         key: Option<&str>,
         message: impl Into<String>,
     ) {
-        let line = span.map(|span| self.line(&span));
-        self.diagnostics.push(Diagnostic {
-            line,
+        let diagnostic = self.diagnostic(span, scope, key, message.into());
+        self.diagnostics.push(diagnostic);
+    }
+
+    /// As [`Checker::report`], for what is wrong but stops nothing.
+    fn warn(
+        &mut self,
+        span: Option<Range<usize>>,
+        scope: Option<Scope<'_>>,
+        key: Option<&str>,
+        message: impl Into<String>,
+    ) {
+        let diagnostic = self.diagnostic(span, scope, key, message.into());
+        self.warnings.push(diagnostic);
+    }
+
+    fn diagnostic(
+        &self,
+        span: Option<Range<usize>>,
+        scope: Option<Scope<'_>>,
+        key: Option<&str>,
+        message: String,
+    ) -> Diagnostic {
+        Diagnostic {
+            line: span.map(|span| self.line(&span)),
             job: scope.and_then(Scope::job),
             key: match (scope, key) {
                 (Some(scope), Some(key)) => Some(scope.key(key)),
                 (None, Some(key)) => Some(key.to_string()),
                 _ => None,
             },
-            message: message.into(),
-        });
+            message,
+        }
     }
 
     fn config(&mut self, path: &Path, env: &Environment) -> Option<Config> {
@@ -358,6 +388,8 @@ impl<'t> Checker<'t> {
             jobs,
             limits,
             calendars,
+            warnings: Vec::new(),
+            broken: false,
         })
     }
 
