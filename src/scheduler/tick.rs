@@ -622,7 +622,7 @@ pub(super) enum Patience {
 
 /// How often an instant that waits for the job's run asks for the lease:
 /// it starts this soon after the run ends.
-const WAITING_POLL: Duration = Duration::from_millis(40);
+pub(super) const WAITING_POLL: Duration = Duration::from_millis(40);
 
 /// The longest an instant waits for the job's run: a bound for a lease
 /// that never ends (each is at most `lock_at_most_for`, and kept only
