@@ -2034,3 +2034,115 @@ async fn a_graceful_stop_records_the_runs_waiting_for_slots() {
         "{limited:?}"
     );
 }
+
+/// A dependent job with `overlap = "queue"`, stopped (gracefully) while
+/// its next instant (its parent's next run has ended) waits for its run:
+/// that run goes on to its end within the grace and is recorded, and the
+/// waiting instant is recorded `skipped`, saying why. On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_lets_a_dependent_jobs_run_end_and_records_its_waiting_instant() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n\
+         [[job]]\nname = \"parent\"\nschedule = \"* * * * *\"\ncommand = \"true\"\n\n\
+         [[job]]\nname = \"child\"\nafter = [\"parent\"]\noverlap = \"queue\"\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let mut builder = Scheduler::builder(db.url.as_str())
+        .clock(clock.clone())
+        .instance_id("solo")
+        .shutdown_grace(Duration::from_secs(60));
+    for job in &config.jobs {
+        let busy = if &*job.name == "child" {
+            Duration::from_secs(90)
+        } else {
+            Duration::from_millis(300)
+        };
+        builder = builder.job(Job::from_config(job).run(move |_| async move {
+            tokio::time::sleep(busy).await;
+            Ok::<(), String>(())
+        }));
+    }
+    // The child's 00:01 runs to about 00:02:30; its 00:02 waits for it
+    // from about 00:02:00.
+    builder
+        .build()
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(100)))
+        .await
+        .expect("runs");
+    let rows = endings(&db, "child");
+    let statuses: Vec<(&str, RunStatus)> = rows.iter().map(|r| (&*r.0, r.2)).collect();
+    assert_eq!(
+        statuses,
+        [
+            ("00:01", RunStatus::Succeeded),
+            ("00:02", RunStatus::Skipped)
+        ],
+        "{rows:?}"
+    );
+    assert_eq!(rows[1].3, LEFT_BY_A_STOP, "{rows:?}");
+    assert!(lease_free(&db, &clock, "child"));
+}
+
+/// Triggers in flight at a graceful stop, of an `overlap = "queue"` job:
+/// the triggered run goes on to its end within the grace and is recorded
+/// `succeeded`; a second trigger, waiting for it, is answered that the
+/// job's lease is held (its caller hears it did not run). On a paused
+/// clock.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_lets_a_triggered_run_end_and_answers_the_waiting_trigger() {
+    use super::trigger::{Answer, Refusal, Request};
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let spans: Starts = Arc::default();
+    // Due once a year: its runs here are the triggers'.
+    let mut job = recording_job(
+        "manual",
+        "0 0 1 1 *",
+        Duration::from_secs(90),
+        &clock,
+        &spans,
+    );
+    job.settings.overlap = crate::config::Overlap::Queue;
+    let (triggers, requests) = tokio::sync::mpsc::channel(4);
+    let scheduler = replica_of(&db, &clock, "solo", job.clone())
+        .shutdown_grace(Duration::from_secs(120))
+        .triggers(requests)
+        .build()
+        .await
+        .expect("build");
+    let running = tokio::spawn(scheduler.run_until(tokio::time::sleep(Duration::from_secs(20))));
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        triggers
+            .send(Request {
+                job: job.clone(),
+                force: false,
+                params: Default::default(),
+                backfill: None,
+                reply,
+            })
+            .await
+            .expect("the scheduler takes triggers");
+        answers.push(answer);
+    }
+    running.await.expect("joins").expect("runs");
+    let mut told = Vec::new();
+    for answer in answers {
+        told.push(answer.await.expect("answered"));
+    }
+    assert!(matches!(told[0], Answer::Running(_)), "{told:?}");
+    assert_eq!(told[1], Answer::Refused(Refusal::Held), "{told:?}");
+    let rows = runs_of(&db, "manual");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].status, RunStatus::Succeeded, "{rows:?}");
+    assert_eq!(rows[0].triggered_by, Trigger::Manual, "{rows:?}");
+    let spans = spans.lock().expect("spans").clone();
+    assert_eq!(spans[0].2 - spans[0].1, TimeDelta::seconds(90), "{spans:?}");
+}
