@@ -222,6 +222,9 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     let alerts = RunAlerts::default();
     for attempt in 1..=attempts {
         if attempt > 1 && !pause_before_retry(&engine, settings, held.keeper()).await {
+            if *engine.phase.borrow() != Phase::Running {
+                retry_not_run(&rows, attempt).await;
+            }
             break;
         }
         let attempt_span = tracing::info_span!(
@@ -303,6 +306,24 @@ async fn pause_before_retry(engine: &Engine, settings: &JobSettings, keeper: &mu
             }
         }
     }
+}
+
+/// Records the retry `attempt`, whose pause the scheduler's stop cut
+/// short, `skipped`, saying so: the instant's history tells that a retry
+/// was due and why it did not run. The failure before it stays the run's
+/// outcome.
+async fn retry_not_run(rows: &RunRows<'_>, attempt: u32) {
+    let Some(run_id) = rows.start(attempt).await else {
+        return;
+    };
+    warn!(attempt, "the retry is not run: replicron is stopping");
+    rows.unstarted(
+        run_id,
+        attempt,
+        RunStatus::Skipped,
+        "replicron: not run: replicron stopped during the pause before this retry\n".to_string(),
+    )
+    .await;
 }
 
 /// One attempt; returns how it ended, or `None` if it could not be
@@ -434,12 +455,13 @@ async fn run_attempt(
     if status == RunStatus::Error {
         error!("cannot start the run: {}", ending.output.trim());
     }
+    let output = output_of(&ending);
     rows.finish(
         run_id,
         RunFinish {
             status,
             exit_code: ending.exit_code,
-            output: ending.output.clone(),
+            output: output.clone(),
             duration,
         },
         ended,
@@ -450,6 +472,7 @@ async fn run_attempt(
     info!(
         status = %status,
         exit_code = ending.exit_code,
+        signal = ending.signal,
         duration_ms = duration.as_millis() as u64,
         "run finished"
     );
@@ -462,7 +485,7 @@ async fn run_attempt(
         Outcome {
             status,
             exit_code: ending.exit_code,
-            output: ending.output,
+            output,
         },
         Attempted {
             run_id,
@@ -471,6 +494,26 @@ async fn run_attempt(
             instant,
         },
     ))
+}
+
+/// The output recorded for an attempt that ended as `ending`: its own,
+/// and, for a process ended by a signal, a last line naming the signal (a
+/// SIGKILL it did not get from replicron is most likely the kernel's OOM
+/// killer's).
+fn output_of(ending: &Ending) -> String {
+    let Some(signal) = ending.signal else {
+        return ending.output.clone();
+    };
+    let name = nix::sys::signal::Signal::try_from(signal).map_or_else(
+        |_| format!("signal {signal}"),
+        |s| format!("{s} ({signal})"),
+    );
+    let mut output = ending.output.clone();
+    if !output.is_empty() && !output.ends_with('\n') {
+        output.push('\n');
+    }
+    output.push_str(&format!("replicron: the process was killed by {name}\n"));
+    output
 }
 
 /// How long an attempt that began at `began` and was known to have ended

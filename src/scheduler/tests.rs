@@ -2174,3 +2174,415 @@ async fn a_queued_dependent_job_lets_one_instant_wait() {
         "the backlog ran on until {last_end}: {q:?}"
     );
 }
+
+/// The rows of `job`, as (instant's `HH:MM`, attempt, status, output).
+fn endings(db: &TestDb, job: &str) -> Vec<(String, i32, RunStatus, String)> {
+    runs_of(db, job)
+        .iter()
+        .map(|r| {
+            (
+                r.scheduled_at.format("%H:%M").to_string(),
+                r.attempt,
+                r.status,
+                r.output.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Whether `job`'s lease is free at the test's virtual now.
+fn lease_free(db: &TestDb, clock: &Arc<TokioClock>, job: &str) -> bool {
+    let row = crate::lease::find_lock(&mut connect_at(db, clock), job)
+        .expect("lease row")
+        .expect("the job has a lease row");
+    row.lock_until.and_utc() <= clock.now()
+}
+
+/// What a stop leaves of an instant that waited for the job's run, alone
+/// on its database.
+const LEFT_BY_A_STOP: &str = "replicron: not run: replicron stopped while the instant waited for \
+                              the job's run, and no other replica claimed it\n";
+
+/// `overlap = "queue"` on one replica, stopped (gracefully) while an
+/// instant waits for the run before it: the run goes on to its end within
+/// the shutdown grace and is recorded `succeeded`, its lease is given
+/// back, and the waiting instant, which no other replica can run, is
+/// recorded `skipped`, saying why. On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_lets_the_run_a_queued_instant_waits_for_end() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let mut job = recording_job(
+        "queued",
+        "0 * * * * *",
+        Duration::from_secs(90),
+        &clock,
+        &spans,
+    );
+    job.settings.overlap = crate::config::Overlap::Queue;
+    let replica = replica_of(&db, &clock, "solo", job)
+        .shutdown_grace(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("build");
+    // 00:01's run goes until 00:02:30; 00:02 waits for it from 00:02:00.
+    replica
+        .run_until(tokio::time::sleep(Duration::from_secs(80)))
+        .await
+        .expect("runs");
+    let spans = spans.lock().expect("spans").clone();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!(spans[0].2 - spans[0].1, TimeDelta::seconds(90), "{spans:?}");
+    assert_eq!(
+        endings(&db, "queued"),
+        [
+            ("00:01".to_string(), 1, RunStatus::Succeeded, String::new()),
+            (
+                "00:02".to_string(),
+                1,
+                RunStatus::Skipped,
+                LEFT_BY_A_STOP.to_string()
+            ),
+        ]
+    );
+    assert!(lease_free(&db, &clock, "queued"));
+}
+
+/// `overlap = "replace"` on one replica, stopped while an instant waits to
+/// replace the run before it: that run is stopped for it, as asked, and
+/// recorded `replaced`; the replacing instant, which no replica can run
+/// now, is recorded `skipped`, saying why. Nothing is left `running`. On a
+/// paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_records_the_run_being_replaced_and_its_replacement() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let mut job = recording_job(
+        "latest",
+        "0 * * * * *",
+        Duration::from_secs(600),
+        &clock,
+        &spans,
+    );
+    job.settings.overlap = crate::config::Overlap::Replace;
+    // Kept alive every 11 s: at 00:01:55, then 00:02:06, the first after
+    // 00:02 asked the run to stop.
+    job.settings.lock_at_most_for = Duration::from_secs(33);
+    job.settings.kill_grace = Duration::from_secs(2);
+    job.settings.timeout = Duration::from_secs(1200);
+    let replica = replica_of(&db, &clock, "solo", job)
+        .build()
+        .await
+        .expect("build");
+    replica
+        .run_until(tokio::time::sleep(Duration::from_secs(73)))
+        .await
+        .expect("runs");
+    let rows = endings(&db, "latest");
+    let statuses: Vec<(&str, RunStatus)> = rows.iter().map(|r| (&*r.0, r.2)).collect();
+    assert_eq!(
+        statuses,
+        [
+            ("00:01", RunStatus::Replaced),
+            ("00:02", RunStatus::Skipped)
+        ],
+        "{rows:?}"
+    );
+    assert_eq!(rows[1].3, LEFT_BY_A_STOP, "{rows:?}");
+    assert_eq!(spans.lock().expect("spans").len(), 1);
+    assert!(lease_free(&db, &clock, "latest"));
+}
+
+/// `overlap = "queue"` on two replicas, one of which stops while an
+/// instant waits for the run before it: the other runs that instant once
+/// the run ends, wherever the run was, and nothing is recorded skipped.
+/// On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_queued_instant_is_left_to_the_replica_that_goes_on() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let replica = |id: &str| {
+        let mut job = recording_job(
+            "queued",
+            "0 * * * * *",
+            Duration::from_secs(90),
+            &clock,
+            &spans,
+        );
+        job.settings.overlap = crate::config::Overlap::Queue;
+        replica_of(&db, &clock, id, job)
+            .shutdown_grace(Duration::from_secs(120))
+            .build()
+    };
+    let (one, two) = (
+        replica("one").await.expect("build"),
+        replica("two").await.expect("build"),
+    );
+    // 00:01 runs to 00:02:30 while 00:02 waits; `one` stops at 00:02:10,
+    // `two` at 00:02:50, after 00:02 started (it ends by 00:04:50).
+    let (a, b) = tokio::join!(
+        one.run_until(tokio::time::sleep(Duration::from_secs(80))),
+        two.run_until(tokio::time::sleep(Duration::from_secs(120)))
+    );
+    a.expect("one runs");
+    b.expect("two runs");
+    let rows = endings(&db, "queued");
+    let ran: Vec<(&str, RunStatus)> = rows.iter().map(|r| (&*r.0, r.2)).collect();
+    assert_eq!(
+        ran,
+        [
+            ("00:01", RunStatus::Succeeded),
+            ("00:02", RunStatus::Succeeded)
+        ],
+        "{rows:?}"
+    );
+    assert_eq!(
+        runs_of(&db, "queued")[1].instance,
+        "two",
+        "the waiting instant ran on the replica that went on"
+    );
+    let spans = spans.lock().expect("spans").clone();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    assert!(spans[0].2 <= spans[1].1, "overlapped: {spans:?}");
+}
+
+/// A run stopped (gracefully) in the pause before its retry: the failed
+/// attempt stays its outcome, and the retry that was due is recorded
+/// `skipped`, saying why, rather than never mentioned. On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_records_the_retry_it_cut_short() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let job = Job::new("flaky", "0 * * * * *")
+        .expect("job")
+        .retries(2, Duration::from_secs(60))
+        .run(|_| async { Err::<(), String>("the API was down".to_string()) });
+    let replica = replica_of(&db, &clock, "solo", job)
+        .build()
+        .await
+        .expect("build");
+    // 00:01's attempt 1 fails at once; its retry is due at 00:02:00.
+    replica
+        .run_until(tokio::time::sleep(Duration::from_secs(40)))
+        .await
+        .expect("runs");
+    assert_eq!(
+        endings(&db, "flaky"),
+        [
+            (
+                "00:01".to_string(),
+                1,
+                RunStatus::Failed,
+                "the API was down".to_string()
+            ),
+            (
+                "00:01".to_string(),
+                2,
+                RunStatus::Skipped,
+                "replicron: not run: replicron stopped during the pause before this retry\n"
+                    .to_string()
+            ),
+        ]
+    );
+    assert!(lease_free(&db, &clock, "flaky"));
+}
+
+/// Runs that wait, at a graceful stop, for one of their `allow` job's run
+/// slots or for a limit's: each is recorded `skipped`, naming what it
+/// waited for, while the runs that hold them go on to their ends. On a
+/// paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_records_the_runs_waiting_for_slots() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let mut allowed = recording_job(
+        "allowed",
+        "0 * * * * *",
+        Duration::from_secs(90),
+        &clock,
+        &spans,
+    );
+    allowed.settings.overlap = crate::config::Overlap::Allow(1);
+    allowed.settings.gates = vec![super::job::Gate {
+        label: "its 1 run slots (max_concurrent)".to_string(),
+        rows: crate::lease::concurrent_rows("allowed", 1),
+    }];
+    let limit = crate::config::Limit {
+        name: "vendor".to_string(),
+        max_running: 1,
+    };
+    let limited = |name: &'static str| {
+        let mut job = recording_job(
+            name,
+            "30 * * * * *",
+            Duration::from_secs(90),
+            &clock,
+            &spans,
+        );
+        job.settings.gates = vec![super::job::Gate {
+            label: "limit vendor".to_string(),
+            rows: limit.rows(),
+        }];
+        job
+    };
+    let replica = replica_of(&db, &clock, "solo", allowed)
+        .job(limited("first"))
+        .job(limited("second"))
+        .shutdown_grace(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("build");
+    // 00:01 of `allowed` holds its slot to 00:02:30, and 00:02 waits for
+    // it; from 00:01:30, one of `first` and `second` holds the limit (to
+    // 00:03:00), the other waits for it.
+    replica
+        .run_until(tokio::time::sleep(Duration::from_secs(80)))
+        .await
+        .expect("runs");
+    let allowed = endings(&db, "allowed");
+    let statuses: Vec<(&str, RunStatus)> = allowed.iter().map(|r| (&*r.0, r.2)).collect();
+    assert_eq!(
+        statuses,
+        [
+            ("00:01", RunStatus::Succeeded),
+            ("00:02", RunStatus::Skipped)
+        ],
+        "{allowed:?}"
+    );
+    assert_eq!(
+        allowed[1].3,
+        "replicron: not run: replicron was stopping while it waited for its 1 run slots (max_concurrent)\n"
+    );
+    let limited: Vec<_> = ["first", "second"]
+        .iter()
+        .flat_map(|job| endings(&db, job))
+        .collect();
+    let mut statuses: Vec<RunStatus> = limited.iter().map(|r| r.2).collect();
+    statuses.sort_by_key(|s| s.as_str());
+    assert_eq!(
+        statuses,
+        [RunStatus::Skipped, RunStatus::Succeeded],
+        "{limited:?}"
+    );
+    assert!(
+        limited.iter().any(|r| r.3
+            == "replicron: not run: replicron was stopping while it waited for limit vendor\n"),
+        "{limited:?}"
+    );
+}
+
+/// A dependent job with `overlap = "queue"`, stopped (gracefully) while
+/// its next instant (its parent's next run has ended) waits for its run:
+/// that run goes on to its end within the grace and is recorded, and the
+/// waiting instant is recorded `skipped`, saying why. On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_lets_a_dependent_jobs_run_end_and_records_its_waiting_instant() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n\
+         [[job]]\nname = \"parent\"\nschedule = \"* * * * *\"\ncommand = \"true\"\n\n\
+         [[job]]\nname = \"child\"\nafter = [\"parent\"]\noverlap = \"queue\"\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let mut builder = Scheduler::builder(db.url.as_str())
+        .clock(clock.clone())
+        .instance_id("solo")
+        .shutdown_grace(Duration::from_secs(60));
+    for job in &config.jobs {
+        let busy = if &*job.name == "child" {
+            Duration::from_secs(90)
+        } else {
+            Duration::from_millis(300)
+        };
+        builder = builder.job(Job::from_config(job).run(move |_| async move {
+            tokio::time::sleep(busy).await;
+            Ok::<(), String>(())
+        }));
+    }
+    // The child's 00:01 runs to about 00:02:30; its 00:02 waits for it
+    // from about 00:02:00.
+    builder
+        .build()
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(100)))
+        .await
+        .expect("runs");
+    let rows = endings(&db, "child");
+    let statuses: Vec<(&str, RunStatus)> = rows.iter().map(|r| (&*r.0, r.2)).collect();
+    assert_eq!(
+        statuses,
+        [
+            ("00:01", RunStatus::Succeeded),
+            ("00:02", RunStatus::Skipped)
+        ],
+        "{rows:?}"
+    );
+    assert_eq!(rows[1].3, LEFT_BY_A_STOP, "{rows:?}");
+    assert!(lease_free(&db, &clock, "child"));
+}
+
+/// Triggers in flight at a graceful stop, of an `overlap = "queue"` job:
+/// the triggered run goes on to its end within the grace and is recorded
+/// `succeeded`; a second trigger, waiting for it, is answered that the
+/// job's lease is held (its caller hears it did not run). On a paused
+/// clock.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_stop_lets_a_triggered_run_end_and_answers_the_waiting_trigger() {
+    use super::trigger::{Answer, Refusal, Request};
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let spans: Starts = Arc::default();
+    // Due once a year: its runs here are the triggers'.
+    let mut job = recording_job(
+        "manual",
+        "0 0 1 1 *",
+        Duration::from_secs(90),
+        &clock,
+        &spans,
+    );
+    job.settings.overlap = crate::config::Overlap::Queue;
+    let (triggers, requests) = tokio::sync::mpsc::channel(4);
+    let scheduler = replica_of(&db, &clock, "solo", job.clone())
+        .shutdown_grace(Duration::from_secs(120))
+        .triggers(requests)
+        .build()
+        .await
+        .expect("build");
+    let running = tokio::spawn(scheduler.run_until(tokio::time::sleep(Duration::from_secs(20))));
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        triggers
+            .send(Request {
+                job: job.clone(),
+                force: false,
+                params: Default::default(),
+                backfill: None,
+                reply,
+            })
+            .await
+            .expect("the scheduler takes triggers");
+        answers.push(answer);
+    }
+    running.await.expect("joins").expect("runs");
+    let mut told = Vec::new();
+    for answer in answers {
+        told.push(answer.await.expect("answered"));
+    }
+    assert!(matches!(told[0], Answer::Running(_)), "{told:?}");
+    assert_eq!(told[1], Answer::Refused(Refusal::Held), "{told:?}");
+    let rows = runs_of(&db, "manual");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].status, RunStatus::Succeeded, "{rows:?}");
+    assert_eq!(rows[0].triggered_by, Trigger::Manual, "{rows:?}");
+    let spans = spans.lock().expect("spans").clone();
+    assert_eq!(spans[0].2 - spans[0].1, TimeDelta::seconds(90), "{spans:?}");
+}

@@ -19,7 +19,7 @@ use super::engine::Engine;
 use super::execute::{self, Plan};
 use super::job::Job;
 use super::run_lease::Hold;
-use super::unanswered::{Settled, settle};
+use super::unanswered::{self, Settled, settle};
 use super::work::{Recording, Work};
 use super::{Phase, fmt_instant};
 use crate::backoff::Backoff;
@@ -634,7 +634,7 @@ pub(super) enum Patience {
 
 /// How often an instant that waits for the job's run asks for the lease:
 /// it starts this soon after the run ends.
-const WAITING_POLL: Duration = Duration::from_millis(40);
+pub(super) const WAITING_POLL: Duration = Duration::from_millis(40);
 
 /// The longest an instant waits for the job's run: a bound for a lease
 /// that never ends (each is at most `lock_at_most_for`, and kept only
@@ -740,16 +740,125 @@ pub(super) async fn overlapping(
     let stopped = stopping(engine, retired);
     tokio::pin!(stopped);
     if let Some(task) = local {
-        tokio::select! {
+        let stopped_first = tokio::select! {
             biased;
-            () = &mut stopped => return Some(None),
-            _ = task => {}
+            () = &mut stopped => true,
+            _ = &mut *task => false,
+        };
+        if stopped_first {
+            // The run goes on to its end, as any run does at a stop (told
+            // to stop once the shutdown grace is over), and is recorded.
+            let _ = task.await;
+            leave_waiting(engine, job, instant).await;
+            return Some(None);
         }
     }
     tokio::select! {
         biased;
-        () = &mut stopped => Some(None),
+        () = &mut stopped => {
+            leave_waiting(engine, job, instant).await;
+            Some(None)
+        }
         attempt = attempt(engine, job, instant, cause, Patience::Waiting) => Some(Some(attempt)),
+    }
+}
+
+/// How long a replica that stops leaves an instant that waited for the
+/// job's run to the other replicas that wait for it, once the run's lease
+/// is free (they claim it every [`WAITING_POLL`]), before it records the
+/// instant itself.
+const LEFT_TO_OTHERS_FOR: Duration = Duration::from_secs(2);
+
+/// `instant`, which waited for the job's run (`queue`, `replace`), when
+/// this replica stops (or a reload retires its job) before it could be
+/// claimed. Every replica that reached it waits for it, and the first to
+/// claim it once the run's lease is free runs it: it is left to the
+/// replica whose run holds the lease, or to any that claims it within
+/// [`LEFT_TO_OTHERS_FOR`] of the lease's end. If none does, this replica
+/// claims it and records it `skipped`, saying why: never lost unsaid.
+async fn leave_waiting(engine: &Engine, job: &Job, instant: DateTime<Utc>) {
+    let scheduled = crate::db::clock::to_db_time(instant).0;
+    let mut free_since: Option<Instant> = None;
+    let mut stopping_since: Option<Instant> = None;
+    loop {
+        let row = match engine.store.find_lock(&job.name).await {
+            Ok(Some(row)) => row,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(job = %job.name, instant = %fmt_instant(instant), "the instant that waited for the job's run is left unrecorded: the job's lease could not be read: {e}");
+                return;
+            }
+        };
+        if row.last_scheduled_at.is_some_and(|last| last >= scheduled) {
+            info!(job = %job.name, instant = %fmt_instant(instant), by = row.locked_by.as_deref().unwrap_or("?"), "the instant that waited for the job's run was claimed by another replica");
+            return;
+        }
+        let held = row.lock_until.and_utc() > engine.clock.now();
+        match row.locked_by.as_deref() {
+            Some(holder) if held && holder != engine.instance => {
+                info!(job = %job.name, instant = %fmt_instant(instant), holder, "the instant that waits for the job's run is left to the replica whose run it waits for");
+                return;
+            }
+            _ if held => {
+                // This replica's run (a triggered one, or one kept by
+                // `lock_at_least_for`): it ends with the stop, once told
+                // to, within its `kill_grace`.
+                free_since = None;
+                if matches!(*engine.phase.borrow(), Phase::Stopping { .. }) {
+                    let since = *stopping_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > job.settings.kill_grace + LEFT_TO_OTHERS_FOR {
+                        warn!(job = %job.name, instant = %fmt_instant(instant), "the instant that waited for the job's run is left unrecorded: this replica's lease of the job outlasts its stop (lock_at_least_for); the replica that claims the job next decides it");
+                        return;
+                    }
+                }
+            }
+            _ => {
+                if free_since.get_or_insert_with(Instant::now).elapsed() >= LEFT_TO_OTHERS_FOR {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(WAITING_POLL).await;
+    }
+    let why = if *engine.phase.borrow() == Phase::Running {
+        "not run: its job was changed or removed by a reload while the instant waited for the job's run"
+    } else {
+        "not run: replicron stopped while the instant waited for the job's run, and no other replica claimed it"
+    };
+    match engine
+        .store
+        .claim(
+            &job.name,
+            &engine.instance,
+            instant,
+            job.settings.lock_at_most_for,
+        )
+        .await
+    {
+        Ok(Claim::Won(lease)) => {
+            unanswered::record(
+                engine,
+                job,
+                instant,
+                lease.fence,
+                true,
+                why,
+                telemetry::Skip::Stopped,
+            )
+            .await;
+            if let Err(e) = engine.store.release(lease, Duration::ZERO).await {
+                warn!(job = %job.name, "the lease could not be given back; it ends by itself: {e}");
+            }
+        }
+        Ok(Claim::Taken) => {
+            info!(job = %job.name, instant = %fmt_instant(instant), "the instant that waited for the job's run was claimed by another replica");
+        }
+        Ok(other) => {
+            warn!(job = %job.name, instant = %fmt_instant(instant), "the instant that waited for the job's run is left unrecorded: its claim found {other:?}");
+        }
+        Err(e) => {
+            warn!(job = %job.name, instant = %fmt_instant(instant), "the instant that waited for the job's run is left unrecorded: {e}");
+        }
     }
 }
 

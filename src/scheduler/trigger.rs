@@ -1,7 +1,10 @@
 //! A run of a job now, outside its schedule: `replicron trigger`, and the
 //! dashboard's and API's trigger. The instant is the database's now, taken
-//! through the job's lease like any claim, so a triggered run never
-//! overlaps one of the schedule's, on any replica.
+//! through the job's lease like any claim, and the job's `overlap` decides
+//! what a run already going means, as for a scheduled instant: `skip`
+//! refuses, `queue` waits for it to end, `replace` stops it and then runs,
+//! and `allow` runs beside it (on an instant row of its own, in one of the
+//! job's run slots).
 
 use std::sync::Arc;
 
@@ -11,9 +14,11 @@ use tokio::time::Instant;
 
 use super::engine::Engine;
 use super::run_lease::Hold;
-use super::{Job, Outcome, Plan, Recording, Work};
+use super::{Job, Outcome, Phase, Plan, Recording, Work};
+use crate::config::Overlap;
+use crate::db::DbError;
 use crate::history::{Params, Trigger};
-use crate::lease::{Claim, Pause};
+use crate::lease::{self, Claim, Pause};
 
 /// How a trigger began.
 #[derive(Debug)]
@@ -35,7 +40,9 @@ pub(crate) enum Started {
 pub(crate) enum Refusal {
     /// The job is paused (and the trigger was not forced).
     Paused(Pause),
-    /// Its lease is held: a run is going on some replica.
+    /// Its lease is held: a run is going on some replica (and the job's
+    /// `overlap` is `skip`, or the scheduler began to stop while the
+    /// trigger waited for it).
     Held,
     /// The job has nothing to run on this replica.
     NotRunnable,
@@ -43,7 +50,8 @@ pub(crate) enum Refusal {
 
 /// Claims `job`'s lease at the database's now and starts its run with
 /// `params` (checked against the job's declaration by the caller), unless
-/// the job is paused (and `force` is off) or its lease is held.
+/// the job is paused (and `force` is off) or its lease is held by a run
+/// its `overlap` does not wait for, replace or run beside.
 pub(crate) async fn start(
     engine: Arc<Engine>,
     job: &Job,
@@ -63,12 +71,7 @@ pub(crate) async fn start(
     let Some(work) = Work::of(job) else {
         return Ok(Started::Refused(Refusal::NotRunnable));
     };
-    // The lease counts from when its claim was sent.
-    let sent = Instant::now();
-    let claimed = engine
-        .store
-        .claim_now(job.name(), &engine.instance, job.settings.lock_at_most_for)
-        .await?;
+    let (sent, claimed) = claim(&engine, job).await?;
     match claimed {
         Claim::Won(lease) => {
             let fence = lease.fence;
@@ -90,6 +93,62 @@ pub(crate) async fn start(
         _ => Ok(Started::Refused(Refusal::Held)),
     }
 }
+
+/// Claims `job`'s run now as its `overlap` says; the claim's answer, and
+/// when the claim that answered was sent (the lease counts from then).
+async fn claim(engine: &Engine, job: &Job) -> Result<(Instant, Claim), DbError> {
+    let length = job.settings.lock_at_most_for;
+    let mut asked_to_stop = None;
+    let mut told_waiting = false;
+    let mut taken = 0;
+    loop {
+        let sent = Instant::now();
+        let claimed = match job.settings.overlap {
+            // Beside the runs going: on the instant's own row, as a
+            // scheduled instant of the job is claimed.
+            Overlap::Allow(_) => {
+                let now = engine.store.database_now().await?;
+                let row = lease::instant_row(job.name(), now);
+                engine
+                    .store
+                    .claim(&row, &engine.instance, now, length)
+                    .await?
+            }
+            _ => {
+                engine
+                    .store
+                    .claim_now(job.name(), &engine.instance, length)
+                    .await?
+            }
+        };
+        let waits = matches!(job.settings.overlap, Overlap::Queue | Overlap::Replace)
+            && *engine.phase.borrow() == Phase::Running;
+        match claimed {
+            Claim::Held(holder) if waits => {
+                if job.settings.overlap == Overlap::Replace && asked_to_stop != Some(holder.fence) {
+                    engine.store.request_stop(job.name(), holder.fence).await?;
+                    tracing::info!(job = %job.name, fence = holder.fence, "trigger: replacing the running run: it is asked to stop");
+                    asked_to_stop = Some(holder.fence);
+                } else if asked_to_stop.is_none() && !told_waiting {
+                    tracing::info!(job = %job.name, fence = holder.fence, "trigger: waiting for the running run to end (overlap = \"queue\")");
+                    told_waiting = true;
+                }
+                tokio::time::sleep(super::tick::WAITING_POLL).await;
+            }
+            // An instant claimed at this same moment (the schedule's, or
+            // another trigger's): the database's now moves on.
+            Claim::Taken | Claim::Contended if taken < TAKEN_RETRIES => {
+                taken += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            claimed => return Ok((sent, claimed)),
+        }
+    }
+}
+
+/// How often a trigger claims again when it found the instant of the
+/// database's now claimed already, or its claim contended.
+const TAKEN_RETRIES: u32 = 5;
 
 /// A trigger sent to a running scheduler.
 #[derive(Debug)]

@@ -252,7 +252,16 @@ async fn conclude(
             } else {
                 "not run: its claim's answer was lost, and the claim was found committed only after the replica had given the instant up".to_string()
             };
-            record(engine, job, instant, lease.fence, true, &why).await;
+            record(
+                engine,
+                job,
+                instant,
+                lease.fence,
+                true,
+                &why,
+                telemetry::Skip::Unanswered,
+            )
+            .await;
             release(engine, job, &lease).await;
             Settled::Skipped
         }
@@ -264,6 +273,7 @@ async fn conclude(
                 fence,
                 false,
                 "not run: its claim's answer was lost, and its lease ran out before the database answered again",
+                telemetry::Skip::Unanswered,
             )
             .await;
             Settled::Skipped
@@ -271,15 +281,16 @@ async fn conclude(
     }
 }
 
-/// Records `instant`, claimed under `fence` but not run, `skipped`, and
-/// tells of it.
-async fn record(
+/// Records `instant`, claimed under `fence` but not run, `skipped` (counted
+/// as `skip`), and tells of it.
+pub(super) async fn record(
     engine: &Engine,
     job: &Job,
     instant: DateTime<Utc>,
     fence: i64,
     held: bool,
     why: &str,
+    skip: telemetry::Skip,
 ) {
     let run = NewRun {
         job: job.name.to_string(),
@@ -294,7 +305,7 @@ async fn record(
         params: None,
     };
     let output = format!("replicron: {why}\n");
-    telemetry::skipped(&job.name, telemetry::Skip::Unanswered, 1);
+    telemetry::skipped(&job.name, skip, 1);
     warn!(job = %job.name, instant = %fmt_instant(instant), fence, "instant skipped: {why}");
     match engine.store.record_unrun(run, output.clone()).await {
         Ok(Some(id)) => {

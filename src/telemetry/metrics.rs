@@ -274,17 +274,21 @@ pub(crate) enum Skip {
     Minority,
     /// The claim or the run could not be set up.
     Error,
+    /// The replica stopped (or a reload retired the job) while the instant
+    /// waited for the job's run, and no other replica claimed it.
+    Stopped,
 }
 
 impl Skip {
     /// Every reason.
-    pub(crate) const ALL: [Skip; 6] = [
+    pub(crate) const ALL: [Skip; 7] = [
         Skip::DatabaseDown,
         Skip::TooLate,
         Skip::Unanswered,
         Skip::Paused,
         Skip::Minority,
         Skip::Error,
+        Skip::Stopped,
     ];
 
     /// Its label.
@@ -296,6 +300,7 @@ impl Skip {
             Skip::Paused => "paused",
             Skip::Minority => "minority",
             Skip::Error => "error",
+            Skip::Stopped => "stopped",
         }
     }
 }

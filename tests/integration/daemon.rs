@@ -482,6 +482,90 @@ backend_test! {
 }
 
 backend_test! {
+    /// `overlap = "queue"`, a body of 5 s due every 2 s, and SIGTERM as an
+    /// instant waits for the run before it: the run goes on to its end
+    /// and is recorded `succeeded`; the waiting instant, which no other
+    /// replica can run, is recorded `skipped`, saying why; no row is left
+    /// `running` and replicron exits 0.
+    fn sigterm_lets_the_run_a_queued_instant_waits_for_finish(db: &TestDb) {
+        with_one_replica(
+            db,
+            "[[job]]\nname = \"q\"\nschedule = \"*/2 * * * * *\"\noverlap = \"queue\"\n\
+             command = 'echo \"start $REPLICRON_SCHEDULED_AT\" >> $DIR/out; sleep 5; echo \"end $REPLICRON_SCHEDULED_AT\" >> $DIR/out'\n",
+            |db, config, replica| {
+                replica.wait_for_log(
+                    "queued: the instant waits for the running run to end",
+                    Duration::from_secs(20),
+                );
+                replica.signal(Signal::SIGTERM);
+                let status = replica.wait_exit(Duration::from_secs(30)).expect("exits");
+                assert!(status.success(), "{status:?}\n{}", replica.log_text());
+                let out = std::fs::read_to_string(db.dir().join("out")).expect("out");
+                let mut rows = history_json(config, "q");
+                rows.sort_by_key(|r| r["scheduled_at"].as_str().unwrap_or_default().to_string());
+                let lines: Vec<&str> = out.lines().collect();
+                assert_eq!(lines.len(), 2, "{out}{rows:?}");
+                let ran = lines[0].strip_prefix("start ").expect("a start");
+                assert_eq!(lines[1], format!("end {ran}"), "{out}");
+                let statuses: Vec<(&str, &str)> = rows
+                    .iter()
+                    .map(|r| (r["scheduled_at"].as_str().unwrap_or("?"), r["status"].as_str().unwrap_or("?")))
+                    .collect();
+                assert_eq!(statuses.len(), 2, "{rows:?}");
+                assert_eq!(statuses[0].1, "succeeded", "{rows:?}");
+                assert_eq!(statuses[1].1, "skipped", "{rows:?}");
+                assert!(statuses[0].0 < statuses[1].0, "{rows:?}");
+                assert_eq!(
+                    rows[1]["output"],
+                    "replicron: not run: replicron stopped while the instant waited for the job's run, \
+                     and no other replica claimed it\n",
+                    "{rows:?}"
+                );
+            },
+        );
+    }
+}
+
+backend_test! {
+    /// A job whose process is killed by SIGKILL, as the kernel's OOM killer
+    /// kills one: each run is recorded `failed`, with no exit code and the
+    /// signal named in its output, and the daemon goes on to run the next
+    /// instants.
+    fn a_job_killed_by_sigkill_is_recorded_failed_and_the_daemon_goes_on(db: &TestDb) {
+        with_one_replica(
+            db,
+            "[[job]]\nname = \"hog\"\nschedule = \"* * * * * *\"\n\
+             command = 'echo \"allocating at $REPLICRON_SCHEDULED_AT\"; kill -9 $$'\n",
+            |_db, config, replica| {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let rows = loop {
+                    let rows: Vec<serde_json::Value> = history_json(config, "hog")
+                        .into_iter()
+                        .filter(|r| r["status"] != "running")
+                        .collect();
+                    if rows.len() >= 3 {
+                        break rows;
+                    }
+                    assert!(Instant::now() < deadline, "three runs did not end: {rows:?}");
+                    std::thread::sleep(Duration::from_millis(100));
+                };
+                for row in &rows {
+                    assert_eq!(row["status"], "failed", "{row}");
+                    assert_eq!(row["exit_code"], serde_json::Value::Null, "{row}");
+                    let output = row["output"].as_str().expect("output");
+                    assert!(output.starts_with("allocating at "), "{output:?}");
+                    assert!(
+                        output.ends_with("\nreplicron: the process was killed by SIGKILL (9)\n"),
+                        "{output:?}"
+                    );
+                }
+                assert!(process_alive(replica.pid()), "{}", replica.log_text());
+            },
+        );
+    }
+}
+
+backend_test! {
     fn runs_get_their_environment_and_working_dir(db: &TestDb) {
         with_one_replica(
             db,

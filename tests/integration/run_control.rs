@@ -548,3 +548,93 @@ backend_test! {
         each_once(rows.iter().filter_map(|r| r["scheduled_at"].as_str()), &format!("{rows:?}"));
     }
 }
+
+/// `replicron trigger JOB` twice: the second once the first's body has
+/// written to `records`. Their outputs, in that order.
+fn triggered_twice(
+    config: &std::path::Path,
+    job: &str,
+    records: &std::path::Path,
+) -> [std::process::Output; 2] {
+    let trigger = || {
+        std::process::Command::new(crate::support::binary())
+            .args(["trigger", "--config", config.to_str().expect("utf-8"), job])
+            .env_remove("REPLICRON_DATABASE_URL")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("trigger")
+    };
+    let first = trigger();
+    wait_until("the first triggered run", Duration::from_secs(20), || {
+        records.exists()
+    });
+    let second = trigger();
+    [first, second].map(|child| child.wait_with_output().expect("trigger ends"))
+}
+
+backend_test! {
+    /// A trigger follows the job's `overlap`, as its scheduled instants
+    /// do. Two triggers of a `@manual` job, the second while the first
+    /// runs: `allow` (with `max_concurrent = 3`) runs them side by side;
+    /// `queue` runs the second once the first ends; `replace` stops the
+    /// first (`replaced`) and then runs the second; `skip` refuses the
+    /// second (exit 1), and records nothing of it.
+    fn a_trigger_follows_the_jobs_overlap_policy(db: &TestDb) {
+        db.migrate();
+        let records = |job: &str| db.dir().join(format!("{job}.out"));
+        let mut jobs = String::new();
+        for (job, policy, busy) in [
+            ("wide", "overlap = \"allow\"\nmax_concurrent = 3", "3"),
+            ("serial", "overlap = \"queue\"", "2"),
+            ("latest", "overlap = \"replace\"\nlock_at_most_for = \"3s\"\nkill_grace = \"1s\"", "4"),
+            ("single", "overlap = \"skip\"", "3"),
+        ] {
+            jobs.push_str(&format!(
+                "[[job]]\nname = \"{job}\"\nschedule = \"@manual\"\n{policy}\ncommand = '{}'\n\n",
+                recorded_body(&records(job), busy)
+            ));
+        }
+        let config = db.config(&jobs);
+        let said = |output: &std::process::Output| {
+            format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+        };
+        let statuses = |job: &str| {
+            let mut rows = history_json(&config, job);
+            rows.sort_by_key(|r| r["id"].as_i64());
+            rows.iter().map(|r| (r["status"].as_str().unwrap_or("?").to_string(), r["triggered_by"].clone())).collect::<Vec<_>>()
+        };
+        let manual = |status: &str| (status.to_string(), Value::from("manual"));
+
+        let [one, two] = triggered_twice(&config, "wide", &records("wide"));
+        assert!(one.status.success() && two.status.success(), "{}\n{}", said(&one), said(&two));
+        let written = std::fs::read_to_string(records("wide")).expect("records");
+        let ran = bodies(&written);
+        assert_eq!(ran.len(), 2, "{written}");
+        assert!(ran[1].start < ran[0].end.expect("an end"), "not side by side: {written}");
+        assert_eq!(statuses("wide"), [manual("succeeded"), manual("succeeded")]);
+
+        let [one, two] = triggered_twice(&config, "serial", &records("serial"));
+        assert!(one.status.success() && two.status.success(), "{}\n{}", said(&one), said(&two));
+        let written = std::fs::read_to_string(records("serial")).expect("records");
+        let ran = bodies(&written);
+        assert_eq!(ran.len(), 2, "{written}");
+        one_at_a_time_and_once(&ran.iter().collect::<Vec<_>>(), &written);
+        assert_eq!(statuses("serial"), [manual("succeeded"), manual("succeeded")]);
+
+        let [one, two] = triggered_twice(&config, "latest", &records("latest"));
+        assert!(said(&one).contains("latest: replaced"), "{}", said(&one));
+        assert!(two.status.success(), "{}", said(&two));
+        let written = std::fs::read_to_string(records("latest")).expect("records");
+        let ran = bodies(&written);
+        assert_eq!(ran.len(), 2, "{written}");
+        one_at_a_time_and_once(&ran.iter().collect::<Vec<_>>(), &written);
+        assert_eq!(statuses("latest"), [manual("replaced"), manual("succeeded")]);
+
+        let [one, two] = triggered_twice(&config, "single", &records("single"));
+        assert!(one.status.success(), "{}", said(&one));
+        assert_eq!(two.status.code(), Some(1), "{}", said(&two));
+        assert!(said(&two).contains("single is running elsewhere (its lease is held)"), "{}", said(&two));
+        assert_eq!(statuses("single"), [manual("succeeded")]);
+    }
+}
