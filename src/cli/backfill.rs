@@ -1,8 +1,9 @@
 //! `replicron backfill JOB --from T1 --to T2`: runs every instant of JOB in
-//! `[T1, T2)` once, in order, each with its own instant, from this host
-//! (`scheduler::backfill`). Shows its progress (a bar on a terminal, a
-//! line per instant otherwise); interrupted (Ctrl-C finishes the instant
-//! that is running first) and started again, it goes on where it stopped.
+//! `[T1, T2)` that has no succeeded run, in order, each with its own
+//! instant, from this host (`scheduler::backfill`). Shows its progress (a
+//! bar on a terminal, a line per instant otherwise); interrupted (Ctrl-C
+//! finishes the instant that is running first) and started again, it goes
+//! on where it stopped, and runs again what did not succeed.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::time::Duration;
@@ -34,10 +35,20 @@ pub(crate) struct BackfillArgs {
     /// database's now.
     #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
     pub(crate) to: DateTime<Utc>,
-    /// Skip the instants that have a succeeded run.
-    #[arg(long)]
+    /// Skip the instants that have a succeeded run: what a backfill does
+    /// (kept for scripts that say so).
+    #[arg(long, hide = true, conflicts_with = "rerun_succeeded")]
     pub(crate) only_missing: bool,
-    /// List what would run, and run nothing.
+    /// Run again the instants that have a succeeded run too.
+    #[arg(long)]
+    pub(crate) rerun_succeeded: bool,
+    /// After each instant of JOB that succeeded (now or before), run each
+    /// job that runs after it (`after`) at that instant, once, in order
+    /// (a fan-in's once every parent succeeded there).
+    #[arg(long)]
+    pub(crate) with_dependents: bool,
+    /// Say, per instant, how it ran before and what would run, and run
+    /// nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// Run more than 10,000 instants.
@@ -62,7 +73,8 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let entry = Entry::new(Action::Backfill, &job.name)
         .arg("from", crate::history::rfc3339(args.from.naive_utc()))
         .arg("to", crate::history::rfc3339(args.to.naive_utc()))
-        .arg("only_missing", args.only_missing)
+        .arg("rerun_succeeded", args.rerun_succeeded)
+        .arg("with_dependents", args.with_dependents)
         .arg("force", args.force)
         .arg("yes", args.yes);
     // A refusal from here on is recorded in the audit log (a dry run is
@@ -108,7 +120,23 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     }
     let key = backfill::key(args.from, args.to);
     let grace = config.daemon.shutdown_grace;
-    let scheduled = Job::from_config(&job);
+    let scheduled = backfill::as_backfilled(&Job::from_config(&job));
+    let options = backfill::Options {
+        rerun_succeeded: args.rerun_succeeded,
+        force: args.force,
+    };
+    // Each dependent job, as a backfill runs it, and its parents.
+    let dependents: Vec<(Job, Vec<String>)> = if args.with_dependents {
+        backfill::dependents(&config, &job.name)
+            .into_iter()
+            .map(|child| {
+                let parents = child.after.as_ref().map(|a| a.names()).unwrap_or_default();
+                (backfill::as_backfilled(&Job::from_config(child)), parents)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let failed = runtime.block_on(async {
         let engine = super::run::one_off_engine(pool, grace)?;
         if !args.force
@@ -123,15 +151,19 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         }
         if args.dry_run {
             for instant in &instants {
-                let state = engine.store.backfill_state(&job.name, *instant, &key).await?;
-                let what = if state.done {
-                    "done (this backfill ran it)"
-                } else if args.only_missing && state.succeeded {
-                    "skipped (it succeeded)"
-                } else {
-                    "would run"
-                };
-                println!("{}  {what}", fmt_instant(*instant));
+                let state = engine.store.backfill_state(&job.name, *instant).await?;
+                let decision = backfill::decide(&state, options);
+                println!("{}  {decision}", fmt_instant(*instant));
+                for (child, _) in &dependents {
+                    let state = engine.store.backfill_state(&child.name, *instant).await?;
+                    let decision = backfill::decide(&state, options);
+                    println!(
+                        "{}    then {}, once {} has succeeded: {decision}",
+                        fmt_instant(*instant),
+                        child.name,
+                        job.name
+                    );
+                }
             }
             return Ok::<_, anyhow::Error>(0);
         }
@@ -140,12 +172,17 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         let mut progress = Progress::new(instants.len());
         let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let watch = interrupted.clone();
+        let lease = scheduled.settings.lock_at_most_for;
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 eprintln!("\nreplicron: interrupted: stopping after the instant that is running (run the same backfill again to go on)");
                 watch.store(true, std::sync::atomic::Ordering::SeqCst);
                 // A second Ctrl-C ends it at once.
                 if tokio::signal::ctrl_c().await.is_ok() {
+                    tracing::warn!(
+                        "backfill ended at once: the instant that was running is left to be marked abandoned, and the job's lease stays held for up to {}; run the same backfill again to run it",
+                        humantime::format_duration(lease)
+                    );
                     std::process::exit(130);
                 }
             }
@@ -155,18 +192,43 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
                 break;
             }
-            let step = backfill::run_instant(&engine, &scheduled, *instant, &key, args.only_missing).await?;
-            let what = match &step {
-                Step::Ran(outcome) => {
+            let step = backfill::run_instant(&engine, &scheduled, *instant, &key, options, Vec::new()).await?;
+            let succeeded = match &step {
+                Step::Ran(_, outcome) => outcome.as_ref().is_some_and(|o| o.status == RunStatus::Succeeded),
+                Step::Succeeded => true,
+                Step::Stopped => false,
+            };
+            let mut what = match &step {
+                Step::Ran(before, outcome) => {
                     if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
                         failed += 1;
                     }
-                    describe(outcome.as_ref())
+                    match before {
+                        Some(before) => format!("{} (ran before: {before})", describe(outcome.as_ref())),
+                        None => describe(outcome.as_ref()),
+                    }
                 }
-                Step::Done => "done already (by this backfill)".to_string(),
                 Step::Succeeded => "skipped: it succeeded before".to_string(),
                 Step::Stopped => break,
             };
+            for (child, parents) in dependents.iter().filter(|_| succeeded) {
+                let Some(parent_runs) = backfill::parents_succeeded(&engine, parents, *instant).await? else {
+                    what.push_str(&format!("; {}: not run: not every parent of it succeeded", child.name));
+                    continue;
+                };
+                let step = backfill::run_instant(&engine, child, *instant, &key, options, parent_runs).await?;
+                let done = match &step {
+                    Step::Ran(_, outcome) => {
+                        if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
+                            failed += 1;
+                        }
+                        describe(outcome.as_ref())
+                    }
+                    Step::Succeeded => "skipped: it succeeded before".to_string(),
+                    Step::Stopped => break,
+                };
+                what.push_str(&format!("; {}: {done}", child.name));
+            }
             progress.step(*instant, &what);
         }
         progress.finish();

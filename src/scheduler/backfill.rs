@@ -1,19 +1,26 @@
-//! `replicron backfill JOB --from T1 --to T2`: every instant of a job in a
-//! past range, run once each, in order, with its own instant
-//! (`REPLICRON_SCHEDULED_AT`), recorded as `backfill`.
+//! `replicron backfill JOB --from T1 --to T2`: every instant of a job in
+//! a past range that has no succeeded run, run in order, with its own
+//! instant (`REPLICRON_SCHEDULED_AT`), recorded as `backfill`.
 //!
 //! Each instant runs under the job's own lease, claimed at the database's
 //! now as a trigger claims it, so that a backfill never runs beside another
 //! run of the job (a scheduled one, a trigger, or another backfill's), on
 //! any replica, and takes the job's shared locks and limits as any run
-//! does. Under that lease the history decides: an instant that this
-//! backfill (its key, `backfill FROM..TO`) recorded already is done, and
-//! with `only_missing` one that any run of it succeeded. Its start record
-//! is an `INSERT … SELECT` from the lease row, so a holder whose lease ran
-//! out between the look and the record records nothing and runs nothing:
-//! two operators (or two replicas) backfilling the same range run each
-//! instant once, and a backfill interrupted and started again goes on
-//! where it stopped.
+//! does. Under that lease the history decides: an instant that some run
+//! succeeded at is done (unless the backfill reruns those too); one whose
+//! runs all ended otherwise (failed, timed out, killed, abandoned, lost
+//! its lock, missed, skipped) or that never ran runs again. Its start
+//! record is an `INSERT … SELECT` from the lease row, so a holder whose
+//! lease ran out between the look and the record records nothing and runs
+//! nothing: two backfills of overlapping ranges run each instant once, and
+//! a backfill interrupted and started again goes on where it stopped,
+//! running again the instant its interruption cut short.
+//!
+//! A backfill's lease is short ([`LEASE`], kept alive while its instant
+//! runs, as any run's): a killed backfill holds the job for that long, not
+//! for the job's `lock_at_most_for`. It runs below the schedule: it does
+//! not claim the job while one of its scheduled instants is due and not
+//! yet claimed, and, unless forced, it waits while the job is paused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +35,7 @@ use super::work::{Outcome, Recording, Work};
 use super::{Job, Phase};
 use crate::backoff::Backoff;
 use crate::db::DbError;
-use crate::history::Trigger;
+use crate::history::{BackfillState, RunStatus, Trigger};
 use crate::lease::Claim;
 use crate::schedule::{Schedule, fmt_instant};
 
@@ -130,62 +137,173 @@ pub(crate) fn key(from: DateTime<Utc>, to: DateTime<Utc>) -> String {
     format!("backfill {}..{}", fmt_instant(from), fmt_instant(to))
 }
 
+/// The longest lease a backfill's instant holds between keep-alives: a
+/// backfill killed with its instant holds the job no longer than this (a
+/// replica not heard from for as long is taken for gone too).
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
+
+/// How long a backfill leaves a scheduled instant that is due, and not
+/// yet claimed, to the schedule. Past that no replica is running the
+/// schedule's instant, and the backfill goes on.
+const SCHEDULE_FIRST: TimeDelta = TimeDelta::seconds(5);
+
+/// After how long of waiting for the job's lease a backfill says so at
+/// warn, naming the holder.
+const WAIT_TOLD_AFTER: Duration = Duration::from_secs(5);
+
+/// `job` as a backfill runs it: with a lease of at most [`LEASE`].
+pub(crate) fn as_backfilled(job: &Job) -> Job {
+    let mut job = job.clone();
+    job.settings.lock_at_most_for = job.settings.lock_at_most_for.min(LEASE);
+    job.settings.lock_at_least_for = job
+        .settings
+        .lock_at_least_for
+        .min(job.settings.lock_at_most_for);
+    job
+}
+
+/// How a backfill treats what it finds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Options {
+    /// Run again the instants that have a succeeded run too.
+    pub(crate) rerun_succeeded: bool,
+    /// Run while the job is paused.
+    pub(crate) force: bool,
+}
+
+/// What a backfill does with one instant, by its history (see the
+/// module's text).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// It never ran: run it.
+    Run,
+    /// Its runs did not succeed (the latest ended so): run it again.
+    Rerun(RunStatus),
+    /// A run of it succeeded: skip it.
+    Skip,
+    /// A run of it succeeded, and the backfill reruns those.
+    RerunSucceeded,
+}
+
+/// What a backfill with `options` does with an instant whose history is
+/// `state`.
+pub(crate) fn decide(state: &BackfillState, options: Options) -> Decision {
+    match (state.succeeded.is_some(), state.last) {
+        (true, _) if options.rerun_succeeded => Decision::RerunSucceeded,
+        (true, _) => Decision::Skip,
+        (false, None) => Decision::Run,
+        (false, Some(status)) => Decision::Rerun(status),
+    }
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Decision::Run => f.write_str("never ran; will run"),
+            Decision::Rerun(RunStatus::Running) => f.write_str(
+                "ran before: interrupted (recorded running, its holder gone); will run again",
+            ),
+            Decision::Rerun(status) => write!(f, "ran before: {status}; will run again"),
+            Decision::Skip => f.write_str("ran before: succeeded; skipped"),
+            Decision::RerunSucceeded => {
+                f.write_str("ran before: succeeded; will run again (--rerun-succeeded)")
+            }
+        }
+    }
+}
+
 /// What became of one instant.
 #[derive(Debug)]
 pub(crate) enum Step {
-    /// It ran: how its last attempt ended (`None` if none was recorded).
-    Ran(Option<Outcome>),
-    /// This backfill ran it already.
-    Done,
-    /// A run of it succeeded before (with `only_missing`).
+    /// It ran: how its runs had ended before (`None`: it never ran), and
+    /// how its last attempt ended now (`None` if none was recorded).
+    Ran(Option<RunStatus>, Option<Outcome>),
+    /// A run of it succeeded before: skipped.
     Succeeded,
     /// The scheduler is stopping: not run.
     Stopped,
 }
 
-/// Runs `instant` of `job` for the backfill `key` unless the history says
-/// it is done (see the module's text): waits for the job's lease (however
-/// long its running run takes), then looks, then runs.
+/// Runs `instant` of `job` (as [`as_backfilled`] makes it) for the backfill
+/// `key`, linked to the parents' runs `parent_runs` (a dependent job's),
+/// unless the history says it is done (see the module's text): waits
+/// for the job's lease (however long its running run takes, behind the
+/// schedule's due instants, and, unless forced, while the job is paused),
+/// then looks, then runs.
 pub(crate) async fn run_instant(
     engine: &Arc<Engine>,
     job: &Job,
     instant: DateTime<Utc>,
     key: &str,
-    only_missing: bool,
+    options: Options,
+    parent_runs: Vec<i64>,
 ) -> Result<Step, DbError> {
     let Some(work) = Work::of(job) else {
-        return Ok(Step::Ran(None));
+        return Ok(Step::Ran(None, None));
     };
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
+    let waiting_since = Instant::now();
+    // What the backfill said it waits for, each said once.
+    let mut told: Vec<Wait> = Vec::new();
     let (lease, sent) = loop {
         if *engine.phase.borrow() != Phase::Running {
             return Ok(Step::Stopped);
         }
-        // The lease counts from when its claim was sent.
-        let sent = Instant::now();
-        match engine
-            .store
-            .claim_now(&job.name, &engine.instance, job.settings.lock_at_most_for)
-            .await?
-        {
-            Claim::Won(lease) => break (lease, sent),
-            _ => tokio::time::sleep(backoff.next_pause()).await,
+        let row = engine.store.find_lock(&job.name).await?;
+        let now = engine.store.database_now().await?;
+        let wait = match &row {
+            Some(row) => why_wait(job, row, now, options.force),
+            None => None,
+        };
+        let claimed = if wait.is_none() {
+            // The lease counts from when its claim was sent.
+            let sent = Instant::now();
+            match engine
+                .store
+                .claim_now(&job.name, &engine.instance, job.settings.lock_at_most_for)
+                .await?
+            {
+                Claim::Won(lease) => Some((lease, sent)),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some(won) = claimed {
+            break won;
         }
+        let (kind, why) = wait.unwrap_or_else(|| {
+            let holder = match &row {
+                Some(row) => format!(
+                    " by {} until {}",
+                    row.locked_by.as_deref().unwrap_or("nobody"),
+                    fmt_instant(row.lock_until.and_utc())
+                ),
+                None => String::new(),
+            };
+            (Wait::Held, format!("its lease is held{holder}"))
+        });
+        if !told.contains(&kind) && waiting_since.elapsed() >= WAIT_TOLD_AFTER {
+            told.push(kind);
+            tracing::warn!(
+                job = %job.name,
+                key,
+                instant = %fmt_instant(instant),
+                "backfill waits: {why}"
+            );
+        }
+        tokio::time::sleep(backoff.next_pause()).await;
     };
-    let state = match engine.store.backfill_state(&job.name, instant, key).await {
+    let state = match engine.store.backfill_state(&job.name, instant).await {
         Ok(state) => state,
         Err(e) => {
             let _ = engine.store.release(lease, Duration::ZERO).await;
             return Err(e);
         }
     };
-    if state.done || (only_missing && state.succeeded) {
+    if decide(&state, options) == Decision::Skip {
         let _ = engine.store.release(lease, Duration::ZERO).await;
-        return Ok(if state.done {
-            Step::Done
-        } else {
-            Step::Succeeded
-        });
+        return Ok(Step::Succeeded);
     }
     let plan = Plan {
         work,
@@ -196,11 +314,87 @@ pub(crate) async fn run_instant(
             trigger: Trigger::Backfill,
             params: job.default_params.clone(),
             attempts_before: state.attempts,
+            parent_runs,
             ..Recording::default()
         },
         claimed: sent,
         first_run: None,
         going: None,
     };
-    Ok(Step::Ran(execute(engine.clone(), plan).await))
+    Ok(Step::Ran(state.last, execute(engine.clone(), plan).await))
+}
+
+/// The jobs of `config` that run after `parent` (`after`), in the file's
+/// order: what `--with-dependents` runs at its succeeded instants.
+pub(crate) fn dependents<'c>(
+    config: &'c crate::config::Config,
+    parent: &str,
+) -> Vec<&'c crate::config::Job> {
+    config
+        .jobs
+        .iter()
+        .filter(|job| {
+            job.after
+                .as_ref()
+                .is_some_and(|after| after.parents.iter().any(|p| p.name == parent))
+        })
+        .collect()
+}
+
+/// The runs of each of `parents` that succeeded at `instant`, if every
+/// one has one: a dependent job's instant that a backfill runs.
+pub(crate) async fn parents_succeeded(
+    engine: &Engine,
+    parents: &[String],
+    instant: DateTime<Utc>,
+) -> Result<Option<Vec<i64>>, DbError> {
+    let mut runs = Vec::new();
+    for parent in parents {
+        match engine
+            .store
+            .backfill_state(parent, instant)
+            .await?
+            .succeeded
+        {
+            Some(id) => runs.push(id),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(runs))
+}
+
+/// Why a backfill of `job` does not claim it now, by its lease row `row` at
+/// the database's `now`: paused (unless `force`), or one of its scheduled
+/// instants is due and not yet claimed (for at most [`SCHEDULE_FIRST`]).
+fn why_wait(
+    job: &Job,
+    row: &crate::lease::LockRow,
+    now: DateTime<Utc>,
+    force: bool,
+) -> Option<(Wait, String)> {
+    if !force && let Some(pause) = row.pause_at(now) {
+        return Some((
+            Wait::Paused,
+            format!("the job is {pause}; resume it to go on"),
+        ));
+    }
+    let last = row.last_scheduled_at?.and_utc();
+    let due = job.schedule.next_after(last)?;
+    (due <= now && now - due < SCHEDULE_FIRST).then(|| {
+        (
+            Wait::Due,
+            format!("its scheduled instant {} is due first", fmt_instant(due)),
+        )
+    })
+}
+
+/// What a backfill's instant waits for before it claims the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// The job is paused.
+    Paused,
+    /// One of the schedule's instants is due.
+    Due,
+    /// Its lease is held.
+    Held,
 }

@@ -7,6 +7,7 @@ mod databases;
 
 mod audit;
 mod backends;
+mod backfill;
 mod campaign;
 mod check;
 mod cluster;
