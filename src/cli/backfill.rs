@@ -29,12 +29,16 @@ pub(crate) struct BackfillArgs {
     /// The job.
     pub(crate) job: String,
     /// The first instant of the range (RFC 3339, e.g. 2027-03-01T00:00:00Z).
-    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
-    pub(crate) from: DateTime<Utc>,
+    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339, required_unless_present = "cancel")]
+    pub(crate) from: Option<DateTime<Utc>>,
     /// The end of the range, not included (RFC 3339); at most the
     /// database's now.
-    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
-    pub(crate) to: DateTime<Utc>,
+    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339, required_unless_present = "cancel")]
+    pub(crate) to: Option<DateTime<Utc>>,
+    /// Cancel the backfill of JOB in progress, wherever it runs: it starts
+    /// no further instant (the one running goes on to its end).
+    #[arg(long, conflicts_with_all = ["from", "to", "dry_run", "rerun_succeeded", "with_dependents"])]
+    pub(crate) cancel: bool,
     /// Skip the instants that have a succeeded run: what a backfill does
     /// (kept for scripts that say so).
     #[arg(long, hide = true, conflicts_with = "rerun_succeeded")]
@@ -63,7 +67,13 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let job = find_job(&config, &args.job)?.clone();
     let usage = |text: String| -> anyhow::Result<ExitCode> { Err(UsageError(text).into()) };
-    if let Err(refused) = backfill::check_range(&job, args.from, args.to) {
+    let (Some(from), Some(to)) = (args.from, args.to) else {
+        if args.cancel {
+            return cancel(&config, &job.name);
+        }
+        return usage("a backfill needs --from and --to".to_string());
+    };
+    if let Err(refused) = backfill::check_range(&job, from, to) {
         return usage(refused.to_string());
     }
     crate::runner::users::check_host(&config)?;
@@ -71,8 +81,8 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let runtime = command_runtime()?;
     let store = crate::db::Store::new(pool.clone());
     let entry = Entry::new(Action::Backfill, &job.name)
-        .arg("from", crate::history::rfc3339(args.from.naive_utc()))
-        .arg("to", crate::history::rfc3339(args.to.naive_utc()))
+        .arg("from", crate::history::rfc3339(from.naive_utc()))
+        .arg("to", crate::history::rfc3339(to.naive_utc()))
         .arg("rerun_succeeded", args.rerun_succeeded)
         .arg("with_dependents", args.with_dependents)
         .arg("force", args.force)
@@ -91,16 +101,16 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     };
     let now = crate::db::clock::database_now(&mut *pool.get()?)
         .map_err(|e| crate::db::DbError::query("reading the database's time", e))?;
-    if let Err(refused) = backfill::check_past(args.to, now) {
+    if let Err(refused) = backfill::check_past(to, now) {
         return refuse(refused.to_string());
     }
-    let instants = backfill::instants(&job.schedule, args.from, args.to, CONFIRM_ABOVE * 100 + 1);
+    let instants = backfill::instants(&job.schedule, from, to, CONFIRM_ABOVE * 100 + 1);
     if instants.is_empty() {
         eprintln!(
             "replicron: {} has no instant in [{}, {})",
             job.name,
-            fmt_instant(args.from),
-            fmt_instant(args.to)
+            fmt_instant(from),
+            fmt_instant(to)
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -108,8 +118,8 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         return refuse(format!(
             "{}: [{}, {}) holds {}{} instants, more than {CONFIRM_ABOVE}: add --yes to run them all",
             job.name,
-            fmt_instant(args.from),
-            fmt_instant(args.to),
+            fmt_instant(from),
+            fmt_instant(to),
             if instants.len() > CONFIRM_ABOVE * 100 {
                 "over "
             } else {
@@ -118,7 +128,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             instants.len().min(CONFIRM_ABOVE * 100)
         ));
     }
-    let key = backfill::key(args.from, args.to);
+    let key = backfill::key(from, to);
     let grace = config.daemon.shutdown_grace;
     let scheduled = backfill::as_backfilled(&Job::from_config(&job));
     let options = backfill::Options {
@@ -137,7 +147,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     } else {
         Vec::new()
     };
-    let failed = runtime.block_on(async {
+    let (failed, cancelled) = runtime.block_on(async {
         let engine = super::run::one_off_engine(pool, grace)?;
         if !args.force
             && let Some(row) = engine.store.find_lock(&job.name).await?
@@ -165,8 +175,16 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
-            return Ok::<_, anyhow::Error>(0);
+            return Ok::<_, anyhow::Error>((0, false));
         }
+        let in_progress = match backfill::begin(&engine, &Job::from_config(&job)).await? {
+            Ok(in_progress) => in_progress,
+            Err(refused) => {
+                let text = refused.to_string();
+                store.audit(&Actor::cli(), entry.clone(), Outcome::Refused(text.clone())).await;
+                return Err(UsageError(text).into());
+            }
+        };
         let started = format!("{} instants started from this host", instants.len());
         store.audit(&Actor::cli(), entry.clone(), Outcome::Done(started)).await;
         let mut progress = Progress::new(instants.len());
@@ -188,8 +206,13 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             }
         });
         let mut failed = 0;
+        let mut cancelled = false;
         for instant in &instants {
             if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            if in_progress.cancelled(&engine).await? {
+                cancelled = true;
                 break;
             }
             let step = backfill::run_instant(&engine, &scheduled, *instant, &key, options, Vec::new()).await?;
@@ -232,13 +255,23 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             progress.step(*instant, &what);
         }
         progress.finish();
+        in_progress.end(&engine).await;
+        if cancelled {
+            eprintln!(
+                "replicron: the backfill was cancelled; {} of {} instants were not started",
+                instants.len() - progress.done,
+                instants.len()
+            );
+        }
         let unwritten = engine.journal.flush(Duration::from_secs(10)).await;
         for write in &unwritten {
             tracing::error!("history write not recorded before exit: {write}");
         }
-        Ok(failed)
+        Ok((failed, cancelled))
     })?;
-    Ok(if failed == 0 {
+    Ok(if cancelled {
+        ExitCode::from(1)
+    } else if failed == 0 {
         ExitCode::SUCCESS
     } else {
         eprintln!(
@@ -246,6 +279,33 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             job.name
         );
         ExitCode::from(1)
+    })
+}
+
+/// `backfill JOB --cancel`: ends the lease of JOB's backfill in progress,
+/// so that it starts no further instant; exit 1 if none was.
+fn cancel(config: &crate::config::Config, job: &str) -> anyhow::Result<ExitCode> {
+    let pool = open_for_command(config)?;
+    let runtime = command_runtime()?;
+    let store = crate::db::Store::new(pool);
+    let entry = Entry::new(Action::Backfill, job).arg("cancel", true);
+    runtime.block_on(async {
+        match backfill::cancel(&store, job).await? {
+            Some(by) => {
+                let text = format!(
+                    "cancelled the backfill of {job} run by {by}: it starts no further instant (the one running goes on to its end)"
+                );
+                store.audit(&Actor::cli(), entry, Outcome::Done(text.clone())).await;
+                println!("{text}");
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                let text = format!("no backfill of {job} is in progress");
+                store.audit(&Actor::cli(), entry, Outcome::Refused(text.clone())).await;
+                eprintln!("replicron: {text}");
+                Ok(ExitCode::from(1))
+            }
+        }
     })
 }
 

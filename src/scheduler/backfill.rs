@@ -86,6 +86,19 @@ pub(crate) enum Refused {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     },
+    /// A backfill of the job is in progress (on `by`, since `since`; its
+    /// mark ends at `until` unless kept alive).
+    #[error(
+        "{job}: a backfill of it is in progress (by {by}, since {}); wait for it to end, or cancel it with `replicron backfill {job} --cancel` (if its process is gone, its mark ends by itself at {})",
+        fmt_instant(*.since),
+        fmt_instant(*.until)
+    )]
+    InProgress {
+        job: String,
+        by: String,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    },
     /// `to` is after the database's now.
     #[error(
         "to {} is in the future (the database's now is {}): instants not yet due are the schedule's",
@@ -210,6 +223,124 @@ impl std::fmt::Display for Decision {
             }
         }
     }
+}
+
+/// The lease row that marks a backfill of `job` in progress, fleet-wide:
+/// held, and kept alive, by the process that runs it, from its first
+/// instant to its end.
+pub(crate) fn in_progress_row(job: &str) -> String {
+    format!("{}backfill.{job}", crate::config::RESERVED_PREFIX)
+}
+
+/// A backfill in progress: its job's [`in_progress_row`] held, kept alive
+/// every third of its lease (the backfill's, at most [`LEASE`]) until
+/// [`InProgress::end`]. Once its lease is
+/// found ended (`backfill --cancel`, or not kept alive in time) the
+/// backfill is cancelled: it starts no further instant.
+pub(crate) struct InProgress {
+    lease: crate::lease::Lease,
+    cancelled: Arc<std::sync::atomic::AtomicBool>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+/// Marks a backfill of `job` in progress, unless one is already (one at a
+/// time per job, across the fleet): that one is named.
+pub(crate) async fn begin(
+    engine: &Arc<Engine>,
+    job: &Job,
+) -> Result<Result<InProgress, Refused>, DbError> {
+    let row = in_progress_row(&job.name);
+    let length = as_backfilled(job).settings.lock_at_most_for;
+    engine.store.ensure_rows(vec![row.clone()]).await?;
+    let lease = match engine
+        .store
+        .claim_now(&row, &engine.instance, length)
+        .await?
+    {
+        Claim::Won(lease) => lease,
+        Claim::Held(holder) => {
+            return Ok(Err(Refused::InProgress {
+                job: job.name.to_string(),
+                by: holder.by.unwrap_or_else(|| "another process".to_string()),
+                since: holder.claimed_at.unwrap_or(holder.until),
+                until: holder.until,
+            }));
+        }
+        _ => {
+            let now = engine.store.database_now().await?;
+            return Ok(Err(Refused::InProgress {
+                job: job.name.to_string(),
+                by: "another process".to_string(),
+                since: now,
+                until: now,
+            }));
+        }
+    };
+    let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (store, kept, told) = (engine.store.clone(), lease.clone(), cancelled.clone());
+    let keeper = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(length / 3).await;
+            // A database that does not answer is tried again: the lease
+            // runs out by itself if it stays so.
+            if let Ok(false) = store.extend(kept.clone(), length).await {
+                told.store(true, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
+        }
+    });
+    Ok(Ok(InProgress {
+        lease,
+        cancelled,
+        keeper,
+    }))
+}
+
+impl InProgress {
+    /// Whether the backfill was cancelled: its row's lease ended, or is no
+    /// longer this backfill's (read now, so a cancel stops it before its
+    /// next instant).
+    pub(crate) async fn cancelled(&self, engine: &Engine) -> Result<bool, DbError> {
+        if self.cancelled.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(true);
+        }
+        let Some(row) = engine.store.find_lock(&self.lease.job).await? else {
+            return Ok(true);
+        };
+        let now = engine.store.database_now().await?;
+        Ok(row.fence != self.lease.fence || row.lock_until.and_utc() <= now)
+    }
+
+    /// Ends it: its row is free for the next backfill of the job.
+    pub(crate) async fn end(self, engine: &Engine) {
+        self.keeper.abort();
+        let row = self.lease.job.clone();
+        if let Err(e) = engine.store.release(self.lease, Duration::ZERO).await {
+            tracing::warn!(
+                %row,
+                "the backfill's row could not be released; it ends by itself within {}s: {e}",
+                LEASE.as_secs()
+            );
+        }
+    }
+}
+
+/// Cancels the backfill of `job` in progress: ends its row's lease, so
+/// that it starts no further instant (the one running goes on to its end).
+/// The instance that runs it, or `None` if none was in progress.
+pub(crate) async fn cancel(store: &crate::db::Store, job: &str) -> Result<Option<String>, DbError> {
+    let row = in_progress_row(job);
+    let Some(lock) = store.find_lock(&row).await? else {
+        return Ok(None);
+    };
+    if lock.lock_until.and_utc() <= store.database_now().await? {
+        return Ok(None);
+    }
+    store.force_unlock(&row).await?;
+    Ok(Some(
+        lock.locked_by
+            .unwrap_or_else(|| "another process".to_string()),
+    ))
 }
 
 /// What became of one instant.

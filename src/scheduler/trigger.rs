@@ -139,6 +139,9 @@ pub(crate) enum Answer {
     Running(i64),
     /// The backfill of this many instants has begun.
     Backfilling(usize),
+    /// Not begun: a backfill of the job is in progress (what the refusal
+    /// says).
+    InProgress(String),
     /// No run was started, for this reason.
     Refused(Refusal),
     /// The scheduler could not try: it is shutting down, or the database
@@ -171,12 +174,24 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
                 return;
             }
         }
+        let in_progress = match super::backfill::begin(&engine, &job).await {
+            Ok(Ok(in_progress)) => in_progress,
+            Ok(Err(refused)) => {
+                let _ = reply.send(Answer::InProgress(refused.to_string()));
+                return;
+            }
+            Err(e) => {
+                let _ = reply.send(Answer::Failed(e.to_string()));
+                return;
+            }
+        };
         let _ = reply.send(Answer::Backfilling(backfill.instants.len()));
         let options = super::backfill::Options {
             rerun_succeeded: backfill.rerun_succeeded,
             force,
         };
-        run_backfill(&engine, &job, backfill, options).await;
+        run_backfill(&engine, &job, backfill, options, &in_progress).await;
+        in_progress.end(&engine).await;
         return;
     }
     match start(engine, &job, force, params).await {
@@ -200,11 +215,23 @@ async fn run_backfill(
     job: &Job,
     backfill: Backfill,
     options: super::backfill::Options,
+    in_progress: &super::backfill::InProgress,
 ) {
     let key = super::backfill::key(backfill.from, backfill.to);
     let job = &super::backfill::as_backfilled(job);
     tracing::info!(job = %job.name, key, instants = backfill.instants.len(), "backfill started");
     for instant in backfill.instants {
+        match in_progress.cancelled(engine).await {
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::warn!(job = %job.name, key, "backfill cancelled");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(job = %job.name, key, "backfill stopped: {e}");
+                return;
+            }
+        }
         match super::backfill::run_instant(engine, job, instant, &key, options, Vec::new()).await {
             Ok(super::backfill::Step::Stopped) => {
                 tracing::warn!(job = %job.name, key, "backfill stopped with the scheduler; ask for it again to go on");

@@ -643,6 +643,7 @@ async fn act_unaudited(
                 Ok(Ok(Answer::Refused(Refusal::NotRunnable))) => {
                     conflict(format!("{name} has nothing to run on this replica"))
                 }
+                Ok(Ok(Answer::InProgress(_))) => Err(failed("the scheduler answered a backfill")),
                 Ok(Ok(Answer::Failed(e))) => Err(failed(e)),
                 Ok(Ok(Answer::Backfilling(_))) => Err(failed("the scheduler answered a backfill")),
                 Ok(Err(_)) => Err(failed("the scheduler did not answer")),
@@ -683,6 +684,7 @@ async fn act_unaudited(
                 Ok(Ok(Answer::Refused(Refusal::Paused(pause)))) => conflict(format!(
                     "{name} is {pause}; backfill it with force to run it anyway"
                 )),
+                Ok(Ok(Answer::InProgress(text))) => conflict(text),
                 Ok(Ok(Answer::Failed(e))) => Err(failed(e)),
                 Ok(Ok(other)) => Err(failed(format!("unexpected answer: {other:?}"))),
                 Ok(Err(_)) | Err(_) => Err(failed("the scheduler did not answer")),

@@ -44,6 +44,29 @@ fn backfill(
     run(config, &args)
 }
 
+/// The same, once the backfill of JOB in progress (a killed one's mark,
+/// which ends by itself) lets it begin: tried again while refused so, for
+/// at most a minute.
+pub(crate) fn backfill_once_free(
+    config: &Path,
+    job: &str,
+    from: &str,
+    to: &str,
+    extra: &[&str],
+) -> (i32, String, String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, said, err) = backfill(config, job, from, to, extra);
+        if code != 2
+            || !err.contains("a backfill of it is in progress")
+            || std::time::Instant::now() > deadline
+        {
+            return (code, said, err);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The same, started and left running.
 fn start_backfill(config: &Path, job: &str, from: &str, to: &str) -> Child {
     Command::new(crate::support::binary())
@@ -170,9 +193,8 @@ backend_test! {
     /// A backfill killed (SIGKILL) while an instant runs, and one ended by a
     /// second Ctrl-C, leave that instant recorded as not done: the same
     /// backfill again runs it (and exits 0), though the job keeps its
-    /// default 10-minute `lock_at_most_for`: the waiting backfill says at
-    /// warn who holds the lease, and gets it within a backfill's short
-    /// lease.
+    /// default 10-minute `lock_at_most_for`: the killed backfill's mark and
+    /// lease end within a backfill's short lease.
     fn a_killed_or_twice_interrupted_backfill_runs_its_instant_again(db: &TestDb) {
         db.migrate();
         let (out, hang) = (db.dir().join("instants.out"), db.dir().join("hang"));
@@ -206,10 +228,9 @@ backend_test! {
             assert_eq!(code, 0, "{err}");
             assert!(listed.contains(&format!("{from}  ran before: interrupted")), "{listed}");
             let waited = std::time::Instant::now();
-            let (code, said, err) = backfill(&config, "slow", &from, &to, &[]);
+            let (code, said, err) = backfill_once_free(&config, "slow", &from, &to, &[]);
             assert_eq!(code, 0, "{said}{err}");
             assert!(waited.elapsed() < Duration::from_secs(45), "waited {:?}", waited.elapsed());
-            assert!(err.contains("backfill waits: its lease is held by"), "{err}");
             assert!(said.contains("(ran before: running)") || said.contains("(ran before: abandoned)"), "{said}");
             let ends: Vec<String> = lines(&out).into_iter().filter(|l| l.starts_with("end ")).collect();
             let (first, last) = (format!("end {from}"), format!("end {to}"));
@@ -226,7 +247,9 @@ backend_test! {
     /// A replica's API refuses to backfill a paused job without `force`
     /// (409, as the command line exits 2), and a backfill going pauses
     /// with its job: no instant starts while the job is paused, and it goes
-    /// on, to the end, once resumed. With `force` it runs while paused.
+    /// on, to the end, once resumed. Meanwhile a second backfill of the job
+    /// is refused, from the command line and the API, naming the first.
+    /// With `force` it runs while paused.
     fn an_api_backfill_obeys_pause(db: &TestDb) {
         use crate::web::{TOKEN, free_ports, post_json};
         db.migrate();
@@ -275,19 +298,33 @@ backend_test! {
         assert_eq!(lines(&out).len(), at_pause, "instants started while paused");
         assert!(at_pause < 40, "{at_pause}");
         replica.wait_for_log("backfill waits: the job is paused", Duration::from_secs(30));
+        // One backfill of a job at a time, fleet-wide: the replica's is named.
+        let (code, _, err) = backfill(&config, "billing", &minute(100), &minute(103), &["--force"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("a backfill of it is in progress (by r0"), "{err}");
 
-        // Forced, another range runs while the job is paused.
+        // Meanwhile the API refuses a second backfill of the job too.
         let (code, answer) = post_json(port, "/api/v1/jobs/billing/backfill", &auth, &body(100, 103, true));
-        assert_eq!(code, 202, "{answer}");
-        wait_until("the forced range", Duration::from_secs(60), || {
-            (100..103).map(minute).all(|m| lines(&out).contains(&m))
-        });
+        assert_eq!(code, 409, "{answer}");
+        assert!(answer.to_string().contains("in progress"), "{answer}");
 
         let (code, _, err) = run(&config, &["resume", "billing"]);
         assert_eq!(code, 0, "{err}");
         let expected: Vec<String> = (0..40).map(minute).collect();
         wait_until("the whole range", Duration::from_secs(90), || {
             expected.iter().all(|m| lines(&out).contains(m))
+        });
+
+        // Forced, another range runs while the job is paused.
+        let (code, _, err) = run(&config, &["pause", "billing"]);
+        assert_eq!(code, 0, "{err}");
+        wait_until("the backfill's end", Duration::from_secs(30), || {
+            let (code, answer) = post_json(port, "/api/v1/jobs/billing/backfill", &auth, &body(100, 103, true));
+            assert!(code == 202 || code == 409, "{answer}");
+            code == 202
+        });
+        wait_until("the forced range", Duration::from_secs(60), || {
+            (100..103).map(minute).all(|m| lines(&out).contains(&m))
         });
         drop(replica);
         let written = lines(&out);
@@ -367,5 +404,41 @@ backend_test! {
         let rows = history_json(&config, "report");
         assert_eq!(rows.len(), 5, "{rows:?}");
         assert!(rows.iter().all(|r| r["triggered_by"] == "backfill" && r["parent_runs"].as_array().is_some_and(|p| p.len() == 2)), "{rows:?}");
+    }
+}
+
+backend_test! {
+    /// `backfill JOB --cancel` stops JOB's backfill in progress, run by
+    /// another process: the instant running ends, no further one starts,
+    /// and it exits 1 saying so. With none in progress it exits 1; a new
+    /// backfill of the job then runs.
+    fn a_backfill_is_cancelled(db: &TestDb) {
+        db.migrate();
+        let (out, hang) = (db.dir().join("instants.out"), db.dir().join("hang"));
+        let config = db.config(&format!(
+            "[[job]]\nname = \"slow\"\nschedule = \"* * * * *\"\n\
+             command = 'echo \"start $REPLICRON_SCHEDULED_AT\" >> {out}; while [ -e {hang} ]; do sleep 0.05; done; echo \"end $REPLICRON_SCHEDULED_AT\" >> {out}'\n",
+            out = out.display(),
+            hang = hang.display()
+        ));
+        std::fs::write(&hang, "").expect("hang");
+        let first = start_backfill(&config, "slow", &minute(0), &minute(5));
+        let started = format!("start {}", minute(0));
+        wait_until("the first instant started", Duration::from_secs(30), || lines(&out).contains(&started));
+        let (code, said, err) = run(&config, &["backfill", "slow", "--cancel"]);
+        assert_eq!(code, 0, "{said}{err}");
+        assert!(said.contains("cancelled the backfill of slow run by"), "{said}");
+        std::fs::remove_file(&hang).expect("no hang");
+        let ended = first.wait_with_output().expect("ends");
+        let err = String::from_utf8_lossy(&ended.stderr);
+        assert_eq!(ended.status.code(), Some(1), "{err}");
+        assert!(err.contains("the backfill was cancelled; 4 of 5 instants were not started"), "{err}");
+        assert_eq!(lines(&out), [format!("start {}", minute(0)), format!("end {}", minute(0))]);
+        let (code, _, err) = run(&config, &["backfill", "slow", "--cancel"]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("no backfill of slow is in progress"), "{err}");
+        let (code, said, err) = backfill(&config, "slow", &minute(0), &minute(5), &[]);
+        assert_eq!(code, 0, "{said}{err}");
+        assert_eq!(lines(&out).len(), 10, "the four left ran");
     }
 }

@@ -437,8 +437,8 @@ fn instants_written(path: &std::path::Path) -> Vec<String> {
 
 backend_test! {
     /// A backfill of 100 per-minute instants started twice at once (two
-    /// operators, two hosts): each instant runs once, in order, with its
-    /// own REPLICRON_SCHEDULED_AT, recorded `backfill`. Another range,
+    /// operators, two hosts): one is refused, and each instant runs once,
+    /// in order, with its own REPLICRON_SCHEDULED_AT, recorded `backfill`. Another range,
     /// killed (SIGKILL) halfway and started again, runs again the instant
     /// the kill cut short and finishes the rest once. (The killed
     /// backfill's lease ends by itself: 3 s.) Bad requests
@@ -477,11 +477,14 @@ backend_test! {
         assert!(!out.exists(), "a dry run ran the job");
 
         let (from, to) = (minute(0), minute(100));
+        // One backfill of a job at a time: the second is refused, naming
+        // the first.
         let twice = [start_backfill(&config, "billing", &from, &to), start_backfill(&config, "billing", &from, &to)];
-        for backfill in twice {
-            let done = backfill.wait_with_output().expect("backfill ends");
-            assert!(done.status.success(), "{done:?}");
-        }
+        let ends: Vec<std::process::Output> = twice.into_iter().map(|b| b.wait_with_output().expect("backfill ends")).collect();
+        assert_eq!(ends.iter().filter(|e| e.status.success()).count(), 1, "{ends:?}");
+        let refused = ends.iter().find(|e| !e.status.success()).expect("one refused");
+        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("a backfill of it is in progress (by"), "{refused:?}");
         let expected: Vec<String> = (0..100).map(minute).collect();
         assert_eq!(instants_written(&out), expected, "each instant once, in order");
         let rows = history_json(&config, "billing");
@@ -500,8 +503,8 @@ backend_test! {
         wait_until("half of the second range", Duration::from_secs(60), || instants_written(&out).len() >= 50);
         first.kill().expect("kill");
         let _ = first.wait();
-        let again = start_backfill(&config, "billing", &from, &to).wait_with_output().expect("ends");
-        assert!(again.status.success(), "{again:?}");
+        let (code, said, err) = crate::backfill::backfill_once_free(&config, "billing", &from, &to, &[]);
+        assert_eq!(code, 0, "{said}{err}");
         let written = instants_written(&out);
         let expected: Vec<String> = (100..200).map(minute).collect();
         // In order, each once but the one the kill cut short, which runs
