@@ -410,8 +410,9 @@ backend_test! {
 backend_test! {
     /// `backfill JOB --cancel` stops JOB's backfill in progress, run by
     /// another process: the instant running ends, no further one starts,
-    /// and it exits 1 saying so. With none in progress it exits 1; a new
-    /// backfill of the job then runs.
+    /// and it exits 1 saying so. `status` lists it while it is in
+    /// progress. With none in progress `--cancel` exits 1; a new backfill
+    /// of the job then runs.
     fn a_backfill_is_cancelled(db: &TestDb) {
         db.migrate();
         let (out, hang) = (db.dir().join("instants.out"), db.dir().join("hang"));
@@ -425,6 +426,13 @@ backend_test! {
         let first = start_backfill(&config, "slow", &minute(0), &minute(5));
         let started = format!("start {}", minute(0));
         wait_until("the first instant started", Duration::from_secs(30), || lines(&out).contains(&started));
+        // `status` lists it.
+        let (code, said, err) = run(&config, &["status", "--format", "json"]);
+        assert_eq!(code, 0, "{err}");
+        let status: Value = serde_json::from_str(&said).expect("status JSON");
+        assert_eq!(status["backfills"][0]["job"], "slow", "{status}");
+        let (_, table, _) = run(&config, &["status"]);
+        assert!(table.contains("BACKFILL OF"), "{table}");
         let (code, said, err) = run(&config, &["backfill", "slow", "--cancel"]);
         assert_eq!(code, 0, "{said}{err}");
         assert!(said.contains("cancelled the backfill of slow run by"), "{said}");
@@ -437,6 +445,9 @@ backend_test! {
         let (code, _, err) = run(&config, &["backfill", "slow", "--cancel"]);
         assert_eq!(code, 1, "{err}");
         assert!(err.contains("no backfill of slow is in progress"), "{err}");
+        let (_, said, _) = run(&config, &["status", "--format", "json"]);
+        let status: Value = serde_json::from_str(&said).expect("status JSON");
+        assert_eq!(status["backfills"], serde_json::json!([]), "{status}");
         let (code, said, err) = backfill(&config, "slow", &minute(0), &minute(5), &[]);
         assert_eq!(code, 0, "{said}{err}");
         assert_eq!(lines(&out).len(), 10, "the four left ran");
