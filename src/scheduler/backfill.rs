@@ -529,3 +529,97 @@ enum Wait {
     /// Its lease is held.
     Held,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .expect("time")
+            .with_timezone(&Utc)
+    }
+
+    fn row(last: &str) -> crate::lease::LockRow {
+        crate::lease::LockRow {
+            name: "tick".into(),
+            lock_until: at("2027-01-01T00:00:00Z").naive_utc(),
+            locked_at: None,
+            locked_by: None,
+            last_scheduled_at: Some(at(last).naive_utc()),
+            fence: 1,
+            created_at: None,
+            missed_checked_until: None,
+            paused_at: None,
+            paused_until: None,
+            paused_by: None,
+            paused_reason: None,
+            claim_nonce: None,
+            queued_for: None,
+            stop_fence: None,
+        }
+    }
+
+    /// A backfill leaves a scheduled instant that is due, and not yet
+    /// claimed, to the schedule for a few seconds, then goes on (no replica
+    /// runs the schedule); a paused job holds it unless it is forced.
+    #[test]
+    fn a_backfill_waits_for_a_due_instant_and_a_pause() {
+        let job = Job::new("tick", "*/10 * * * * *").expect("job");
+        let last = row("2027-01-01T00:00:10Z");
+        let wait = |row: &crate::lease::LockRow, now: &str, force: bool| {
+            why_wait(&job, row, at(now), force).map(|(kind, _)| kind)
+        };
+        assert_eq!(wait(&last, "2027-01-01T00:00:19.900Z", false), None);
+        assert_eq!(
+            wait(&last, "2027-01-01T00:00:20.100Z", false),
+            Some(Wait::Due)
+        );
+        assert_eq!(
+            wait(&last, "2027-01-01T00:00:24.900Z", false),
+            Some(Wait::Due)
+        );
+        assert_eq!(wait(&last, "2027-01-01T00:00:25.100Z", false), None);
+        let mut paused = last.clone();
+        paused.paused_at = Some(at("2027-01-01T00:00:12Z").naive_utc());
+        paused.paused_until = Some(at("2027-01-01T01:00:00Z").naive_utc());
+        assert_eq!(
+            wait(&paused, "2027-01-01T00:00:19Z", false),
+            Some(Wait::Paused)
+        );
+        assert_eq!(wait(&paused, "2027-01-01T00:00:19Z", true), None);
+    }
+
+    /// What a backfill does with an instant, by its history.
+    #[test]
+    fn a_backfill_runs_again_what_did_not_succeed() {
+        let state = |succeeded, last| BackfillState {
+            succeeded,
+            last,
+            attempts: 1,
+        };
+        let plain = Options::default();
+        let rerun = Options {
+            rerun_succeeded: true,
+            force: false,
+        };
+        assert_eq!(decide(&state(None, None), plain), Decision::Run);
+        for status in [
+            RunStatus::Failed,
+            RunStatus::TimedOut,
+            RunStatus::Abandoned,
+            RunStatus::Killed,
+            RunStatus::LostLock,
+            RunStatus::Running,
+            RunStatus::Missed,
+        ] {
+            assert_eq!(
+                decide(&state(None, Some(status)), plain),
+                Decision::Rerun(status)
+            );
+        }
+        let done = state(Some(7), Some(RunStatus::Failed));
+        assert_eq!(decide(&done, plain), Decision::Skip);
+        assert_eq!(decide(&done, rerun), Decision::RerunSucceeded);
+    }
+}
