@@ -1,8 +1,9 @@
 //! `replicron backfill JOB --from T1 --to T2`: runs every instant of JOB in
-//! `[T1, T2)` once, in order, each with its own instant, from this host
-//! (`scheduler::backfill`). Shows its progress (a bar on a terminal, a
-//! line per instant otherwise); interrupted (Ctrl-C finishes the instant
-//! that is running first) and started again, it goes on where it stopped.
+//! `[T1, T2)` that has no succeeded run, in order, each with its own
+//! instant, from this host (`scheduler::backfill`). Shows its progress (a
+//! bar on a terminal, a line per instant otherwise); interrupted (Ctrl-C
+//! finishes the instant that is running first) and started again, it goes
+//! on where it stopped, and runs again what did not succeed.
 
 use chrono::{DateTime, Utc};
 use std::io::{IsTerminal as _, Write as _};
@@ -26,16 +27,30 @@ pub(crate) struct BackfillArgs {
     /// The job.
     pub(crate) job: String,
     /// The first instant of the range (RFC 3339, e.g. 2027-03-01T00:00:00Z).
-    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
-    pub(crate) from: DateTime<Utc>,
+    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339, required_unless_present = "cancel")]
+    pub(crate) from: Option<DateTime<Utc>>,
     /// The end of the range, not included (RFC 3339); at most the
     /// database's now.
-    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339)]
-    pub(crate) to: DateTime<Utc>,
-    /// Skip the instants that have a succeeded run.
-    #[arg(long)]
+    #[arg(long, value_name = "TIME", value_parser = parse_rfc3339, required_unless_present = "cancel")]
+    pub(crate) to: Option<DateTime<Utc>>,
+    /// Cancel the backfill of JOB in progress, wherever it runs: it starts
+    /// no further instant (the one running goes on to its end).
+    #[arg(long, conflicts_with_all = ["from", "to", "dry_run", "rerun_succeeded", "with_dependents"])]
+    pub(crate) cancel: bool,
+    /// Skip the instants that have a succeeded run: what a backfill does
+    /// (kept for scripts that say so).
+    #[arg(long, hide = true, conflicts_with = "rerun_succeeded")]
     pub(crate) only_missing: bool,
-    /// List what would run, and run nothing.
+    /// Run again the instants that have a succeeded run too.
+    #[arg(long)]
+    pub(crate) rerun_succeeded: bool,
+    /// After each instant of JOB that succeeded (now or before), run each
+    /// job that runs after it (`after`) at that instant, once, in order
+    /// (a fan-in's once every parent succeeded there).
+    #[arg(long)]
+    pub(crate) with_dependents: bool,
+    /// Say, per instant, how it ran before and what would run, and run
+    /// nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// Run more than 10,000 instants.
@@ -50,7 +65,13 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let job = super::runnable(&config, &args.job)?.clone();
     let usage = |text: String| -> anyhow::Result<ExitCode> { Err(UsageError(text).into()) };
-    if let Err(refused) = backfill::check_range(&job, args.from, args.to) {
+    let (Some(from), Some(to)) = (args.from, args.to) else {
+        if args.cancel {
+            return cancel(&config, &job.name);
+        }
+        return usage("a backfill needs --from and --to".to_string());
+    };
+    if let Err(refused) = backfill::check_range(&job, from, to) {
         return usage(refused.to_string());
     }
     crate::runner::users::check_host(&config)?;
@@ -58,9 +79,10 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let runtime = command_runtime()?;
     let store = crate::db::Store::new(pool.clone());
     let entry = Entry::new(Action::Backfill, &job.name)
-        .arg("from", crate::history::rfc3339(args.from.naive_utc()))
-        .arg("to", crate::history::rfc3339(args.to.naive_utc()))
-        .arg("only_missing", args.only_missing)
+        .arg("from", crate::history::rfc3339(from.naive_utc()))
+        .arg("to", crate::history::rfc3339(to.naive_utc()))
+        .arg("rerun_succeeded", args.rerun_succeeded)
+        .arg("with_dependents", args.with_dependents)
         .arg("force", args.force)
         .arg("yes", args.yes);
     // A refusal from here on is recorded in the audit log (a dry run is
@@ -77,16 +99,16 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     };
     let now = crate::db::clock::database_now(&mut *pool.get()?)
         .map_err(|e| crate::db::DbError::query("reading the database's time", e))?;
-    if let Err(refused) = backfill::check_past(args.to, now) {
+    if let Err(refused) = backfill::check_past(to, now) {
         return refuse(refused.to_string());
     }
-    let instants = backfill::instants(&job.schedule, args.from, args.to, CONFIRM_ABOVE * 100 + 1);
+    let instants = backfill::instants(&job.schedule, from, to, CONFIRM_ABOVE * 100 + 1);
     if instants.is_empty() {
         eprintln!(
             "replicron: {} has no instant in [{}, {})",
             job.name,
-            fmt_instant(args.from),
-            fmt_instant(args.to)
+            fmt_instant(from),
+            fmt_instant(to)
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -94,8 +116,8 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         return refuse(format!(
             "{}: [{}, {}) holds {}{} instants, more than {CONFIRM_ABOVE}: add --yes to run them all",
             job.name,
-            fmt_instant(args.from),
-            fmt_instant(args.to),
+            fmt_instant(from),
+            fmt_instant(to),
             if instants.len() > CONFIRM_ABOVE * 100 {
                 "over "
             } else {
@@ -104,11 +126,39 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             instants.len().min(CONFIRM_ABOVE * 100)
         ));
     }
-    let key = backfill::key(args.from, args.to);
+    let key = backfill::key(from, to);
     let grace = config.daemon.shutdown_grace;
-    let scheduled = Job::from_config(&job);
-    let failed = runtime.block_on(async {
-        let engine = super::one_off_engine_for(pool, grace, &job)?;
+    let scheduled = backfill::as_backfilled(&Job::from_config(&job));
+    let options = backfill::Options {
+        rerun_succeeded: args.rerun_succeeded,
+        force: args.force,
+    };
+    // Each dependent job, as a backfill runs it, and its parents.
+    let dependents: Vec<(Job, Vec<String>)> = if args.with_dependents {
+        backfill::dependents(&config, &job.name)
+            .into_iter()
+            .map(|child| {
+                let parents = child.after.as_ref().map(|a| a.names()).unwrap_or_default();
+                (backfill::as_backfilled(&Job::from_config(child)), parents)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let (failed, cancelled) = runtime.block_on(async {
+        let engine = super::run::one_off_engine(pool, grace)?;
+        // The job's notifications, and its dependents', are sent as the
+        // daemon sends them.
+        let children = if args.with_dependents {
+            backfill::dependents(&config, &job.name)
+        } else {
+            Vec::new()
+        };
+        engine.notifier.set_jobs(
+            std::iter::once(&job)
+                .chain(children.iter().copied())
+                .map(|j| (&*j.name, j.notify.as_ref())),
+        );
         if !args.force
             && let Some(row) = engine.store.find_lock(&job.name).await?
             && let Some(pause) = row.pause_at(engine.store.database_now().await?)
@@ -121,57 +171,114 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         }
         if args.dry_run {
             for instant in &instants {
-                let state = engine.store.backfill_state(&job.name, *instant, &key).await?;
-                let what = if state.done {
-                    "done (this backfill ran it)"
-                } else if args.only_missing && state.succeeded {
-                    "skipped (it succeeded)"
-                } else {
-                    "would run"
-                };
-                println!("{}  {what}", fmt_instant(*instant));
+                let state = engine.store.backfill_state(&job.name, *instant).await?;
+                let decision = backfill::decide(&state, options);
+                println!("{}  {decision}", fmt_instant(*instant));
+                for (child, _) in &dependents {
+                    let state = engine.store.backfill_state(&child.name, *instant).await?;
+                    let decision = backfill::decide(&state, options);
+                    println!(
+                        "{}    then {}, once {} has succeeded: {decision}",
+                        fmt_instant(*instant),
+                        child.name,
+                        job.name
+                    );
+                }
             }
-            return Ok::<_, anyhow::Error>(0);
+            return Ok::<_, anyhow::Error>((0, false));
         }
+        let in_progress = match backfill::begin(&engine, &Job::from_config(&job)).await? {
+            Ok(in_progress) => in_progress,
+            Err(refused) => {
+                let text = refused.to_string();
+                store.audit(&Actor::cli(), entry.clone(), Outcome::Refused(text.clone())).await;
+                return Err(UsageError(text).into());
+            }
+        };
         let started = format!("{} instants started from this host", instants.len());
         store.audit(&Actor::cli(), entry.clone(), Outcome::Done(started)).await;
         let mut progress = Progress::new(instants.len());
         let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let watch = interrupted.clone();
+        let lease = scheduled.settings.lock_at_most_for;
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 eprintln!("\nreplicron: interrupted: stopping after the instant that is running (run the same backfill again to go on)");
                 watch.store(true, std::sync::atomic::Ordering::SeqCst);
                 // A second Ctrl-C ends it at once.
                 if tokio::signal::ctrl_c().await.is_ok() {
+                    tracing::warn!(
+                        "backfill ended at once: the instant that was running is left to be marked abandoned, and the job's lease stays held for up to {}; run the same backfill again to run it",
+                        humantime::format_duration(lease)
+                    );
                     std::process::exit(130);
                 }
             }
         });
         let mut failed = 0;
+        let mut cancelled = false;
         for instant in &instants {
             if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
                 break;
             }
-            let step = backfill::run_instant(&engine, &scheduled, *instant, &key, args.only_missing).await?;
-            let what = match &step {
-                Step::Ran(outcome) => {
+            if in_progress.cancelled(&engine).await? {
+                cancelled = true;
+                break;
+            }
+            let step = backfill::run_instant(&engine, &scheduled, *instant, &key, options, Vec::new()).await?;
+            let succeeded = match &step {
+                Step::Ran(_, outcome) => outcome.as_ref().is_some_and(|o| o.status == RunStatus::Succeeded),
+                Step::Succeeded => true,
+                Step::Stopped => false,
+            };
+            let mut what = match &step {
+                Step::Ran(before, outcome) => {
                     if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
                         failed += 1;
                     }
-                    describe(outcome.as_ref())
+                    match before {
+                        Some(before) => format!("{} (ran before: {before})", describe(outcome.as_ref())),
+                        None => describe(outcome.as_ref()),
+                    }
                 }
-                Step::Done => "done already (by this backfill)".to_string(),
                 Step::Succeeded => "skipped: it succeeded before".to_string(),
                 Step::Stopped => break,
             };
+            for (child, parents) in dependents.iter().filter(|_| succeeded) {
+                let Some(parent_runs) = backfill::parents_succeeded(&engine, parents, *instant).await? else {
+                    what.push_str(&format!("; {}: not run: not every parent of it succeeded", child.name));
+                    continue;
+                };
+                let step = backfill::run_instant(&engine, child, *instant, &key, options, parent_runs).await?;
+                let done = match &step {
+                    Step::Ran(_, outcome) => {
+                        if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
+                            failed += 1;
+                        }
+                        describe(outcome.as_ref())
+                    }
+                    Step::Succeeded => "skipped: it succeeded before".to_string(),
+                    Step::Stopped => break,
+                };
+                what.push_str(&format!("; {}: {done}", child.name));
+            }
             progress.step(*instant, &what);
         }
         progress.finish();
+        in_progress.end(&engine).await;
+        if cancelled {
+            eprintln!(
+                "replicron: the backfill was cancelled; {} of {} instants were not started",
+                instants.len() - progress.done,
+                instants.len()
+            );
+        }
         super::flush_before_exit(&engine, &job.name).await;
-        Ok(failed)
+        Ok((failed, cancelled))
     })?;
-    Ok(if failed == 0 {
+    Ok(if cancelled {
+        ExitCode::from(1)
+    } else if failed == 0 {
         ExitCode::SUCCESS
     } else {
         eprintln!(
@@ -179,6 +286,33 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             job.name
         );
         ExitCode::from(1)
+    })
+}
+
+/// `backfill JOB --cancel`: ends the lease of JOB's backfill in progress,
+/// so that it starts no further instant; exit 1 if none was.
+fn cancel(config: &crate::config::Config, job: &str) -> anyhow::Result<ExitCode> {
+    let pool = open_for_command(config)?;
+    let runtime = command_runtime()?;
+    let store = crate::db::Store::new(pool);
+    let entry = Entry::new(Action::Backfill, job).arg("cancel", true);
+    runtime.block_on(async {
+        match backfill::cancel(&store, job).await? {
+            Some(by) => {
+                let text = format!(
+                    "cancelled the backfill of {job} run by {by}: it starts no further instant (the one running goes on to its end)"
+                );
+                store.audit(&Actor::cli(), entry, Outcome::Done(text.clone())).await;
+                println!("{text}");
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                let text = format!("no backfill of {job} is in progress");
+                store.audit(&Actor::cli(), entry, Outcome::Refused(text.clone())).await;
+                eprintln!("replicron: {text}");
+                Ok(ExitCode::from(1))
+            }
+        }
     })
 }
 

@@ -128,6 +128,7 @@ struct Report {
     jobs: Vec<JobStatus>,
     locks: Vec<LockStatus>,
     limits: Vec<LimitStatus>,
+    backfills: Vec<fleet::BackfillMark>,
     replicas: Vec<fleet::ReplicaView>,
     /// The server's settings under which a commit it acknowledged, a claim
     /// among them, can be lost.
@@ -158,6 +159,7 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         jobs: job_rows(&config, &fleet, lasts),
         locks: fleet.locks.iter().map(LockStatus::of).collect(),
         limits: fleet.limits.iter().map(LimitStatus::of).collect(),
+        backfills: fleet.backfills.clone(),
         replicas: fleet
             .instances
             .iter()
@@ -321,6 +323,19 @@ fn print_tables(report: &Report) {
                         (Some(by), Some(until)) => format!("{by} until {until}"),
                         _ => "free".to_string(),
                     },
+                ]
+            }),
+        );
+    }
+    if !report.backfills.is_empty() {
+        println!();
+        print_table(
+            &["BACKFILL OF", "RUN BY", "SINCE"],
+            report.backfills.iter().map(|b| {
+                vec![
+                    b.job.clone(),
+                    b.by.clone().unwrap_or_default(),
+                    b.since.clone().unwrap_or_default(),
                 ]
             }),
         );

@@ -343,29 +343,31 @@ pub(crate) fn record_unrun(
     Ok((changed == 1).then_some(id))
 }
 
-/// What the history says of `job`'s `instant` for a backfill with `key`:
-/// whether that backfill recorded it already, whether any run of it
-/// succeeded, and its latest attempt (0: none).
+/// What the history says of `job`'s `instant` for a backfill: which run
+/// of it succeeded (the latest, if any did), how its latest attempt ended,
+/// and that attempt's number (0: none).
 pub(crate) fn backfill_state(
     conn: &mut DbConnection,
     job: &str,
     instant: DateTime<Utc>,
-    key: &str,
 ) -> QueryResult<BackfillState> {
-    let rows: Vec<(i32, RunStatus, Option<String>)> = runs::replicron_runs
-        .select((runs::attempt, runs::status, runs::once_key))
+    let rows: Vec<(i64, i32, RunStatus)> = runs::replicron_runs
+        .select((runs::id, runs::attempt, runs::status))
         .filter(runs::job.eq(job))
         .filter(runs::scheduled_at.eq(to_db_time(instant)))
         .filter(runs::scope.eq(""))
+        .order((runs::attempt, runs::id))
         .load(conn)?;
     Ok(BackfillState {
-        done: rows.iter().any(|(_, _, k)| k.as_deref() == Some(key)),
         succeeded: rows
             .iter()
-            .any(|(_, status, _)| *status == RunStatus::Succeeded),
+            .rev()
+            .find(|(_, _, status)| *status == RunStatus::Succeeded)
+            .map(|(id, _, _)| *id),
+        last: rows.last().map(|(_, _, status)| *status),
         attempts: rows
             .iter()
-            .map(|(attempt, _, _)| *attempt)
+            .map(|(_, attempt, _)| *attempt)
             .max()
             .unwrap_or(0),
     })
@@ -374,10 +376,10 @@ pub(crate) fn backfill_state(
 /// See [`backfill_state`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BackfillState {
-    /// The backfill recorded a run of the instant (of any ending).
-    pub(crate) done: bool,
-    /// Some run of the instant succeeded.
-    pub(crate) succeeded: bool,
+    /// The latest run of the instant that succeeded, if one did.
+    pub(crate) succeeded: Option<i64>,
+    /// How its latest row ended (`None`: the instant has no row).
+    pub(crate) last: Option<RunStatus>,
     /// Its latest attempt (0: none).
     pub(crate) attempts: i32,
 }
@@ -433,12 +435,13 @@ pub(crate) fn parents_of(
     Ok(found)
 }
 
-/// The ids of the records a dependency started: those that may have
+/// The ids of the records a dependency (or a backfill, which runs
+/// dependent jobs with `--with-dependents`) started: those that may have
 /// parents' runs.
 pub(crate) fn dependent_ids(records: &[RunRecord]) -> Vec<i64> {
     records
         .iter()
-        .filter(|r| r.triggered_by == Trigger::Dependency)
+        .filter(|r| matches!(r.triggered_by, Trigger::Dependency | Trigger::Backfill))
         .map(|r| r.id)
         .collect()
 }

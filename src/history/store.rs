@@ -41,11 +41,10 @@ impl Store {
         &self,
         job: &str,
         instant: DateTime<Utc>,
-        key: &str,
     ) -> Result<super::BackfillState, DbError> {
-        let (job, key) = (job.to_string(), key.to_string());
+        let job = job.to_string();
         self.call("reading the instant's runs", move |conn| {
-            super::backfill_state(conn, &job, instant, &key)
+            super::backfill_state(conn, &job, instant)
         })
         .await
     }

@@ -32,6 +32,37 @@ pub(crate) struct Fleet {
     pub(crate) instances: Vec<Instance>,
     /// The jobs live replicas define differently.
     pub(crate) drift: BTreeMap<String, Drift>,
+    /// The backfills in progress, by job.
+    pub(crate) backfills: Vec<BackfillMark>,
+}
+
+/// A backfill in progress, as its job's mark (`scheduler::backfill::begin`)
+/// says.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct BackfillMark {
+    /// Its job.
+    pub(crate) job: String,
+    /// The process that runs it.
+    pub(crate) by: Option<String>,
+    /// When it began (RFC 3339).
+    pub(crate) since: Option<String>,
+}
+
+/// The backfills in progress at `now`, by the lease rows `rows`.
+fn backfills(rows: &[LockRow], now: DateTime<Utc>) -> Vec<BackfillMark> {
+    let prefix = crate::scheduler::backfill::in_progress_row("");
+    rows.iter()
+        .filter(|l| l.lock_until.and_utc() > now)
+        .filter_map(|l| {
+            Some(BackfillMark {
+                job: l.name.strip_prefix(&prefix)?.to_string(),
+                by: l.locked_by.clone(),
+                since: l
+                    .locked_at
+                    .map(|t| crate::schedule::fmt_instant(t.and_utc())),
+            })
+        })
+        .collect()
 }
 
 /// A registered replica, as the command line, the API and the dashboard
@@ -268,6 +299,7 @@ pub(crate) async fn read(
         limits: limits(config, &rows, now),
         instances,
         drift,
+        backfills: backfills(&rows, now),
     })
 }
 

@@ -4,7 +4,9 @@
 //! `skipped`, paused, an overrun of a run that held the job's lease, before
 //! the job reached the fleet, or too recent to judge); and across the
 //! job's runs, whether any started before its instant, overlapped another,
-//! or is left `running` with no live lease. It reads only.
+//! or is left `running` with no live lease. A backfill's run of an instant
+//! that ran before is a deliberate rerun: counted as such, never a
+//! duplicate. It reads only.
 //!
 //! The instants due come from the job file given: a schedule that changed
 //! within the range is judged by the file as it is now (see
@@ -63,6 +65,7 @@ pub(crate) struct Row {
     finished_at: Option<NaiveDateTime>,
     status: RunStatus,
     confirmed_at: Option<NaiveDateTime>,
+    triggered_by: crate::history::Trigger,
 }
 
 /// Everything verify knows of one job.
@@ -221,6 +224,9 @@ pub(crate) struct Tally {
     pub(crate) due: usize,
     /// Run (one chain of attempts).
     pub(crate) ran: usize,
+    /// Of those, run again by a backfill after earlier runs ended (a
+    /// rerun of a run that did not succeed, or one asked for).
+    pub(crate) rerun: usize,
     /// Recorded `missed`, and not run.
     pub(crate) missed: usize,
     /// Recorded `skipped` (with the reason in its output).
@@ -254,6 +260,34 @@ impl Chain<'_> {
     fn ran(&self) -> bool {
         !self.rows.iter().all(|r| r.status == RunStatus::Skipped)
     }
+
+    /// Whether a backfill started it.
+    fn backfilled(&self) -> bool {
+        self.rows
+            .iter()
+            .min_by_key(|r| r.attempt)
+            .is_some_and(|r| r.triggered_by == crate::history::Trigger::Backfill)
+    }
+}
+
+/// The chains of one instant that ran, split into those that count as
+/// runs of it (more than one is a duplicate) and the number of a
+/// backfill's reruns: a chain a backfill started after the instant's first
+/// is one. (Each holds the job's lease, so none overlaps another: the
+/// check for overlaps judges that.)
+fn reruns<'c, 'r>(ran: &[&'c Chain<'r>]) -> (Vec<&'c Chain<'r>>, usize) {
+    let mut ran = ran.to_vec();
+    ran.sort_by_key(|c| c.start);
+    let mut counted = Vec::new();
+    let mut reruns = 0;
+    for (n, chain) in ran.into_iter().enumerate() {
+        if n > 0 && chain.backfilled() {
+            reruns += 1;
+        } else {
+            counted.push(chain);
+        }
+    }
+    (counted, reruns)
 }
 
 /// Judges `promise`'s instants in `[from, to]` and its runs, by `evidence`.
@@ -513,7 +547,11 @@ pub(crate) fn judge(
         tally.due += 1;
         let at = to_db_time(instant).0;
         let chains_here = by_instant.get(&at).map_or(&[][..], Vec::as_slice);
-        let ran_here: Vec<&&Chain> = chains_here.iter().filter(|c| c.ran()).collect();
+        let ran_here: Vec<&Chain> = chains_here.iter().copied().filter(|c| c.ran()).collect();
+        let (ran_here, reran) = reruns(&ran_here);
+        if reran > 0 {
+            tally.rerun += 1;
+        }
         if ran_here.len() > 1 {
             let rows: Vec<&Row> = ran_here.iter().flat_map(|c| c.rows.clone()).collect();
             found.push(violation(
@@ -528,7 +566,7 @@ pub(crate) fn judge(
             ));
         }
         if !chains_here.is_empty() {
-            if ran_here.is_empty() {
+            if ran_here.is_empty() && reran == 0 {
                 tally.skipped += 1;
             } else {
                 tally.ran += 1;
@@ -613,6 +651,7 @@ mod tests {
                 .then(|| at + TimeDelta::seconds(10)),
             status,
             confirmed_at: None,
+            triggered_by: crate::history::Trigger::Schedule,
         }
     }
 
@@ -748,6 +787,68 @@ mod tests {
             (1, 1, 1),
             "{tally:?}"
         );
+    }
+
+    /// A backfill's run of an instant that ran before (failed, abandoned,
+    /// or succeeded and rerun on purpose) is a rerun, counted so and never
+    /// a duplicate; two runs the schedule started are one still.
+    #[test]
+    fn a_backfills_rerun_is_no_duplicate() {
+        let later = |mut row: Row, trigger, minutes: i64| {
+            row.triggered_by = trigger;
+            row.started_at += TimeDelta::minutes(minutes);
+            row.finished_at = row.finished_at.map(|t| t + TimeDelta::minutes(minutes));
+            row
+        };
+        use crate::history::Trigger;
+        let mut runs: Vec<Row> = (0..10)
+            .filter(|m| ![1, 2, 3, 4].contains(m))
+            .map(|m| {
+                row(
+                    i64::from(m) + 1,
+                    m,
+                    1,
+                    i64::from(m) + 1,
+                    RunStatus::Succeeded,
+                )
+            })
+            .collect();
+        // 00:01 failed, then a backfill ran it again (attempt 2); 00:02 was
+        // abandoned (its end never recorded), then backfilled twice.
+        runs.push(row(20, 1, 1, 20, RunStatus::Failed));
+        runs.push(later(
+            row(21, 1, 2, 121, RunStatus::Succeeded),
+            Trigger::Backfill,
+            30,
+        ));
+        runs.push(row(22, 2, 1, 22, RunStatus::Abandoned));
+        runs.push(later(
+            row(23, 2, 2, 123, RunStatus::Failed),
+            Trigger::Backfill,
+            31,
+        ));
+        runs.push(later(
+            row(24, 2, 3, 124, RunStatus::Succeeded),
+            Trigger::Backfill,
+            32,
+        ));
+        // 00:03 succeeded and a backfill reran it on purpose.
+        runs.push(row(25, 3, 1, 25, RunStatus::Succeeded));
+        runs.push(later(
+            row(26, 3, 2, 126, RunStatus::Succeeded),
+            Trigger::Backfill,
+            33,
+        ));
+        // 00:04 was run twice by the schedule: a duplicate.
+        runs.push(row(27, 4, 1, 27, RunStatus::Succeeded));
+        runs.push(later(
+            row(28, 4, 1, 128, RunStatus::Succeeded),
+            Trigger::CatchUp,
+            34,
+        ));
+        let (tally, found) = judged(runs, Vec::new());
+        assert_eq!(found, vec![Finding::Duplicate], "{tally:?}");
+        assert_eq!((tally.ran, tally.rerun), (10, 3), "{tally:?}");
     }
 
     /// An instant that came while a run held the lease is an overrun; one

@@ -62,11 +62,8 @@ pub(crate) async fn start(
         .store
         .ensure_rows(vec![job.name().to_string()])
         .await?;
-    if !force && let Some(row) = engine.store.find_lock(job.name()).await? {
-        let now = engine.store.database_now().await?;
-        if let Some(pause) = row.pause_at(now) {
-            return Ok(Started::Refused(Refusal::Paused(pause)));
-        }
+    if let Some(pause) = paused(&engine, job, force).await? {
+        return Ok(Started::Refused(Refusal::Paused(pause)));
     }
     let Some(work) = Work::of(job) else {
         return Ok(Started::Refused(Refusal::NotRunnable));
@@ -150,6 +147,21 @@ async fn claim(engine: &Engine, job: &Job) -> Result<(Instant, Claim), DbError> 
 /// database's now claimed already, or its claim contended.
 const TAKEN_RETRIES: u32 = 5;
 
+/// `job`'s pause in force now, unless `force`.
+async fn paused(
+    engine: &Engine,
+    job: &Job,
+    force: bool,
+) -> Result<Option<Pause>, crate::db::DbError> {
+    if force {
+        return Ok(None);
+    }
+    let Some(row) = engine.store.find_lock(job.name()).await? else {
+        return Ok(None);
+    };
+    Ok(row.pause_at(engine.store.database_now().await?))
+}
+
 /// A trigger sent to a running scheduler.
 #[derive(Debug)]
 pub(crate) struct Request {
@@ -175,8 +187,8 @@ pub(crate) struct Backfill {
     pub(crate) to: DateTime<Utc>,
     /// Its instants, in order.
     pub(crate) instants: Vec<DateTime<Utc>>,
-    /// Skip the instants that have a succeeded run.
-    pub(crate) only_missing: bool,
+    /// Whether it reruns succeeded instants; `force` is the request's.
+    pub(crate) rerun_succeeded: bool,
 }
 
 /// How a requested trigger began.
@@ -186,6 +198,9 @@ pub(crate) enum Answer {
     Running(i64),
     /// The backfill of this many instants has begun.
     Backfilling(usize),
+    /// Not begun: a backfill of the job is in progress (what the refusal
+    /// says).
+    InProgress(String),
     /// No run was started, for this reason.
     Refused(Refusal),
     /// The scheduler could not try: it is shutting down, or the database
@@ -207,8 +222,35 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
         return;
     }
     if let Some(backfill) = backfill {
+        match paused(&engine, &job, force).await {
+            Ok(Some(pause)) => {
+                let _ = reply.send(Answer::Refused(Refusal::Paused(pause)));
+                return;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let _ = reply.send(Answer::Failed(e.to_string()));
+                return;
+            }
+        }
+        let in_progress = match super::backfill::begin(&engine, &job).await {
+            Ok(Ok(in_progress)) => in_progress,
+            Ok(Err(refused)) => {
+                let _ = reply.send(Answer::InProgress(refused.to_string()));
+                return;
+            }
+            Err(e) => {
+                let _ = reply.send(Answer::Failed(e.to_string()));
+                return;
+            }
+        };
         let _ = reply.send(Answer::Backfilling(backfill.instants.len()));
-        run_backfill(&engine, &job, backfill).await;
+        let options = super::backfill::Options {
+            rerun_succeeded: backfill.rerun_succeeded,
+            force,
+        };
+        run_backfill(&engine, &job, backfill, options, &in_progress).await;
+        in_progress.end(&engine).await;
         return;
     }
     match start(engine, &job, force, params).await {
@@ -227,12 +269,29 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
 
 /// Runs a backfill's instants in order, as `replicron backfill` does, until
 /// the scheduler stops (it goes on where it stopped when asked again).
-async fn run_backfill(engine: &Arc<Engine>, job: &Job, backfill: Backfill) {
+async fn run_backfill(
+    engine: &Arc<Engine>,
+    job: &Job,
+    backfill: Backfill,
+    options: super::backfill::Options,
+    in_progress: &super::backfill::InProgress,
+) {
     let key = super::backfill::key(backfill.from, backfill.to);
+    let job = &super::backfill::as_backfilled(job);
     tracing::info!(job = %job.name, key, instants = backfill.instants.len(), "backfill started");
     for instant in backfill.instants {
-        match super::backfill::run_instant(engine, job, instant, &key, backfill.only_missing).await
-        {
+        match in_progress.cancelled(engine).await {
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::warn!(job = %job.name, key, "backfill cancelled");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(job = %job.name, key, "backfill stopped: {e}");
+                return;
+            }
+        }
+        match super::backfill::run_instant(engine, job, instant, &key, options, Vec::new()).await {
             Ok(super::backfill::Step::Stopped) => {
                 tracing::warn!(job = %job.name, key, "backfill stopped with the scheduler; ask for it again to go on");
                 return;

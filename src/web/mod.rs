@@ -384,8 +384,8 @@ pub(crate) struct ActionParams {
     /// `pause`: why.
     #[serde(default)]
     pub(crate) reason: Option<String>,
-    /// `trigger`: even though paused; `unlock`: even though its run is
-    /// recorded running.
+    /// `trigger`, `backfill`: even though paused; `unlock`: even though
+    /// its run is recorded running.
     #[serde(default, deserialize_with = "checkbox")]
     pub(crate) force: bool,
     /// A form's CSRF token.
@@ -397,9 +397,9 @@ pub(crate) struct ActionParams {
     /// `backfill`: its end, not included (RFC 3339).
     #[serde(default)]
     pub(crate) to: Option<String>,
-    /// `backfill`: skip the instants that have a succeeded run.
+    /// `backfill`: run again the instants that have a succeeded run too.
     #[serde(default, deserialize_with = "checkbox")]
-    pub(crate) only_missing: bool,
+    pub(crate) rerun_succeeded: bool,
     /// `trigger`: the run's parameters, as `NAME=VALUE` pairs: a form's
     /// and a query string's `param.NAME` fields, a JSON body's `params`
     /// object.
@@ -519,7 +519,7 @@ async fn backfill_of(
         from,
         to,
         instants,
-        only_missing: params.only_missing,
+        rerun_succeeded: params.rerun_succeeded,
     })
 }
 
@@ -550,7 +550,7 @@ fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> 
         Action::Backfill => entry
             .arg("from", params.from.clone())
             .arg("to", params.to.clone())
-            .arg("only_missing", params.only_missing),
+            .arg("rerun_succeeded", params.rerun_succeeded),
         Action::Pause => entry
             .arg("until", params.until.clone())
             .arg("reason", params.reason.clone()),
@@ -643,6 +643,7 @@ async fn act_unaudited(
                 Ok(Ok(Answer::Refused(Refusal::NotRunnable))) => {
                     conflict(format!("{name} has nothing to run on this replica"))
                 }
+                Ok(Ok(Answer::InProgress(_))) => Err(failed("the scheduler answered a backfill")),
                 Ok(Ok(Answer::Failed(e))) => Err(failed(e)),
                 Ok(Ok(Answer::Backfilling(_))) => Err(failed("the scheduler answered a backfill")),
                 Ok(Err(_)) => Err(failed("the scheduler did not answer")),
@@ -664,7 +665,7 @@ async fn act_unaudited(
             let (reply, answer) = oneshot::channel();
             let request = trigger::Request {
                 job: crate::scheduler::Job::from_config(job),
-                force: true,
+                force: params.force,
                 params: crate::history::Params::new(),
                 backfill: Some(backfill),
                 reply,
@@ -680,6 +681,10 @@ async fn act_unaudited(
                         web.instance
                     ),
                 )),
+                Ok(Ok(Answer::Refused(Refusal::Paused(pause)))) => conflict(format!(
+                    "{name} is {pause}; backfill it with force to run it anyway"
+                )),
+                Ok(Ok(Answer::InProgress(text))) => conflict(text),
                 Ok(Ok(Answer::Failed(e))) => Err(failed(e)),
                 Ok(Ok(other)) => Err(failed(format!("unexpected answer: {other:?}"))),
                 Ok(Err(_)) | Err(_) => Err(failed("the scheduler did not answer")),

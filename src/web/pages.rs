@@ -540,7 +540,8 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                                 input type="hidden" name="csrf" value=(csrf);
                                 input type="text" name="from" placeholder="from (RFC 3339)" size="20" required;
                                 input type="text" name="to" placeholder="to, not included" size="20" required;
-                                label { input type="checkbox" name="only_missing" value="on"; " only missing" }
+                                label { input type="checkbox" name="rerun_succeeded" value="on"; " rerun succeeded" }
+                                label { input type="checkbox" name="force" value="on"; " even if paused" }
                                 button type="submit" id="backfill" { "Backfill" }
                             }
                         }

@@ -8,6 +8,7 @@ mod databases;
 mod abandoned;
 mod audit;
 mod backends;
+mod backfill;
 mod campaign;
 mod check;
 mod cluster;

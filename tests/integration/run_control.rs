@@ -437,10 +437,11 @@ fn instants_written(path: &std::path::Path) -> Vec<String> {
 
 backend_test! {
     /// A backfill of 100 per-minute instants started twice at once (two
-    /// operators, two hosts): each instant runs once, in order, with its
-    /// own REPLICRON_SCHEDULED_AT, recorded `backfill`. Another range,
-    /// killed (SIGKILL) halfway and started again, finishes the rest once.
-    /// (The killed backfill's lease ends by itself: 3 s.) Bad requests
+    /// operators, two hosts): one is refused, and each instant runs once,
+    /// in order, with its own REPLICRON_SCHEDULED_AT, recorded `backfill`. Another range,
+    /// killed (SIGKILL) halfway and started again, runs again the instant
+    /// the kill cut short and finishes the rest once. (The killed
+    /// backfill's lease ends by itself: 3 s.) Bad requests
     /// are refused with exit 2.
     fn a_backfill_runs_each_instant_once_in_order_and_goes_on_after_a_kill(db: &TestDb) {
         db.migrate();
@@ -472,24 +473,27 @@ backend_test! {
         }
         let (code, listed, err) = run(&config, &["backfill", "billing", "--from", &minute(0), "--to", &minute(3), "--dry-run"]);
         assert_eq!(code, 0, "{err}");
-        assert_eq!(listed.matches("would run").count(), 3, "{listed}");
+        assert_eq!(listed.matches("never ran; will run").count(), 3, "{listed}");
         assert!(!out.exists(), "a dry run ran the job");
 
         let (from, to) = (minute(0), minute(100));
+        // One backfill of a job at a time: the second is refused, naming
+        // the first.
         let twice = [start_backfill(&config, "billing", &from, &to), start_backfill(&config, "billing", &from, &to)];
-        for backfill in twice {
-            let done = backfill.wait_with_output().expect("backfill ends");
-            assert!(done.status.success(), "{done:?}");
-        }
+        let ends: Vec<std::process::Output> = twice.into_iter().map(|b| b.wait_with_output().expect("backfill ends")).collect();
+        assert_eq!(ends.iter().filter(|e| e.status.success()).count(), 1, "{ends:?}");
+        let refused = ends.iter().find(|e| !e.status.success()).expect("one refused");
+        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("a backfill of it is in progress (by"), "{refused:?}");
         let expected: Vec<String> = (0..100).map(minute).collect();
         assert_eq!(instants_written(&out), expected, "each instant once, in order");
         let rows = history_json(&config, "billing");
         assert_eq!(rows.len(), 100, "{rows:?}");
         assert!(rows.iter().all(|r| r["triggered_by"] == "backfill" && r["status"] == "succeeded"), "{rows:?}");
-        // Again: all done already, nothing runs.
+        // Again: all succeeded already, nothing runs.
         let (code, said, err) = run(&config, &["backfill", "billing", "--from", &from, "--to", &to]);
         assert_eq!(code, 0, "{said}{err}");
-        assert_eq!(said.matches("done already").count(), 100, "{said}");
+        assert_eq!(said.matches("skipped: it succeeded before").count(), 100, "{said}");
         assert_eq!(instants_written(&out).len(), 100);
 
         // Killed halfway, then started again.
@@ -499,20 +503,21 @@ backend_test! {
         wait_until("half of the second range", Duration::from_secs(60), || instants_written(&out).len() >= 50);
         first.kill().expect("kill");
         let _ = first.wait();
-        let again = start_backfill(&config, "billing", &from, &to).wait_with_output().expect("ends");
-        assert!(again.status.success(), "{again:?}");
+        let (code, said, err) = crate::backfill::backfill_once_free(&config, "billing", &from, &to, &[]);
+        assert_eq!(code, 0, "{said}{err}");
         let written = instants_written(&out);
         let expected: Vec<String> = (100..200).map(minute).collect();
-        let mut sorted = written.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted, written, "in order, none twice: {written:?}");
-        // Every instant but at most the one the kill cut short ran.
-        let missing: Vec<&String> = expected.iter().filter(|i| !written.contains(i)).collect();
-        assert!(missing.len() <= 1, "{missing:?}");
+        // In order, each once but the one the kill cut short, which runs
+        // again (right after its first start, so the lines stay in order).
+        let mut once = written.clone();
+        once.dedup();
+        assert_eq!(once, expected, "in order, every instant: {written:?}");
+        assert!(written.len() <= once.len() + 1, "at most the cut-short instant twice: {written:?}");
         let rows = history_json(&config, "billing");
         let range: Vec<&Value> = rows.iter().filter(|r| expected.contains(&r["scheduled_at"].as_str().unwrap_or("").to_string())).collect();
-        assert_eq!(range.len(), 100, "one row per instant: {range:?}");
+        let succeeded = range.iter().filter(|r| r["status"] == "succeeded").count();
+        assert_eq!(succeeded, 100, "each instant succeeded once: {range:?}");
+        assert!(range.len() <= 101, "a row per instant, and the cut-short one's: {range:?}");
     }
 }
 
