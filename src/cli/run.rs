@@ -103,7 +103,7 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         tokio::spawn(watch_reloads(
             args.config.to_path_buf(),
             config,
-            shared,
+            (shared, scheduler.store().clone()),
             reload_tx,
         ));
         scheduler.run(phase, reloads).await?;
@@ -171,15 +171,15 @@ async fn shut_down_on(
 
 /// On SIGHUP, re-reads `path`: the jobs of a valid config are sent to the
 /// scheduler; an invalid one is reported with all its errors, and the old
-/// one stays. What only a restart applies (`[database]`, `[daemon]`) is
-/// said so.
+/// one stays, and is recorded in the audit log as a refused reload. What
+/// only a restart applies (`[database]`, `[daemon]`) is said so.
 ///
 /// SIGHUP is listened for from the call on: one that comes as the daemon
 /// starts is a reload, not the default action's sudden death.
 fn watch_reloads(
     path: std::path::PathBuf,
     current: Config,
-    shared: Arc<std::sync::RwLock<Arc<Config>>>,
+    shared: (Arc<std::sync::RwLock<Arc<Config>>>, crate::db::Store),
     reloads: mpsc::Sender<Vec<Job>>,
 ) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -198,7 +198,7 @@ async fn reload_on(
     mut hangups: tokio::signal::unix::Signal,
     path: std::path::PathBuf,
     mut current: Config,
-    shared: Arc<std::sync::RwLock<Arc<Config>>>,
+    (shared, store): (Arc<std::sync::RwLock<Arc<Config>>>, crate::db::Store),
     reloads: mpsc::Sender<Vec<Job>>,
 ) {
     while hangups.recv().await.is_some() {
@@ -230,6 +230,29 @@ async fn reload_on(
                     error!("{line}");
                 }
                 error!("the new config is invalid; the old one keeps running");
+                use crate::db::audit;
+                let entry = audit::Entry::fleet(audit::Action::Reload).arg("signal", "SIGHUP");
+                // The reasons, without the quoted lines of the file a
+                // syntax error shows (which may hold a secret default).
+                let text = e.to_string();
+                let reasons: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|line| {
+                        !line.is_empty()
+                            && !line
+                                .trim_start_matches(|c: char| c.is_ascii_digit())
+                                .trim_start()
+                                .starts_with('|')
+                    })
+                    .collect();
+                let why = format!(
+                    "the new config is invalid, the old one keeps running: {}",
+                    reasons.join("; ")
+                );
+                store
+                    .audit(&audit::Actor::daemon(), entry, audit::Outcome::Refused(why))
+                    .await;
                 telemetry::notify_systemd(telemetry::SystemdState::Ready);
             }
         }

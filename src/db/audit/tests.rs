@@ -210,6 +210,28 @@ fn secret_parameters_are_redacted() {
         args,
         format!(r#"{{"params":{{"PASSWORD":"{REDACTED}","TENANT":"acme"}}}}"#)
     );
+    // Only a declared, non-secret parameter's acceptable value is written:
+    // a secret under a misspelt name, an undeclared name, a value with a
+    // NUL are not.
+    let given = [
+        ("TENANT".to_string(), "acme".to_string()),
+        ("password".to_string(), "hunter2-hunter2".to_string()),
+        ("HOST".to_string(), "db1".to_string()),
+    ];
+    let entry = crate::ops::actions::trigger_entry(
+        &config.jobs[0],
+        false,
+        given.iter().map(|(n, v)| (n, v)),
+    );
+    let args = serde_json::Value::Object(entry.args).to_string();
+    assert_eq!(
+        args,
+        format!(r#"{{"params":{{"HOST":"{REDACTED}","TENANT":"acme","password":"{REDACTED}"}}}}"#)
+    );
+    let nul = [("TENANT".to_string(), "a\0b".to_string())];
+    let entry =
+        crate::ops::actions::trigger_entry(&config.jobs[0], false, nul.iter().map(|(n, v)| (n, v)));
+    assert_eq!(entry.args["params"]["TENANT"], REDACTED);
     assert_eq!(Action::parse("refuse_replica"), Ok(Action::RefuseReplica));
     assert!(Action::parse("stop").is_err_and(|e| e.contains("pause, resume")));
 }
