@@ -586,8 +586,10 @@ pub(crate) async fn act(
     actor: &audit::Actor,
 ) -> Acted {
     let acted = act_unaudited(web, name, action, params, actor).await;
-    let recorded_by_ops = matches!(action, Action::Resume | Action::Unlock)
-        || (action == Action::Pause && web.config().job(name).is_some());
+    // An unknown job is refused before the operations layer sees it
+    // (but unlock, which ends lease rows of jobs no longer in the file).
+    let recorded_by_ops = action == Action::Unlock
+        || (matches!(action, Action::Pause | Action::Resume) && web.config().job(name).is_some());
     if !recorded_by_ops {
         let outcome = match &acted {
             Ok((_, done)) => audit::Outcome::Done(web.auth.redact(done)),

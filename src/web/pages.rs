@@ -589,7 +589,7 @@ fn audit_table(entries: &[crate::db::audit::AuditRecord]) -> Markup {
                     tr class="audit" data-action=(e.action) data-result=(e.result) {
                         td class="nowrap" { (e.acted_at) }
                         td { (e.via) }
-                        td { (e.who) @if let Some(sudo) = &e.sudo_user { br; span class="muted" { "sudo by " (sudo) } } }
+                        td { (e.who) @if let Some(sudo) = &e.sudo_user { br; span class="muted" { (crate::db::audit::sudo_claim(sudo)) } } }
                         td { @if let Some(address) = &e.address { (address) br; span class="muted" { "via " (e.host) } } @else { (e.host) } }
                         td { (e.action) }
                         td { @if let Some(job) = &e.job { a href={"/audit?job=" (encode(job))} { (job) } } @else { "-" } }

@@ -354,6 +354,9 @@ backend_test! {
             let error = answer["error"].as_str().unwrap_or("");
             assert!(error.contains(named) && !error.contains(SECRET), "{error}");
         }
+        // Resuming a job that is not in the file is refused, and recorded.
+        let (code, answer) = api("/api/v1/jobs/nothing/resume", "");
+        assert_eq!(code, 404, "{answer}");
         let (code, answer) = api(
             &format!("/api/v1/jobs/load/trigger?param.TENANT=acme&param.PASSWORD={SECRET}"),
             "",
@@ -424,6 +427,13 @@ backend_test! {
             assert_eq!(row["who"], "ci", "{row}");
             assert!(row["detail"].as_str().is_some_and(|d| d.contains(named)), "{row}");
         }
+        let resume = rows(&all, "api", "resume");
+        assert_eq!(resume.len(), 1, "{whole}");
+        assert_eq!(
+            (resume[0]["job"].as_str(), resume[0]["result"].as_str(), resume[0]["who"].as_str()),
+            (Some("nothing"), Some("refused"), Some("ci")),
+            "{whole}"
+        );
         let reload = rows(&all, "daemon", "reload");
         assert_eq!(reload.len(), 1, "{whole}");
         assert_eq!(reload[0]["result"], "refused", "{whole}");

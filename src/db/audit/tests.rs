@@ -130,9 +130,13 @@ backend_test! {
             assert_eq!(forced.args["force"], true);
             assert!(forced.detail.as_deref().is_some_and(|d| d.contains("lease of r2")), "{forced:?}");
             assert!(all[1].detail.as_deref().is_some_and(|d| d.contains("still recorded running")));
-            // The pause names its actor as before: who sudo'ed, and where.
+            // The pause names its actor: the Unix user, where, and the
+            // SUDO_USER its environment claimed.
             let row = store.find_lock("backup").await.expect("read").expect("row");
-            assert_eq!(row.paused_by.as_deref(), Some("alice@ops-host"));
+            assert_eq!(
+                row.paused_by.as_deref(),
+                Some("root@ops-host (sudo by alice, claimed)")
+            );
         });
     }
 }
@@ -185,6 +189,18 @@ backend_test! {
             assert_eq!(count(AuditFilter::default()).await, 0);
         });
     }
+}
+
+#[test]
+fn a_sudo_user_is_shown_as_claimed() {
+    // SUDO_USER is the command's environment's word: any process sets it.
+    assert_eq!(alice().label(), "root@ops-host (sudo by alice, claimed)");
+    let plain = Actor {
+        sudo_user: None,
+        ..alice()
+    };
+    assert_eq!(plain.label(), "root@ops-host");
+    assert_eq!(ci().label(), "token ci@r1");
 }
 
 #[test]
