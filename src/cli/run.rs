@@ -71,6 +71,9 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             let bound = listener.local_addr().unwrap_or(listen);
             let advertised =
                 crate::web::live::advertised(config.web.advertise_url.as_deref(), bound);
+            if config.web.advertise_url.is_none() && bound.ip().is_loopback() {
+                warn!(url = %advertised, "this replica's dashboard listens on a loopback address, which replicas on other hosts cannot reach: they cannot show its runs' live output; set [web] advertise_url to an address they reach");
+            }
             if let Err(e) = scheduler.publish_web_url(advertised.clone()).await {
                 warn!(url = %advertised, "the dashboard's address could not be recorded; other replicas cannot show this one's live output: {e}");
             }
