@@ -74,7 +74,7 @@ const SETTINGS: [(&str, Option<&str>, &str); 18] = [
     (
         "output_limit",
         Some("\"64KiB\""),
-        "How much of the end of a run's stdout and stderr is kept in history.",
+        "How much of the end of a run's stdout and stderr is kept in history, at most 16MiB.",
     ),
     (
         "shell",

@@ -42,6 +42,8 @@ pub(crate) struct RunRows<'e> {
     parent_runs: Vec<i64>,
     /// The run's span, which the rows' ids are recorded on.
     span: tracing::Span,
+    /// The values of its secret parameters, masked in the output it keeps.
+    secrets: Vec<String>,
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.
@@ -89,6 +91,12 @@ impl<'e> RunRows<'e> {
             missed_after: work.settings.missed_after(None),
             parent_runs: recording.parent_runs.clone(),
             span: tracing::Span::current(),
+            secrets: work
+                .settings
+                .secret_params
+                .iter()
+                .filter_map(|name| recording.params.get(name).cloned())
+                .collect(),
         }
     }
 
@@ -202,8 +210,13 @@ impl<'e> RunRows<'e> {
     /// missed instants only judges instants `missed_after` old, so an end
     /// written well within that of the run's end cannot be behind the
     /// check's mark, and is written in one statement.
-    pub(crate) async fn finish(&self, id: i64, finish: RunFinish, ended: Instant) {
+    pub(crate) async fn finish(&self, id: i64, mut finish: RunFinish, ended: Instant) {
         let engine = self.engine;
+        if let std::borrow::Cow::Owned(masked) =
+            crate::text::mask_secrets(&finish.output, &self.secrets)
+        {
+            finish.output = masked;
+        }
         let may_be_late = ended.elapsed() >= self.missed_after / 2;
         // With the ends of the runs that end with it, unless it may be late
         // (its missed-instant check is its own); alone if that fails.

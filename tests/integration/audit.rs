@@ -54,7 +54,9 @@ fn jobs(port: u16) -> String {
          [web]\ntoken_env = \"REPLICRON_TEST_AUDIT_DEFAULT\"\ntokens = {{ ci = \"REPLICRON_TEST_AUDIT_CI\" }}\n\n\
          [[job]]\nname = \"load\"\nschedule = \"@manual\"\ncommand = 'test \"$PASSWORD\" != \"[redacted]\"'\n\
          params = [\"TENANT\", \"PASSWORD=none\"]\nsecret_params = [\"PASSWORD\"]\n\n\
-         [[job]]\nname = \"hourly\"\nschedule = \"0 * * * *\"\ncommand = 'true'\n"
+         [[job]]\nname = \"hourly\"\nschedule = \"0 * * * *\"\ncommand = 'true'\n\n\
+         [[job]]\nname = \"printer\"\nschedule = \"@manual\"\ncommand = 'echo \"pw=$PASSWORD\"'\n\
+         params = [\"PASSWORD\"]\nsecret_params = [\"PASSWORD\"]\n"
     )
 }
 
@@ -324,6 +326,15 @@ backend_test! {
             &format!("# for the load\nTENANT=acme\n\nPASSWORD={SECRET}\n"),
         );
         assert_eq!(code, 0, "{out}{err}");
+        // A job that prints its secret keeps it masked in its history.
+        let (code, out, err) = as_alice_with_stdin(
+            &config,
+            &["trigger", "printer", "--param-file", "-"],
+            &format!("PASSWORD={SECRET}\n"),
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        let printed = serde_json::to_string(&history_json(&config, "printer")).expect("JSON");
+        assert!(printed.contains("pw=[redacted]") && !printed.contains(SECRET), "{printed}");
 
         let replica = Replica::start(
             &config,
@@ -412,7 +423,7 @@ backend_test! {
                 .map(|r| r["result"].as_str().unwrap_or("").to_string())
                 .collect()
         };
-        assert_eq!(result("cli", "trigger"), ["refused", "refused", "done"], "{whole}");
+        assert_eq!(result("cli", "trigger"), ["refused", "refused", "done", "done"], "{whole}");
         assert_eq!(result("api", "trigger"), ["refused"; 4], "{whole}");
         let cli = rows(&all, "cli", "trigger");
         assert_eq!(cli[0]["args"]["params"]["password"], "[redacted]", "{whole}");

@@ -258,7 +258,18 @@ impl Checker<'_> {
         }
         if let Some(limit) = &raw.output_limit {
             match parse_size(limit.get_ref()) {
-                Ok(bytes) => settings.output_limit = bytes,
+                Ok(bytes) if bytes <= crate::config::MAX_OUTPUT_LIMIT => {
+                    settings.output_limit = bytes;
+                }
+                Ok(_) => self.report(
+                    Some(limit.span()),
+                    Some(scope),
+                    Some("output_limit"),
+                    format!(
+                        "at most {} MiB: a run's output is kept in memory while it runs and in one history row",
+                        crate::config::MAX_OUTPUT_LIMIT >> 20
+                    ),
+                ),
                 Err(message) => self.report(
                     Some(limit.span()),
                     Some(scope),
