@@ -37,6 +37,23 @@ pub(crate) fn for_log(text: &str) -> Cow<'_, str> {
     )
 }
 
+/// The shortest secret value masked in a run's output: a shorter one
+/// (`1`, `yes`) would mask half the output and reveal the secret by its
+/// gaps.
+const MIN_MASKED: usize = 4;
+
+/// `text` (a run's output) with each of `secrets` at least
+/// [`MIN_MASKED`] bytes long written as `[redacted]`.
+pub(crate) fn mask_secrets<'t>(text: &'t str, secrets: &[String]) -> Cow<'t, str> {
+    let mut masked = Cow::Borrowed(text);
+    for secret in secrets.iter().filter(|s| s.len() >= MIN_MASKED) {
+        if masked.contains(secret.as_str()) {
+            masked = Cow::Owned(masked.replace(secret.as_str(), crate::db::audit::REDACTED));
+        }
+    }
+    masked
+}
+
 /// `html` (a page, already escaped) with every bidirectional control
 /// character shown as its code point (`⟨U+202E⟩`) instead of obeyed.
 pub(crate) fn bidi_visible(html: &str) -> Cow<'_, str> {
@@ -75,6 +92,19 @@ pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printed_secrets_are_masked_but_short_ones() {
+        let secrets = ["hunter2".to_string(), "no".to_string()];
+        assert_eq!(
+            mask_secrets("pw=hunter2, again hunter2; no", &secrets),
+            "pw=[redacted], again [redacted]; no"
+        );
+        assert!(matches!(
+            mask_secrets("nothing here", &secrets),
+            Cow::Borrowed(_)
+        ));
+    }
 
     #[test]
     fn controls_are_written_out() {

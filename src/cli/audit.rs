@@ -72,7 +72,7 @@ pub(super) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
                     r.acted_at.clone(),
                     r.via.clone(),
                     match &r.sudo_user {
-                        Some(sudo) => format!("{} (sudo by {sudo})", r.who),
+                        Some(sudo) => format!("{} ({})", r.who, crate::db::audit::sudo_claim(sudo)),
                         None => r.who.clone(),
                     },
                     match &r.address {

@@ -288,6 +288,9 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
         .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
+/// The libraries whose debug and trace lines may hold a secret.
+const QUIET_TARGETS: [&str; 4] = ["ureq", "ureq_proto", "rustls", "opentelemetry_otlp"];
+
 /// Log lines to stderr, filtered by `RUST_LOG`; with traces configured,
 /// the runs' spans to OpenTelemetry too, whatever `RUST_LOG` says.
 fn init_logging(
@@ -298,8 +301,16 @@ fn init_logging(
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // The HTTP client logs whole URLs at debug (a webhook's, with its
+    // ${SECRET} filled in) and headers at trace (the OTLP receiver's API
+    // key): never below info, whatever RUST_LOG asks.
+    for quiet in QUIET_TARGETS {
+        if let Ok(directive) = format!("{quiet}=info").parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     let traces = crate::telemetry::traces::layer(telemetry)?;
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = match format {

@@ -72,6 +72,9 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             let bound = listener.local_addr().unwrap_or(listen);
             let advertised =
                 crate::web::live::advertised(config.web.advertise_url.as_deref(), bound);
+            if config.web.advertise_url.is_none() && bound.ip().is_loopback() {
+                warn!(url = %advertised, "this replica's dashboard listens on a loopback address, which replicas on other hosts cannot reach: they cannot show its runs' live output; set [web] advertise_url to an address they reach");
+            }
             if let Err(e) = scheduler.publish_web_url(advertised.clone()).await {
                 warn!(url = %advertised, "the dashboard's address could not be recorded; other replicas cannot show this one's live output: {e}");
             }
@@ -104,7 +107,7 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         tokio::spawn(watch_reloads(
             args.config.to_path_buf(),
             config,
-            shared,
+            (shared, scheduler.store().clone()),
             reload_tx,
         ));
         scheduler.run(phase, reloads).await?;
@@ -185,15 +188,15 @@ async fn shut_down_on(
 
 /// On SIGHUP, re-reads `path`: the jobs of a valid config are sent to the
 /// scheduler; an invalid one is reported with all its errors, and the old
-/// one stays. What only a restart applies (`[database]`, `[daemon]`) is
-/// said so.
+/// one stays, and is recorded in the audit log as a refused reload. What
+/// only a restart applies (`[database]`, `[daemon]`) is said so.
 ///
 /// SIGHUP is listened for from the call on: one that comes as the daemon
 /// starts is a reload, not the default action's sudden death.
 fn watch_reloads(
     path: std::path::PathBuf,
     current: Config,
-    shared: Arc<std::sync::RwLock<Arc<Config>>>,
+    shared: (Arc<std::sync::RwLock<Arc<Config>>>, crate::db::Store),
     reloads: mpsc::Sender<Vec<Job>>,
 ) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -212,7 +215,7 @@ async fn reload_on(
     mut hangups: tokio::signal::unix::Signal,
     path: std::path::PathBuf,
     mut current: Config,
-    shared: Arc<std::sync::RwLock<Arc<Config>>>,
+    (shared, store): (Arc<std::sync::RwLock<Arc<Config>>>, crate::db::Store),
     reloads: mpsc::Sender<Vec<Job>>,
 ) {
     while hangups.recv().await.is_some() {
@@ -246,6 +249,29 @@ async fn reload_on(
                     error!("{line}");
                 }
                 error!("the new config is invalid; the old one keeps running");
+                use crate::db::audit;
+                let entry = audit::Entry::fleet(audit::Action::Reload).arg("signal", "SIGHUP");
+                // The reasons, without the quoted lines of the file a
+                // syntax error shows (which may hold a secret default).
+                let text = e.to_string();
+                let reasons: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|line| {
+                        !line.is_empty()
+                            && !line
+                                .trim_start_matches(|c: char| c.is_ascii_digit())
+                                .trim_start()
+                                .starts_with('|')
+                    })
+                    .collect();
+                let why = format!(
+                    "the new config is invalid, the old one keeps running: {}",
+                    reasons.join("; ")
+                );
+                store
+                    .audit(&audit::Actor::daemon(), entry, audit::Outcome::Refused(why))
+                    .await;
                 telemetry::notify_systemd(telemetry::SystemdState::Ready);
             }
         }

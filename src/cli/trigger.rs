@@ -25,6 +25,29 @@ pub(crate) struct JobArgs {
     /// environment variable; repeat for each.
     #[arg(long = "param", value_name = "NAME=VALUE")]
     pub(crate) params: Vec<String>,
+    /// Parameters, one `NAME=VALUE` a line (`#` comments and blank lines
+    /// left out), read from FILE, or from stdin for `-`: a secret given so
+    /// is not in the command line that `ps` shows.
+    #[arg(long = "param-file", value_name = "FILE")]
+    pub(crate) param_file: Option<std::path::PathBuf>,
+}
+
+/// The `NAME=VALUE` lines of `--param-file`.
+fn param_lines(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    use std::io::Read;
+    let mut text = String::new();
+    let read = if path == std::path::Path::new("-") {
+        std::io::stdin().read_to_string(&mut text)
+    } else {
+        std::fs::File::open(path).and_then(|mut file| file.read_to_string(&mut text))
+    };
+    read.map_err(|e| UsageError(format!("--param-file {}: {e}", path.display())))?;
+    Ok(text
+        .lines()
+        .map(|line| line.strip_suffix('\r').unwrap_or(line))
+        .filter(|line| !line.trim().is_empty() && !line.trim_start().starts_with('#'))
+        .map(str::to_string)
+        .collect())
 }
 
 /// The last lines of a run's output, indented, for `trigger`.
@@ -50,15 +73,42 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     crate::runner::users::check_host(&config)?;
     let job = super::runnable(&config, &args.job)?.clone();
-    // Checked before anything touches the database: a refused parameter
-    // runs nothing and records nothing.
-    let params = args
-        .params
+    // Checked before the run is started: a refused parameter runs
+    // nothing, and is recorded as refused (its values as the audit log
+    // writes any: only a declared, non-secret one's in clear).
+    let mut args_given = args.params.clone();
+    if let Some(path) = &args.param_file {
+        args_given.extend(param_lines(path)?);
+    }
+    let given = args_given
         .iter()
         .map(|arg| crate::config::params::split(arg))
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(|given| crate::config::params::resolve(&job.name, &job.params, &given))
-        .map_err(|e| UsageError(e.to_string()))?;
+        .collect::<Result<Vec<_>, _>>();
+    let params = given
+        .clone()
+        .and_then(|given| crate::config::params::resolve(&job.name, &job.params, &given));
+    let params = match params {
+        Ok(params) => params,
+        Err(e) => {
+            let pairs = given.unwrap_or_default();
+            let entry = crate::ops::actions::trigger_entry(
+                &job,
+                args.force,
+                pairs.iter().map(|(name, value)| (name, value)),
+            );
+            let why = e.to_string();
+            // The refusal stands whether or not its row can be written.
+            if let Ok(pool) = open_for_command(&config) {
+                let store = crate::db::Store::new(pool);
+                command_runtime()?.block_on(store.audit(
+                    &Actor::cli(),
+                    entry,
+                    Outcome::Refused(why.clone()),
+                ));
+            }
+            return Err(UsageError(why).into());
+        }
+    };
     let pool = open_for_command(&config)?;
     let runtime = command_runtime()?;
     let grace = config.daemon.shutdown_grace;

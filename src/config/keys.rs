@@ -74,7 +74,7 @@ const SETTINGS: [(&str, Option<&str>, &str); 18] = [
     (
         "output_limit",
         Some("\"64KiB\""),
-        "How much of the end of a run's stdout and stderr is kept in history.",
+        "How much of the end of a run's stdout and stderr is kept in history, at most 16MiB.",
     ),
     (
         "shell",
@@ -387,13 +387,13 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "params",
             None,
-            "Parameters a run may be given, as [\"DAYS\", \"TENANT=all\"]: replicron trigger JOB --param DAYS=30 (and the API's and dashboard's trigger) passes each to the run as an environment variable, and history records them. A name alone must be given; NAME=VALUE has a default, which scheduled runs get. An undeclared name, a missing one, a value with a NUL byte or over 4 KiB is refused and nothing runs. A job on a schedule gives each a default.",
+            "Parameters a run may be given, as [\"DAYS\", \"TENANT=all\"]: replicron trigger JOB --param DAYS=30 (and the API's and dashboard's trigger) passes each to the run as an environment variable, and history records them. A name alone must be given, and not empty; NAME=VALUE has a default, which scheduled runs get. An undeclared name, a missing one, an empty value for one without a default, a value with a NUL byte or over 4 KiB is refused by name and nothing runs. A job on a schedule gives each a default. LD_*, PATH, BASH_ENV, ENV, IFS and REPLICRON_* are not parameter names.",
         ),
         key(
             "job",
             "secret_params",
             None,
-            "Which of params hold secrets, as [\"PASSWORD\"]: the run gets their values, while its history rows (history, the API, the dashboard) and the audit log write them as [redacted]. Each must be declared in params.",
+            "Which of params hold secrets, as [\"PASSWORD\"]: the run gets their values, while its history rows (history, the API, the dashboard) and the audit log write them as [redacted], and the API and dashboard never show their defaults. Each must be declared in params. A secret's default may be file:/PATH or credential:NAME (of $CREDENTIALS_DIRECTORY): read at each run's start, so the job file need not hold the secret; check refuses one it cannot read.",
         ),
         key(
             "job",

@@ -782,6 +782,8 @@ pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 pub(crate) const DEFAULT_CATCH_UP: Duration = Duration::ZERO;
 /// `output_limit` unless set.
 pub(crate) const DEFAULT_OUTPUT_LIMIT: u64 = 64 * 1024;
+/// The most `output_limit` may be.
+pub(crate) const MAX_OUTPUT_LIMIT: u64 = 16 * 1024 * 1024;
 /// `shell` unless set.
 pub(crate) const DEFAULT_SHELL: &str = "/bin/sh";
 /// `retries` unless set.

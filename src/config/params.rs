@@ -5,6 +5,7 @@
 //! whoever starts the run, never from the daemon's environment.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::run::Params;
 
@@ -18,6 +19,90 @@ pub(crate) struct Param {
     pub(crate) name: String,
     /// Its value when a run is given none; `None`: it must be given.
     pub(crate) default: Option<String>,
+    /// Where the default of a secret parameter is read at each run's
+    /// start, when it is `file:PATH` or `credential:NAME`.
+    pub(crate) source: Option<SecretSource>,
+}
+
+/// Where a secret parameter's default is read from, so that the secret is
+/// not written in the job file: `file:/PATH`, or `credential:NAME`, the
+/// file `NAME` of systemd's `$CREDENTIALS_DIRECTORY` (`LoadCredential=`).
+/// Read by replicron at each run's start; one trailing newline is left out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SecretSource {
+    /// An absolute path.
+    File(PathBuf),
+    /// A systemd credential's name.
+    Credential(String),
+}
+
+impl SecretSource {
+    /// The source a secret parameter's `default` names, if it names one.
+    pub(crate) fn of(default: &str) -> Option<Result<SecretSource, String>> {
+        if let Some(path) = default.strip_prefix("file:") {
+            let path = PathBuf::from(path);
+            return Some(if path.is_absolute() {
+                Ok(SecretSource::File(path))
+            } else {
+                Err(format!(
+                    "file:{}: the path must be absolute",
+                    path.display()
+                ))
+            });
+        }
+        let name = default.strip_prefix("credential:")?;
+        Some(
+            if name.is_empty() || name.contains('/') || name.starts_with('.') {
+                Err(format!(
+                    "credential:{name}: expected the name of a systemd credential (LoadCredential=)"
+                ))
+            } else {
+                Ok(SecretSource::Credential(name.to_string()))
+            },
+        )
+    }
+
+    /// The file it is read from.
+    fn path(&self) -> Result<PathBuf, String> {
+        match self {
+            SecretSource::File(path) => Ok(path.clone()),
+            SecretSource::Credential(name) => std::env::var_os("CREDENTIALS_DIRECTORY")
+                .filter(|dir| !dir.is_empty())
+                .map(|dir| PathBuf::from(dir).join(name))
+                .ok_or_else(|| {
+                    format!(
+                        "credential:{name}: $CREDENTIALS_DIRECTORY is not set (systemd sets it for a unit with LoadCredential=)"
+                    )
+                }),
+        }
+    }
+
+    /// The value for parameter `name`, read now; the error names the file,
+    /// never what it holds.
+    pub(crate) fn read(&self, name: &str) -> Result<String, String> {
+        let path = self.path()?;
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "parameter {name}: its default {self} cannot be read ({}): {e}",
+                path.display()
+            )
+        })?;
+        let value = text
+            .strip_suffix('\n')
+            .map(|v| v.strip_suffix('\r').unwrap_or(v))
+            .unwrap_or(&text);
+        check_value(name, value).map_err(|e| format!("{e} (read from {self})"))?;
+        Ok(value.to_string())
+    }
+}
+
+impl fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretSource::File(path) => write!(f, "file:{}", path.display()),
+            SecretSource::Credential(name) => write!(f, "credential:{name}"),
+        }
+    }
 }
 
 impl fmt::Display for Param {
@@ -43,6 +128,7 @@ impl Param {
         Ok(Param {
             name: name.to_string(),
             default,
+            source: None,
         })
     }
 }
@@ -61,9 +147,18 @@ fn check_name(name: &str) -> Result<(), String> {
              letters, digits and _ not starting with a digit (\"DAYS\", or \"DAYS=30\" with a default)"
         ));
     }
-    if name.to_ascii_uppercase().starts_with("REPLICRON_") {
+    let upper = name.to_ascii_uppercase();
+    if upper.starts_with("REPLICRON_") {
         return Err(format!(
             "invalid parameter name {name:?}: REPLICRON_* variables are replicron's own"
+        ));
+    }
+    // A caller's value for one of these would decide which program runs
+    // or what it loads, not only what the job is given.
+    if upper.starts_with("LD_") || matches!(upper.as_str(), "PATH" | "BASH_ENV" | "ENV" | "IFS") {
+        return Err(format!(
+            "invalid parameter name {name:?}: LD_*, PATH, BASH_ENV, ENV and IFS change how a \
+             process loads or runs; name the parameter for what it means to the job"
         ));
     }
     Ok(())
@@ -91,6 +186,9 @@ pub(crate) enum ParamError {
         "parameter {name} of job {job} has no default and was not given (--param {name}=VALUE)"
     )]
     Missing { name: String, job: String },
+    /// A declared name without a default, given an empty value.
+    #[error("parameter {name} of job {job} has no default and was given an empty value")]
+    Empty { name: String, job: String },
     /// A value with a NUL byte, which no environment variable can hold.
     #[error("parameter {0}: its value holds a NUL byte")]
     Nul(String),
@@ -120,6 +218,11 @@ fn check_value(name: &str, value: &str) -> Result<(), ParamError> {
     Ok(())
 }
 
+/// Whether `value` is one a parameter may have (no NUL, not too long).
+pub(crate) fn is_storable(value: &str) -> bool {
+    check_value("", value).is_ok()
+}
+
 /// Splits `NAME=VALUE` (a `--param`).
 pub(crate) fn split(arg: &str) -> Result<(String, String), ParamError> {
     arg.split_once('=')
@@ -128,7 +231,9 @@ pub(crate) fn split(arg: &str) -> Result<(String, String), ParamError> {
 }
 
 /// The parameters of a run of `job`, which declares `declared`, given
-/// `given`: each declared name with its given value or its default.
+/// `given`: each declared name with its given value or its default (but
+/// for a default read from a [`SecretSource`], which the run reads at its
+/// start).
 pub(crate) fn resolve(
     job: &str,
     declared: &[Param],
@@ -144,6 +249,16 @@ pub(crate) fn resolve(
             });
         }
         check_value(name, value)?;
+        if value.is_empty()
+            && declared
+                .iter()
+                .any(|p| p.name == *name && p.default.is_none())
+        {
+            return Err(ParamError::Empty {
+                name: name.clone(),
+                job: job.to_string(),
+            });
+        }
         if params.insert(name.clone(), value.clone()).is_some() {
             return Err(ParamError::Repeated(name.clone()));
         }
@@ -153,6 +268,7 @@ pub(crate) fn resolve(
             continue;
         }
         match &param.default {
+            Some(_) if param.source.is_some() => {}
             Some(default) => {
                 params.insert(param.name.clone(), default.clone());
             }
@@ -200,6 +316,21 @@ mod tests {
         ] {
             assert!(Param::parse(bad).is_err(), "{bad:?} accepted");
         }
+        // The names that change how a process loads or runs.
+        for risky in [
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "PATH",
+            "BASH_ENV",
+            "ENV",
+            "IFS",
+        ] {
+            let e = Param::parse(&format!("{risky}=x")).unwrap_err();
+            assert!(e.contains(&format!("{risky:?}")), "{e}");
+        }
+        for fine in ["PATHS", "LOAD", "ENVIRONMENT", "OLD_PATH"] {
+            assert!(Param::parse(fine).is_ok(), "{fine:?} refused");
+        }
         assert!(Param::parse("X=a\0b").is_err());
     }
 
@@ -208,15 +339,16 @@ mod tests {
         let params = resolve("billing", &declared(), &given(&[("DAYS", "30")])).unwrap();
         assert_eq!(params["DAYS"], "30");
         assert_eq!(params["TENANT"], "all");
+        // An empty value for one with a default is a value.
         let params = resolve(
             "billing",
             &declared(),
-            &given(&[("TENANT", "acme"), ("DAYS", "")]),
+            &given(&[("TENANT", ""), ("DAYS", "1")]),
         )
         .unwrap();
         assert_eq!(
             (params["DAYS"].as_str(), params["TENANT"].as_str()),
-            ("", "acme")
+            ("1", "")
         );
     }
 
@@ -225,6 +357,11 @@ mod tests {
         let refuse =
             |pairs: &[(&str, &str)]| resolve("billing", &declared(), &given(pairs)).unwrap_err();
         assert!(matches!(refuse(&[]), ParamError::Missing { name, .. } if name == "DAYS"));
+        let empty = refuse(&[("DAYS", "")]);
+        assert_eq!(
+            empty.to_string(),
+            "parameter DAYS of job billing has no default and was given an empty value"
+        );
         let undeclared = refuse(&[("DAYS", "1"), ("HOST", "x")]);
         assert_eq!(
             undeclared.to_string(),
@@ -249,5 +386,32 @@ mod tests {
         );
         assert_eq!(split("DAYS"), Err(ParamError::Malformed("DAYS".into())));
         assert_eq!(split("Q=a=b"), Ok(("Q".into(), "a=b".into())));
+    }
+
+    #[test]
+    fn a_secret_default_may_name_a_file_read_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("password");
+        std::fs::write(&path, "hunter2\r\n").unwrap();
+        let spec = format!("file:{}", path.display());
+        let source = SecretSource::of(&spec).unwrap().unwrap();
+        assert_eq!(source.read("PASSWORD").unwrap(), "hunter2");
+        assert_eq!(source.to_string(), spec);
+        std::fs::remove_file(&path).unwrap();
+        let e = source.read("PASSWORD").unwrap_err();
+        assert!(e.contains("PASSWORD") && e.contains(&spec), "{e}");
+        assert!(SecretSource::of("file:relative/path").unwrap().is_err());
+        assert!(SecretSource::of("credential:../x").unwrap().is_err());
+        assert_eq!(
+            SecretSource::of("credential:db"),
+            Some(Ok(SecretSource::Credential("db".into())))
+        );
+        assert_eq!(SecretSource::of("hunter2"), None);
+        // A run given no value leaves it to the run to read.
+        let declared = vec![Param {
+            source: Some(source),
+            ..Param::parse(&format!("PASSWORD={spec}")).unwrap()
+        }];
+        assert!(resolve("load", &declared, &[]).unwrap().is_empty());
     }
 }

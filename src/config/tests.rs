@@ -310,6 +310,19 @@ fn bad_sizes_and_types() {
         "invalid size",
     );
     one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\noutput_limit = \"17MiB\""),
+        8,
+        Some("\"j\""),
+        "output_limit",
+        "at most 16 MiB",
+    );
+    assert!(
+        parse(&job(
+            "schedule = \"@daily\"\ncommand = \"true\"\noutput_limit = \"16MiB\""
+        ))
+        .is_ok()
+    );
+    one_error(
         &job("schedule = \"@daily\"\ncommand = \"true\"\nenabled = \"yes\""),
         8,
         Some("\"j\""),

@@ -118,7 +118,8 @@ pub(crate) struct Actor {
     pub(crate) via: Via,
     /// The Unix user, the token's name, or the daemon's Unix user.
     pub(crate) who: String,
-    /// `SUDO_USER`, for a command run through sudo.
+    /// `SUDO_USER`, for a command run through sudo: what the command's
+    /// environment claims, which any process can set.
     pub(crate) sudo_user: Option<String>,
     /// The command's host, or the replica that served the request.
     pub(crate) host: String,
@@ -177,18 +178,24 @@ impl Actor {
         }
     }
 
-    /// Who, as a pause records it: `alice@host` (`bob` for a command run
-    /// through sudo by bob), `token ops@replica` for a web request.
+    /// Who, as a pause records it: `alice@host`, `root@host (sudo by bob,
+    /// claimed)` for a command whose environment says `SUDO_USER=bob`
+    /// (which any process can set: it is told, not proven), `token
+    /// ops@replica` for a web request.
     pub(crate) fn label(&self) -> String {
-        match self.via {
-            Via::Api | Via::Dashboard => format!("token {}@{}", self.who, self.host),
-            Via::Cli | Via::Daemon => format!(
-                "{}@{}",
-                self.sudo_user.as_deref().unwrap_or(&self.who),
-                self.host
-            ),
+        match (self.via, &self.sudo_user) {
+            (Via::Api | Via::Dashboard, _) => format!("token {}@{}", self.who, self.host),
+            (Via::Cli | Via::Daemon, Some(sudo)) => {
+                format!("{}@{} ({})", self.who, self.host, sudo_claim(sudo))
+            }
+            (Via::Cli | Via::Daemon, None) => format!("{}@{}", self.who, self.host),
         }
     }
+}
+
+/// How a `SUDO_USER` is shown: as what the command's environment claimed.
+pub(crate) fn sudo_claim(sudo_user: &str) -> String {
+    format!("sudo by {sudo_user}, claimed")
 }
 
 /// An action and what it was given.

@@ -42,8 +42,11 @@ pub(crate) enum Refused {
 }
 
 /// What the audit log says a trigger of `job` was given: `force`, and its
-/// parameters, the values of those the job declares in `secret_params`
-/// written as [`REDACTED`]. The command line and the web record the same.
+/// parameters. A value is written only where it was accepted as one of the
+/// job's declared parameters that is not in `secret_params`; any other
+/// (a secret's, a name the job does not declare, which may be a secret's
+/// misspelt, a value too long or holding a NUL) is written as
+/// [`REDACTED`]. The command line and the web record the same.
 pub(crate) fn trigger_entry<'p>(
     job: &crate::config::Job,
     force: bool,
@@ -52,11 +55,10 @@ pub(crate) fn trigger_entry<'p>(
     let params: serde_json::Map<String, serde_json::Value> = params
         .into_iter()
         .map(|(name, value)| {
-            let shown = if job.secret_params.contains(name) {
-                REDACTED
-            } else {
-                value
-            };
+            let shown = job.params.iter().any(|p| &p.name == name)
+                && !job.secret_params.contains(name)
+                && crate::config::params::is_storable(value);
+            let shown = if shown { value.as_str() } else { REDACTED };
             (name.clone(), serde_json::Value::String(shown.to_string()))
         })
         .collect();

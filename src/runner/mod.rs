@@ -65,6 +65,9 @@ pub(crate) struct Process {
     pub(crate) hidden_env: Vec<String>,
     /// The user (and group) to run as, if not replicron's own.
     pub(crate) run_as: Option<crate::config::RunAs>,
+    /// The secret parameters whose default is read from a file at each
+    /// run's start, for a run not given a value for them.
+    pub(crate) secret_sources: Vec<(String, crate::config::params::SecretSource)>,
 }
 
 impl Action for Process {
@@ -77,9 +80,14 @@ impl Action for Process {
 impl Process {
     /// The environment of one run: the job's `env`, its parameters and the
     /// `REPLICRON_*` variables.
-    fn env_for(&self, ctx: &RunContext) -> BTreeMap<String, String> {
+    fn env_for(&self, ctx: &RunContext) -> Result<BTreeMap<String, String>, String> {
         let mut env = self.env.clone();
         env.extend(ctx.params().iter().map(|(k, v)| (k.clone(), v.clone())));
+        for (name, source) in &self.secret_sources {
+            if !ctx.params().contains_key(name) {
+                env.insert(name.clone(), source.read(name)?);
+            }
+        }
         env.insert("REPLICRON_JOB".into(), ctx.job().to_string());
         env.insert(
             "REPLICRON_SCHEDULED_AT".into(),
@@ -97,17 +105,23 @@ impl Process {
                 env.insert("TRACESTATE".into(), state.clone());
             }
         }
-        env
+        Ok(env)
     }
 
     /// Runs the command for `ctx`: spawned, watched, stopped when told to,
     /// its guard deadlines kept in step with its lease.
     async fn run_for(self, ctx: RunContext) -> Ending {
+        let env = match self.env_for(&ctx) {
+            Ok(env) => env,
+            Err(e) => {
+                return Ending::of(Ended::NotStarted, format!("replicron: not started: {e}\n"));
+            }
+        };
         let spec = RunSpec {
             job: ctx.job().to_string(),
             run_id: ctx.run_id(),
             command: self.command.clone(),
-            env: self.env_for(&ctx),
+            env,
             working_dir: self.working_dir.clone(),
             output_limit: self.output_limit,
             inherit_stdio: self.inherit_stdio,
@@ -513,6 +527,7 @@ mod tests {
             inherit_stdio: false,
             hidden_env: Vec::new(),
             run_as: None,
+            secret_sources: Vec::new(),
         }
     }
 

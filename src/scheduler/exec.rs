@@ -63,6 +63,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             inherit_stdio: true,
             hidden_env: Vec::new(),
             run_as: None,
+            secret_sources: Vec::new(),
         }),
     }
 }

@@ -331,6 +331,11 @@ impl Job {
                 inherit_stdio: false,
                 hidden_env: job.hidden_env.clone(),
                 run_as: job.run_as.clone(),
+                secret_sources: job
+                    .params
+                    .iter()
+                    .filter_map(|p| Some((p.name.clone(), p.source.clone()?)))
+                    .collect(),
             },
         )
     }

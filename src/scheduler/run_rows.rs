@@ -45,6 +45,8 @@ pub(crate) struct RunRows<'e> {
     /// How long attempt 1, recorded at the claim, waited for its shared
     /// locks and limits: its end counts from its start, so the wait too.
     waited: std::sync::Mutex<Duration>,
+    /// The values of its secret parameters, masked in the output it keeps.
+    secrets: Vec<String>,
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.
@@ -93,6 +95,12 @@ impl<'e> RunRows<'e> {
             parent_runs: recording.parent_runs.clone(),
             span: tracing::Span::current(),
             waited: std::sync::Mutex::default(),
+            secrets: work
+                .settings
+                .secret_params
+                .iter()
+                .filter_map(|name| recording.params.get(name).cloned())
+                .collect(),
         }
     }
 
@@ -240,6 +248,11 @@ impl<'e> RunRows<'e> {
                 .waited
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        if let std::borrow::Cow::Owned(masked) =
+            crate::text::mask_secrets(&finish.output, &self.secrets)
+        {
+            finish.output = masked;
         }
         let may_be_late = ended.elapsed() >= self.missed_after / 2;
         // With the ends of the runs that end with it, unless it may be late

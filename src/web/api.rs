@@ -270,24 +270,71 @@ pub(super) async fn act(
         Ok(path) => path,
         Err((status, message)) => return error(status, message),
     };
-    let params = match action_params(query.as_deref(), &body) {
-        Ok(params) => params,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
     let actor = Actor::web(
         Via::Api,
         caller.token_name().unwrap_or("?"),
         &web.instance,
         client.to_string(),
     );
+    let params = action_params(query.as_deref(), &body)
+        .and_then(|params| secrets_not_in_query(&web, &name, query.as_deref(), params));
+    let params = match params {
+        Ok(params) => params,
+        Err(e) => {
+            // Recorded without what it was given: none of it was accepted.
+            super::refused_unread(&web, &name, action, &actor, &e).await;
+            return error(StatusCode::BAD_REQUEST, e);
+        }
+    };
     match super::act(&web, &name, action, &params, &actor).await {
         Ok((status, message)) => (status, Json(json!({ "message": message }))).into_response(),
         Err((status, message)) => error(status, message),
     }
 }
 
+/// The keys a JSON body of an action may have.
+const BODY_KEYS: [&str; 7] = [
+    "params",
+    "force",
+    "until",
+    "reason",
+    "from",
+    "to",
+    "only_missing",
+];
+
+/// `params`, unless it gives a secret parameter of `job` in the query
+/// string, which proxies and access logs keep.
+fn secrets_not_in_query(
+    web: &super::Web,
+    job: &str,
+    query: Option<&str>,
+    params: ActionParams,
+) -> Result<ActionParams, String> {
+    if query.is_none_or(str::is_empty) {
+        return Ok(params);
+    }
+    let config = web.config();
+    let Some(job) = config.job(job) else {
+        return Ok(params);
+    };
+    match params
+        .params
+        .iter()
+        .find(|(name, _)| job.secret_params.contains(name))
+    {
+        Some((name, _)) => Err(format!(
+            "parameter {name} of job {} is secret: send it in a JSON body ({{\"params\": {{\"{name}\": \"…\"}}}}), not in the query string, which proxies and logs keep",
+            job.name
+        )),
+        None => Ok(params),
+    }
+}
+
 /// An action's parameters: from the query string, or from a JSON object as
-/// the body, never both (one would be silently ignored).
+/// the body, never both (one would be silently ignored). A key of the body
+/// that is not one of [`BODY_KEYS`] is refused by name, as is a
+/// `param.NAME` of the body (a misplaced parameter would be lost).
 fn action_params(query: Option<&str>, body: &[u8]) -> Result<ActionParams, String> {
     let query = query.unwrap_or("");
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -304,6 +351,12 @@ fn action_params(query: Option<&str>, body: &[u8]) -> Result<ActionParams, Strin
     }
     match serde_json::from_slice::<serde_json::Value>(body) {
         Ok(serde_json::Value::Object(mut object)) => {
+            if let Some(unknown) = object.keys().find(|k| !BODY_KEYS.contains(&k.as_str())) {
+                return Err(format!(
+                    "the JSON body: unknown key {unknown:?}: expected {} (a run's parameters go in params, e.g. {{\"params\": {{\"DAYS\": \"30\"}}}})",
+                    BODY_KEYS.join(", ")
+                ));
+            }
             let run_params = match object.remove("params") {
                 None | Some(serde_json::Value::Null) => Vec::new(),
                 Some(serde_json::Value::Object(given)) => given
@@ -351,6 +404,15 @@ mod tests {
             assert!(e.contains("must be an object"), "{e}");
         }
         assert!(action_params(None, b"{").is_err());
+        // A key it does not know is refused by name, not ignored.
+        for (body, key) in [
+            (&br#"{"params": {"DAYS": "1"}, "DAYS": "30"}"#[..], "DAYS"),
+            (br#"{"param": {"DAYS": "30"}}"#, "param"),
+            (br#"{"param.DAYS": "30"}"#, "param.DAYS"),
+        ] {
+            let e = action_params(None, body).expect_err("unknown key");
+            assert!(e.contains(&format!("unknown key \"{key}\"")), "{e}");
+        }
     }
 
     #[test]

@@ -72,4 +72,45 @@ mod tests {
         assert_eq!(serve("../mod.rs").status(), StatusCode::NOT_FOUND);
         assert_eq!(serve("").status(), StatusCode::NOT_FOUND);
     }
+
+    /// Output appended live shows a bidirectional control as the
+    /// server-rendered part of the page does: `live.js`'s `bidiVisible`,
+    /// run by node, against `text::bidi_visible`.
+    #[test]
+    fn live_output_shows_bidi_controls_as_the_page_does() {
+        let inputs: Vec<String> = ['\u{061C}', '\u{200E}', '\u{200F}', '\u{2066}', '\u{2069}']
+            .into_iter()
+            .chain('\u{202A}'..='\u{202E}')
+            .map(|c| format!("r1{c}lave \u{e9}t\u{e9}"))
+            .chain(["plain text, \u{202F}narrow".to_string()])
+            .collect();
+        let script = format!(
+            "var document = {{ getElementById: function () {{ return null; }} }};\n{}\n\
+             console.log(JSON.stringify({}.map(bidiVisible)));",
+            include_str!("assets/live.js"),
+            serde_json::to_string(&inputs).expect("JSON"),
+        );
+        let output = match std::process::Command::new("node")
+            .args(["-e", &script])
+            .output()
+        {
+            Ok(output) => output,
+            Err(e) => {
+                eprintln!("skipped: node is not installed ({e})");
+                return;
+            }
+        };
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let shown: Vec<String> = serde_json::from_slice(&output.stdout).expect("JSON");
+        let expected: Vec<String> = inputs
+            .iter()
+            .map(|text| crate::text::bidi_visible(text).into_owned())
+            .collect();
+        assert_eq!(shown, expected);
+        assert!(shown[0].contains("\u{27E8}U+061C\u{27E9}"), "{shown:?}");
+    }
 }

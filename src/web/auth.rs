@@ -2,8 +2,10 @@
 //! each known by its name (the audit log's who), shown either in an
 //! `Authorization: Bearer` header (scripts) or, in a browser, once to the
 //! sign-in form, which opens a session ([`super::sessions`]): a random id
-//! in a cookie, stored (hashed) in the database with the replica that
-//! issued it, its own CSRF token and its expiry; sign-out deletes it. A
+//! in a cookie, stored (hashed with the SHA-256 of the token that signed
+//! it in, so that it ends when that token changes or goes) in the database
+//! with the replica that issued it, its own CSRF token and its expiry;
+//! sign-out deletes it. A
 //! browser's POSTs carry the session's CSRF token and must come from the
 //! dashboard's own origin; a session carries the name of the token that
 //! signed it in. The messages a page shows after an action are signed with
@@ -132,6 +134,18 @@ impl Auth {
                 .collect::<String>()
         });
         Auth { tokens, key }
+    }
+
+    /// What binds a session to each token as it is now: its name and the
+    /// SHA-256 of its value. A session is found only through its token's
+    /// binding ([`super::sessions`]), so it ends when the token changes
+    /// or is removed.
+    pub(crate) fn bindings(&self) -> Vec<(String, String)> {
+        use sha2::Digest;
+        self.tokens
+            .iter()
+            .map(|(name, token)| (name.clone(), hex(&Sha256::digest(token.as_bytes()))))
+            .collect()
     }
 
     /// Whether actions are on.

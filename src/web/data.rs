@@ -122,8 +122,12 @@ pub(crate) struct Definition {
 pub(crate) struct ParamView {
     /// Its name.
     pub(crate) name: String,
-    /// Its default; `None`: a trigger must give it.
+    /// Its default, unless it is secret (`None` too when it has none).
     pub(crate) default: Option<String>,
+    /// Whether it has a default (`false`: a trigger must give it).
+    pub(crate) has_default: bool,
+    /// Whether it is one of `secret_params`, whose default is never shown.
+    pub(crate) secret: bool,
 }
 
 /// A job's pause.
@@ -257,9 +261,14 @@ fn definition(config: &Config, job: &crate::config::Job) -> Definition {
         params: job
             .params
             .iter()
-            .map(|p| ParamView {
-                name: p.name.clone(),
-                default: p.default.clone(),
+            .map(|p| {
+                let secret = job.secret_params.contains(&p.name);
+                ParamView {
+                    name: p.name.clone(),
+                    default: p.default.clone().filter(|_| !secret),
+                    has_default: p.default.is_some(),
+                    secret,
+                }
             })
             .collect(),
     }

@@ -271,6 +271,19 @@ pub(super) struct OutputQuery {
     snapshot: Option<String>,
 }
 
+/// The header that says which run's output stream an answer is: what a
+/// replica passing a stream through checks, so that it relays replicron's
+/// stream of that run and nothing else that answers 200 at the address.
+const RUN_HEADER: &str = "x-replicron-run";
+
+/// Whether `headers`, of an answer asked of a holder, are those of
+/// replicron's output stream of run `id`.
+fn is_stream_of(headers: &HeaderMap, id: i64) -> bool {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    header(header::CONTENT_TYPE.as_str()).is_some_and(|t| t.starts_with("text/event-stream"))
+        && header(RUN_HEADER) == Some(id.to_string().as_str())
+}
+
 /// `GET /runs/{id}/output`.
 pub(super) async fn output(
     State(web): State<Shared>,
@@ -281,6 +294,15 @@ pub(super) async fn output(
     let Ok(id) = id.parse::<i64>() else {
         return (StatusCode::BAD_REQUEST, "not a run id\n").into_response();
     };
+    let mut response = output_of(web, id, query, headers).await;
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id.to_string()) {
+        response.headers_mut().insert(RUN_HEADER, value);
+    }
+    response
+}
+
+/// [`output`] of run `id`.
+async fn output_of(web: Shared, id: i64, query: OutputQuery, headers: HeaderMap) -> Response {
     let run = match web.store.find_run(id).await {
         Ok(Some(run)) => RunRecord::from(run),
         Ok(None) => return (StatusCode::NOT_FOUND, format!("no run {id}\n")).into_response(),
@@ -402,6 +424,12 @@ async fn ask_holder(
         .map_err(unreachable)?;
     if response.status() != StatusCode::OK {
         return Err(unreachable(format!("it answered {}", response.status())));
+    }
+    if !is_stream_of(response.headers(), run.id) {
+        return Err(unreachable(format!(
+            "what answers there is not replicron's output stream of run {}",
+            run.id
+        )));
     }
     Ok(response)
 }
@@ -792,6 +820,24 @@ fn stored(text: &str, limit: Option<u64>) -> Shown {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_replicrons_stream_of_the_run_is_passed_through() {
+        let headers = |kind: &str, run: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, kind.parse().unwrap());
+            if let Some(run) = run {
+                headers.insert(RUN_HEADER, run.parse().unwrap());
+            }
+            headers
+        };
+        assert!(is_stream_of(&headers("text/event-stream", Some("42")), 42));
+        // Another run's stream, a page that answers 200, a stream that
+        // does not say whose it is.
+        assert!(!is_stream_of(&headers("text/event-stream", Some("41")), 42));
+        assert!(!is_stream_of(&headers("text/html", Some("42")), 42));
+        assert!(!is_stream_of(&headers("text/event-stream", None), 42));
+    }
 
     #[test]
     fn a_character_cut_between_chunks_is_decoded_whole() {

@@ -141,13 +141,14 @@ impl CookieSettings {
 }
 
 /// Who sent `headers`: a bearer token is checked at once, a session cookie
-/// looked up in the database (a session of another replica's, expired or
-/// signed out is none).
+/// looked up in the database (a session of another replica's, expired,
+/// signed out, or whose token changed or was removed is none).
 pub(crate) async fn caller(web: &Web, headers: &axum::http::HeaderMap) -> auth::Caller {
     match web.auth.credential(headers, &web.cookie.name) {
         auth::Credential::Known(caller) => caller,
         auth::Credential::Cookie(value) => {
-            match web.store.find_session(&web.instance, value).await {
+            let tokens = web.auth.bindings();
+            match web.store.find_session(&web.instance, value, tokens).await {
                 Ok(Some(session)) => auth::Caller::Session(session),
                 Ok(None) => auth::Caller::Anonymous,
                 Err(e) => {
@@ -559,6 +560,21 @@ fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> 
     web.auth.redact_entry(entry)
 }
 
+/// Records in the audit log that `action` on `name` by `actor` was refused
+/// before what it was given could be read, for `why`, with none of what it
+/// was given.
+pub(crate) async fn refused_unread(
+    web: &Web,
+    name: &str,
+    action: Action,
+    actor: &audit::Actor,
+    why: &str,
+) {
+    let entry = audit::Entry::new(action.audited(), name);
+    let outcome = audit::Outcome::Refused(web.auth.redact(why));
+    web.store.audit(actor, entry, outcome).await;
+}
+
 /// Carries out `action` on `name` for `actor`, and records it in the audit
 /// log (pause, resume and unlock through the operations layer, which
 /// records them itself; the rest here).
@@ -570,8 +586,10 @@ pub(crate) async fn act(
     actor: &audit::Actor,
 ) -> Acted {
     let acted = act_unaudited(web, name, action, params, actor).await;
-    let recorded_by_ops = matches!(action, Action::Resume | Action::Unlock)
-        || (action == Action::Pause && web.config().job(name).is_some());
+    // An unknown job is refused before the operations layer sees it
+    // (but unlock, which ends lease rows of jobs no longer in the file).
+    let recorded_by_ops = action == Action::Unlock
+        || (matches!(action, Action::Pause | Action::Resume) && web.config().job(name).is_some());
     if !recorded_by_ops {
         let outcome = match &acted {
             Ok((_, done)) => audit::Outcome::Done(web.auth.redact(done)),

@@ -526,10 +526,17 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                             @for param in job.definition.iter().flat_map(|d| &d.params) {
                                 label {
                                     (param.name) " "
-                                    input type="text" name={"param." (param.name)}
-                                        value=[param.default.as_deref()]
-                                        required[param.default.is_none()]
-                                        maxlength="4096" size="12";
+                                    @if param.secret {
+                                        input type="password" name={"param." (param.name)}
+                                            placeholder=[param.has_default.then_some("default set")]
+                                            required[!param.has_default]
+                                            autocomplete="off" maxlength="4096" size="12";
+                                    } @else {
+                                        input type="text" name={"param." (param.name)}
+                                            value=[param.default.as_deref()]
+                                            required[!param.has_default]
+                                            maxlength="4096" size="12";
+                                    }
                                 }
                             }
                             button type="submit" name="go" id="trigger" { "Trigger now" }
@@ -583,7 +590,7 @@ fn audit_table(entries: &[crate::db::audit::AuditRecord]) -> Markup {
                     tr class="audit" data-action=(e.action) data-result=(e.result) {
                         td class="nowrap" { (e.acted_at) }
                         td { (e.via) }
-                        td { (e.who) @if let Some(sudo) = &e.sudo_user { br; span class="muted" { "sudo by " (sudo) } } }
+                        td { (e.who) @if let Some(sudo) = &e.sudo_user { br; span class="muted" { (crate::db::audit::sudo_claim(sudo)) } } }
                         td { @if let Some(address) = &e.address { (address) br; span class="muted" { "via " (e.host) } } @else { (e.host) } }
                         td { (e.action) }
                         td { @if let Some(job) = &e.job { a href={"/audit?job=" (encode(job))} { (job) } } @else { "-" } }
@@ -1038,9 +1045,18 @@ pub(super) async fn login(
             .into_response();
     };
     web.throttle.succeeded(client);
+    let bindings = web.auth.bindings();
+    let token_hash = bindings
+        .iter()
+        .find(|(name, _)| *name == token_name)
+        .map_or("", |(_, hash)| hash.as_str());
     match web
         .store
-        .create_session(&web.instance, &token_name, super::auth::SESSION_LIFE)
+        .create_session(
+            &web.instance,
+            (&token_name, token_hash),
+            super::auth::SESSION_LIFE,
+        )
         .await
     {
         Ok((cookie, _)) => {
@@ -1142,7 +1158,7 @@ pub(super) async fn act(
         Caller::Anonymous => return refused(StatusCode::UNAUTHORIZED, "Sign in first."),
         Caller::Session(_) | Caller::Bearer(_) => {}
     }
-    let params: ActionParams = match serde_urlencoded::from_bytes(&body) {
+    let mut params: ActionParams = match serde_urlencoded::from_bytes(&body) {
         Ok(params) => ActionParams {
             params: super::form_params(&body),
             ..params
@@ -1174,6 +1190,17 @@ pub(super) async fn act(
         &web.instance,
         client.to_string(),
     );
+    // A secret's box is shown empty: left so, the run gets its default.
+    if let Some(job) = web.config().job(&name) {
+        params.params.retain(|(param, value)| {
+            !(value.is_empty()
+                && job.secret_params.contains(param)
+                && job
+                    .params
+                    .iter()
+                    .any(|p| &p.name == param && p.default.is_some()))
+        });
+    }
     let (message, bad) = match super::act(&web, &name, action, &params, &actor).await {
         Ok((_, message)) => (message, false),
         Err((_, message)) => (message, true),

@@ -54,7 +54,9 @@ fn jobs(port: u16) -> String {
          [web]\ntoken_env = \"REPLICRON_TEST_AUDIT_DEFAULT\"\ntokens = {{ ci = \"REPLICRON_TEST_AUDIT_CI\" }}\n\n\
          [[job]]\nname = \"load\"\nschedule = \"@manual\"\ncommand = 'test \"$PASSWORD\" != \"[redacted]\"'\n\
          params = [\"TENANT\", \"PASSWORD=none\"]\nsecret_params = [\"PASSWORD\"]\n\n\
-         [[job]]\nname = \"hourly\"\nschedule = \"0 * * * *\"\ncommand = 'true'\n"
+         [[job]]\nname = \"hourly\"\nschedule = \"0 * * * *\"\ncommand = 'true'\n\n\
+         [[job]]\nname = \"printer\"\nschedule = \"@manual\"\ncommand = 'echo \"pw=$PASSWORD\"'\n\
+         params = [\"PASSWORD\"]\nsecret_params = [\"PASSWORD\"]\n"
     )
 }
 
@@ -263,4 +265,262 @@ backend_test! {
         assert!(body.contains("id=\"job-audit\"") && body.contains("href=\"/audit\""), "{body}");
         replica.signal(Signal::SIGTERM);
     }
+}
+
+/// `replicron ARGS[0] --config CONFIG ARGS[1..]` with `stdin`, as
+/// [`as_alice`].
+fn as_alice_with_stdin(
+    config: &std::path::Path,
+    args: &[&str],
+    stdin: &str,
+) -> (i32, String, String) {
+    use std::io::Write as _;
+    let mut all = vec![args[0], "--config", config.to_str().expect("utf-8")];
+    all.extend_from_slice(&args[1..]);
+    let mut child = Command::new(binary())
+        .args(&all)
+        .env_remove("REPLICRON_DATABASE_URL")
+        .env("SUDO_USER", "alice")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the replicron binary runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("stdin written");
+    let output = child.wait_with_output().expect("it ends");
+    let (out, err) = text(&output);
+    (output.status.code().unwrap_or(-1), out, err)
+}
+
+backend_test! {
+    /// A refused action is recorded with who and why, and with no value
+    /// that was not accepted as a declared parameter that is not secret: a
+    /// secret under a misspelt name, from the API and from the command line
+    /// alike, is written `[redacted]`. An empty value for a parameter
+    /// without a default, a key of a JSON body the API does not know and a
+    /// secret in a query string are refused by name; a refused reload is
+    /// recorded. A secret's default is shown nowhere.
+    fn refusals_are_recorded_without_a_value_that_was_not_accepted(db: &TestDb) {
+        let port = free_port();
+        let config = db.config(&jobs(port));
+        let (code, _, err) = as_alice(&config, &["migrate"]);
+        assert_eq!(code, 0, "{err}");
+
+        // The command line.
+        let misspelt = format!("--param=password={SECRET}");
+        let (code, _, err) = as_alice(&config, &["trigger", "load", "--param=TENANT=acme", &misspelt]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("parameter password is not declared") && !err.contains(SECRET), "{err}");
+        let (code, _, err) = as_alice(&config, &["trigger", "load", "--param=TENANT="]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("parameter TENANT") && err.contains("empty value"), "{err}");
+        // A secret read from stdin, not from the command line.
+        let (code, out, err) = as_alice_with_stdin(
+            &config,
+            &["trigger", "load", "--param-file", "-"],
+            &format!("# for the load\nTENANT=acme\n\nPASSWORD={SECRET}\n"),
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        // A job that prints its secret keeps it masked in its history.
+        let (code, out, err) = as_alice_with_stdin(
+            &config,
+            &["trigger", "printer", "--param-file", "-"],
+            &format!("PASSWORD={SECRET}\n"),
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        let printed = serde_json::to_string(&history_json(&config, "printer")).expect("JSON");
+        assert!(printed.contains("pw=[redacted]") && !printed.contains(SECRET), "{printed}");
+
+        let replica = Replica::start(
+            &config,
+            "audited",
+            None,
+            &[
+                ("REPLICRON_TEST_AUDIT_DEFAULT", DEFAULT_TOKEN),
+                ("REPLICRON_TEST_AUDIT_CI", CI_TOKEN),
+            ],
+        );
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        let ci = format!("Bearer {CI_TOKEN}");
+        let api = |path: &str, body: &str| {
+            post_json(
+                port,
+                path,
+                &[("Authorization", &ci), ("Content-Type", "application/json")],
+                body,
+            )
+        };
+        for (body, named) in [
+            (format!(r#"{{"params": {{"TENANT": "acme", "password": "{SECRET}"}}}}"#), "password"),
+            (r#"{"params": {"TENANT": ""}}"#.to_string(), "TENANT"),
+            (format!(r#"{{"params": {{"TENANT": "acme"}}, "PASSWORD": "{SECRET}"}}"#), "\"PASSWORD\""),
+        ] {
+            let (code, answer) = api("/api/v1/jobs/load/trigger", &body);
+            assert_eq!(code, 400, "{body}: {answer}");
+            let error = answer["error"].as_str().unwrap_or("");
+            assert!(error.contains(named) && !error.contains(SECRET), "{error}");
+        }
+        // Resuming a job that is not in the file is refused, and recorded.
+        let (code, answer) = api("/api/v1/jobs/nothing/resume", "");
+        assert_eq!(code, 404, "{answer}");
+        let (code, answer) = api(
+            &format!("/api/v1/jobs/load/trigger?param.TENANT=acme&param.PASSWORD={SECRET}"),
+            "",
+        );
+        assert_eq!(code, 400, "{answer}");
+        assert!(answer["error"].as_str().is_some_and(|e| e.contains("PASSWORD of job load is secret")), "{answer}");
+
+        // A secret default is not shown: neither by the API, nor in the
+        // trigger form of a signed-in page.
+        let (_, jobs) = get_json(port, "/api/v1/jobs");
+        let load = jobs["jobs"]
+            .as_array()
+            .and_then(|jobs| jobs.iter().find(|j| j["name"] == "load"))
+            .cloned()
+            .unwrap_or_default();
+        let params = &load["definition"]["params"];
+        assert_eq!(params[1]["name"], "PASSWORD", "{load}");
+        assert_eq!(
+            (params[1]["default"].clone(), params[1]["has_default"].clone(), params[1]["secret"].clone()),
+            (Value::Null, Value::Bool(true), Value::Bool(true)),
+            "{load}"
+        );
+        assert_eq!(params[0]["has_default"], false, "{load}");
+        let (code, _, page) = http(port, "GET", "/jobs/load", &[("Authorization", &ci)], "");
+        assert_eq!(code, 200);
+        assert!(page.contains("type=\"password\" name=\"param.PASSWORD\""), "{page}");
+        assert!(!page.contains("value=\"none\""), "{page}");
+
+        // A reload of an invalid file.
+        let text = std::fs::read_to_string(&config).expect("config");
+        std::fs::write(
+            &config,
+            format!("{text}\n[[job]]\nname = \"bad\"\nschedule = \"every now and then\"\ncommand = 'true'\n"),
+        )
+        .expect("config");
+        replica.signal(Signal::SIGHUP);
+        replica.wait_for_log("the new config is invalid", Duration::from_secs(20));
+        std::fs::write(&config, &text).expect("config");
+
+        let all = audit(&config, &[]);
+        let whole = serde_json::to_string(&all).expect("JSON");
+        assert!(!whole.contains(SECRET), "the secret in the audit log: {whole}");
+        let (_, page) = get_json(port, "/api/v1/audit?limit=100");
+        assert!(!page.to_string().contains(SECRET), "{page}");
+        for path in ["/audit", "/jobs/load"] {
+            let (code, _, body) = http(port, "GET", path, &[], "");
+            assert_eq!(code, 200);
+            assert!(!body.contains(SECRET), "{path}: {body}");
+        }
+        let result = |via: &str, action: &str| -> Vec<String> {
+            rows(&all, via, action)
+                .iter()
+                .map(|r| r["result"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        assert_eq!(result("cli", "trigger"), ["refused", "refused", "done", "done"], "{whole}");
+        assert_eq!(result("api", "trigger"), ["refused"; 4], "{whole}");
+        let cli = rows(&all, "cli", "trigger");
+        assert_eq!(cli[0]["args"]["params"]["password"], "[redacted]", "{whole}");
+        assert_eq!(cli[0]["args"]["params"]["TENANT"], "acme", "{whole}");
+        assert_eq!(cli[0]["sudo_user"], "alice", "{whole}");
+        assert!(cli[0]["detail"].as_str().is_some_and(|d| d.contains("password")), "{whole}");
+        assert!(cli[1]["detail"].as_str().is_some_and(|d| d.contains("TENANT")), "{whole}");
+        assert_eq!(cli[2]["args"]["params"]["PASSWORD"], "[redacted]", "{whole}");
+        let api_rows = rows(&all, "api", "trigger");
+        assert_eq!(api_rows[0]["args"]["params"]["password"], "[redacted]", "{whole}");
+        for (row, named) in api_rows.iter().zip(["password", "TENANT", "PASSWORD", "PASSWORD"]) {
+            assert_eq!(row["who"], "ci", "{row}");
+            assert!(row["detail"].as_str().is_some_and(|d| d.contains(named)), "{row}");
+        }
+        let resume = rows(&all, "api", "resume");
+        assert_eq!(resume.len(), 1, "{whole}");
+        assert_eq!(
+            (resume[0]["job"].as_str(), resume[0]["result"].as_str(), resume[0]["who"].as_str()),
+            (Some("nothing"), Some("refused"), Some("ci")),
+            "{whole}"
+        );
+        let reload = rows(&all, "daemon", "reload");
+        assert_eq!(reload.len(), 1, "{whole}");
+        assert_eq!(reload[0]["result"], "refused", "{whole}");
+        assert!(
+            reload[0]["detail"].as_str().is_some_and(|d| d.contains("invalid") && d.contains("schedule")),
+            "{whole}"
+        );
+        replica.signal(Signal::SIGTERM);
+    }
+}
+
+/// A secret parameter's default may be read from a file (or a systemd
+/// credential) at each run's start, so that a job on a schedule need not
+/// hold its secret in the job file; `check` refuses a file it cannot read,
+/// naming it and not what it holds.
+#[cfg(feature = "sqlite")]
+#[test]
+fn a_secret_default_is_read_from_its_file_at_each_run() {
+    let db = TestDb::sqlite();
+    let config = db.config("");
+    let dir = config.parent().expect("a directory").to_path_buf();
+    let secret = dir.join("password");
+    let seen = dir.join("seen");
+    std::fs::write(&secret, "s3cret-one\n").expect("secret");
+    let jobs = format!(
+        "[[job]]\nname = \"load\"\nschedule = \"@manual\"\ncommand = 'printf %s \"$PASSWORD\" > {seen}'\n\
+         params = [\"PASSWORD=file:{secret}\"]\nsecret_params = [\"PASSWORD\"]\n\n\
+         [[job]]\nname = \"nightly\"\nschedule = \"0 3 * * *\"\ncommand = 'true'\n\
+         params = [\"PASSWORD=credential:db-password\"]\nsecret_params = [\"PASSWORD\"]\n",
+        seen = seen.display(),
+        secret = secret.display(),
+    );
+    let config = db.config(&jobs);
+    let credentials = dir.join("credentials");
+    std::fs::create_dir_all(&credentials).expect("credentials");
+    std::fs::write(credentials.join("db-password"), "from-systemd").expect("credential");
+    let replicron = |args: &[&str]| {
+        let output = Command::new(binary())
+            .args(args)
+            .args(["--config", config.to_str().expect("utf-8")])
+            .env("CREDENTIALS_DIRECTORY", &credentials)
+            .output()
+            .expect("replicron runs");
+        let (out, err) = text(&output);
+        (output.status.code().unwrap_or(-1), format!("{out}{err}"))
+    };
+    let (code, out) = replicron(&["check"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = replicron(&["migrate"]);
+    assert_eq!(code, 0, "{out}");
+    for value in ["s3cret-one", "s3cret-two"] {
+        std::fs::write(&secret, format!("{value}\n")).expect("secret");
+        let (code, out) = replicron(&["trigger", "load"]);
+        assert_eq!(code, 0, "{out}");
+        assert_eq!(std::fs::read_to_string(&seen).expect("seen"), value);
+    }
+    let (code, history) = replicron(&["history", "--job", "load", "--format", "json"]);
+    assert_eq!(code, 0, "{history}");
+    assert!(
+        history.contains("succeeded") && !history.contains("s3cret"),
+        "{history}"
+    );
+
+    std::fs::remove_file(&secret).expect("removed");
+    let (code, out) = replicron(&["check"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("PASSWORD") && out.contains(&secret.display().to_string()),
+        "{out}"
+    );
+    std::fs::write(credentials.join("db-password"), "").expect("credential");
+    std::fs::remove_file(credentials.join("db-password")).expect("removed");
+    let (code, out) = replicron(&["check"]);
+    assert!(code != 0 && out.contains("credential:db-password"), "{out}");
+    assert!(
+        !out.contains("s3cret") && !out.contains("from-systemd"),
+        "{out}"
+    );
 }

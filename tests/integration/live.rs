@@ -94,11 +94,17 @@ backend_test! {
         holder.wait_for_log("replicron started", Duration::from_secs(30));
         let other = Replica::start(&config(db, other_port), "live-other", None, &env);
         other.wait_for_log("replicron started", Duration::from_secs(30));
-        // Each publishes where its dashboard is.
+        // Each publishes where its dashboard is, and warns that other
+        // hosts cannot reach a loopback address.
         wait_until("both dashboards' addresses", Duration::from_secs(10), || {
             let (_, replicas) = get_json(other_port, "/api/v1/instances");
             replicas.to_string().contains("live-holder")
         });
+        assert!(
+            holder.log_text().contains("listens on a loopback address, which replicas on other hosts cannot reach"),
+            "{}",
+            holder.log_text()
+        );
 
         let bearer = format!("Bearer {TOKEN}");
         let (code, answer) = post_json(
@@ -131,6 +137,11 @@ backend_test! {
         assert!(page.contains("data-stream=\"/runs/"), "{page}");
 
         // Its stream, passed through from the holder, while the job prints.
+        let (_, headers, _) = http(holder_port, "GET", &format!("/runs/{id}/output?snapshot=1"), &[], "");
+        assert!(
+            headers.iter().any(|(n, v)| n == "x-replicron-run" && *v == id.to_string()),
+            "the holder says whose stream it is: {headers:?}"
+        );
         let seen = events(other_port, &format!("/runs/{id}/output"), Duration::from_secs(20));
         let names: Vec<&str> = seen.iter().map(|(_, name, _)| name.as_str()).collect();
         assert_eq!(names.first(), Some(&"start"), "{seen:?}");

@@ -417,3 +417,51 @@ fn a_runs_page_links_to_its_trace_when_it_was_sampled() {
         );
     }
 }
+
+/// At `RUST_LOG=trace`, neither a webhook's URL with its `${SECRET}`
+/// filled in nor the OTLP receiver's API key is in the daemon's log.
+#[cfg(feature = "sqlite")]
+#[test]
+fn no_secret_reaches_the_log_at_any_level() {
+    let db = TestDb::sqlite();
+    let receiver = HookServer::start(Answer::Ok);
+    let config = db.config(&format!(
+        "[notify]\nwebhook = \"{hook}/${{HOOK_TOKEN}}\"\n\n\
+         [telemetry]\nendpoint = {endpoint:?}\nprotocol = \"http/json\"\nservice_name = \"nightly-cron\"\n\n\
+         [[job]]\nname = \"broken\"\nschedule = \"* * * * * *\"\ncommand = 'exit 3'\n",
+        hook = receiver.url("/hook"),
+        endpoint = receiver.url(""),
+    ));
+    let env = [
+        ("RUST_LOG", "trace"),
+        ("HOOK_TOKEN", "hook-s3cret-in-the-url"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=otlp-s3cret-key"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+    ];
+    let replica = Replica::start(&config, "solo", None, &env);
+    wait_until("a webhook and some spans", Duration::from_secs(30), || {
+        !receiver.to("/hook/").is_empty() && !spans(&receiver).is_empty()
+    });
+    let hook = &receiver.to("/hook/")[0];
+    assert!(
+        hook.path.contains("hook-s3cret-in-the-url"),
+        "{}",
+        hook.path
+    );
+    assert!(
+        receiver
+            .requests()
+            .iter()
+            .any(|r| r.header("x-api-key") == Some("otlp-s3cret-key")),
+        "the key reached the receiver"
+    );
+    let log = replica.log_text();
+    drop(replica);
+    assert!(
+        log.contains("DEBUG") || log.contains("TRACE"),
+        "trace is on"
+    );
+    for secret in ["hook-s3cret-in-the-url", "otlp-s3cret-key"] {
+        assert!(!log.contains(secret), "{secret} in the log");
+    }
+}

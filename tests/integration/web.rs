@@ -645,10 +645,14 @@ fn the_api_refuses_what_it_should_not_do() {
 }
 
 /// Signs in on `port` from its own origin: the session cookie (`name=value`).
-#[cfg(feature = "sqlite")]
 fn sign_in(port: u16) -> String {
+    sign_in_with(port, TOKEN)
+}
+
+/// [`sign_in`] with `token`.
+fn sign_in_with(port: u16, token: &str) -> String {
     let form = ("Content-Type", "application/x-www-form-urlencoded");
-    let (code, headers, body) = http(port, "POST", "/login", &[form], &format!("token={TOKEN}"));
+    let (code, headers, body) = http(port, "POST", "/login", &[form], &format!("token={token}"));
     assert_eq!(code, 303, "{body}");
     let cookie = headers
         .iter()
@@ -660,7 +664,6 @@ fn sign_in(port: u16) -> String {
 }
 
 /// The CSRF token of the page `/jobs/fine` as `cookie` sees it, if signed in.
-#[cfg(feature = "sqlite")]
 fn csrf_of(port: u16, cookie: &str) -> Option<String> {
     let (code, _, page) = http(port, "GET", "/jobs/fine", &[("Cookie", cookie)], "");
     assert_eq!(code, 200, "{page}");
@@ -773,4 +776,60 @@ fn sessions_are_their_replicas_end_at_sign_out_and_sign_in_is_throttled() {
     );
     drop(replica_a);
     drop(replica_b);
+}
+
+backend_test! {
+    /// A session is bound to the value its token has now: once the token
+    /// is changed, the replica restarted with the new one, the session is
+    /// none (not acting as the token's name for the rest of its 12 hours),
+    /// while a session signed in with the new value acts; sign-out ends it
+    /// for every replica.
+    fn a_session_ends_when_its_token_changes(db: &TestDb) {
+        let port = free_port();
+        let config = web_config(db, port, true);
+        let start = |token: &str| {
+            let replica = Replica::start(&config, "bound", None, &[("REPLICRON_TEST_WEB_TOKEN", token)]);
+            replica.wait_for_log("replicron started", Duration::from_secs(30));
+            replica
+        };
+        let pause = |cookie: &str, csrf: &str| {
+            post_json(
+                port,
+                "/api/v1/jobs/on-demand/pause",
+                &[("Cookie", cookie), ("X-CSRF-Token", csrf)],
+                "",
+            )
+            .0
+        };
+        let replica = start(TOKEN);
+        let old = sign_in(port);
+        let csrf = csrf_of(port, &old).expect("signed in");
+        assert_eq!(pause(&old, &csrf), 200);
+        drop(replica);
+
+        // The same token again: the session goes on.
+        let replica = start(TOKEN);
+        assert_eq!(csrf_of(port, &old).as_deref(), Some(csrf.as_str()));
+        drop(replica);
+
+        let rotated = "a-rotated-token-of-32-characters";
+        let replica = start(rotated);
+        assert_eq!(csrf_of(port, &old), None, "a session of the old token");
+        assert_eq!(pause(&old, &csrf), 401);
+        let form = ("Content-Type", "application/x-www-form-urlencoded");
+        let new = sign_in_with(port, rotated);
+        let new_csrf = csrf_of(port, &new).expect("signed in with the new token");
+        assert_eq!(pause(&new, &new_csrf), 200);
+        let (code, _, _) = http(
+            port,
+            "POST",
+            "/logout",
+            &[form, ("Cookie", &new)],
+            &format!("csrf={new_csrf}"),
+        );
+        assert_eq!(code, 303);
+        drop(replica);
+        let _replica = start(rotated);
+        assert_eq!(csrf_of(port, &new), None, "signed out");
+    }
 }

@@ -258,7 +258,18 @@ impl Checker<'_> {
         }
         if let Some(limit) = &raw.output_limit {
             match parse_size(limit.get_ref()) {
-                Ok(bytes) => settings.output_limit = bytes,
+                Ok(bytes) if bytes <= crate::config::MAX_OUTPUT_LIMIT => {
+                    settings.output_limit = bytes;
+                }
+                Ok(_) => self.report(
+                    Some(limit.span()),
+                    Some(scope),
+                    Some("output_limit"),
+                    format!(
+                        "at most {} MiB: a run's output is kept in memory while it runs and in one history row",
+                        crate::config::MAX_OUTPUT_LIMIT >> 20
+                    ),
+                ),
                 Err(message) => self.report(
                     Some(limit.span()),
                     Some(scope),
@@ -683,8 +694,8 @@ impl Checker<'_> {
         let run_as = self.run_as(raw.user, raw.group, scope);
         let locks_at = raw.locks.as_ref().map(Spanned::span);
         let mut locks = self.locks(raw.locks, scope);
-        let params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
-        let secret_params = self.secret_params(raw.secret_params, params.as_deref(), scope);
+        let mut params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
+        let secret_params = self.secret_params(raw.secret_params, params.as_deref_mut(), scope);
         let limits_at = raw.limits.as_ref().map(Spanned::span);
         let mut limits = self.job_limits(raw.limits, file.limits, scope);
         if run_on == RunOn::Every {
@@ -754,11 +765,13 @@ impl Checker<'_> {
     }
 
     /// `secret_params`: names of `params` (the audit log redacts their
-    /// values).
+    /// values). A secret's default may be `file:/PATH` or
+    /// `credential:NAME`, read at each run's start: it must be readable
+    /// now, and what it holds is never shown.
     fn secret_params(
         &mut self,
         raw: Option<Spanned<Vec<String>>>,
-        params: Option<&[Param]>,
+        params: Option<&mut [Param]>,
         scope: Scope<'_>,
     ) -> Vec<String> {
         let Some(raw) = raw else {
@@ -768,13 +781,30 @@ impl Checker<'_> {
         let names = raw.into_inner();
         if let Some(params) = params {
             for name in &names {
-                if !params.iter().any(|p| &p.name == name) {
+                let Some(param) = params.iter_mut().find(|p| &p.name == name) else {
                     self.report(
                         Some(span.clone()),
                         Some(scope),
                         Some("secret_params"),
                         format!("{name:?} is not one of the job's params"),
                     );
+                    continue;
+                };
+                let source = param
+                    .default
+                    .as_deref()
+                    .and_then(crate::config::params::SecretSource::of)
+                    .map(|source| {
+                        source
+                            .map_err(|e| format!("parameter {name}'s default {e}"))
+                            .and_then(|s| s.read(name).map(|_| s))
+                    });
+                match source {
+                    Some(Ok(source)) => param.source = Some(source),
+                    Some(Err(e)) => {
+                        self.report(Some(span.clone()), Some(scope), Some("secret_params"), e)
+                    }
+                    None => {}
                 }
             }
         }

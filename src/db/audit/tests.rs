@@ -130,9 +130,13 @@ backend_test! {
             assert_eq!(forced.args["force"], true);
             assert!(forced.detail.as_deref().is_some_and(|d| d.contains("lease of r2")), "{forced:?}");
             assert!(all[1].detail.as_deref().is_some_and(|d| d.contains("still recorded running")));
-            // The pause names its actor as before: who sudo'ed, and where.
+            // The pause names its actor: the Unix user, where, and the
+            // SUDO_USER its environment claimed.
             let row = store.find_lock("backup").await.expect("read").expect("row");
-            assert_eq!(row.paused_by.as_deref(), Some("alice@ops-host"));
+            assert_eq!(
+                row.paused_by.as_deref(),
+                Some("root@ops-host (sudo by alice, claimed)")
+            );
         });
     }
 }
@@ -188,6 +192,18 @@ backend_test! {
 }
 
 #[test]
+fn a_sudo_user_is_shown_as_claimed() {
+    // SUDO_USER is the command's environment's word: any process sets it.
+    assert_eq!(alice().label(), "root@ops-host (sudo by alice, claimed)");
+    let plain = Actor {
+        sudo_user: None,
+        ..alice()
+    };
+    assert_eq!(plain.label(), "root@ops-host");
+    assert_eq!(ci().label(), "token ci@r1");
+}
+
+#[test]
 fn secret_parameters_are_redacted() {
     let config = crate::config::Config::parse(
         std::path::Path::new("jobs.toml"),
@@ -210,6 +226,28 @@ fn secret_parameters_are_redacted() {
         args,
         format!(r#"{{"params":{{"PASSWORD":"{REDACTED}","TENANT":"acme"}}}}"#)
     );
+    // Only a declared, non-secret parameter's acceptable value is written:
+    // a secret under a misspelt name, an undeclared name, a value with a
+    // NUL are not.
+    let given = [
+        ("TENANT".to_string(), "acme".to_string()),
+        ("password".to_string(), "hunter2-hunter2".to_string()),
+        ("HOST".to_string(), "db1".to_string()),
+    ];
+    let entry = crate::ops::actions::trigger_entry(
+        &config.jobs[0],
+        false,
+        given.iter().map(|(n, v)| (n, v)),
+    );
+    let args = serde_json::Value::Object(entry.args).to_string();
+    assert_eq!(
+        args,
+        format!(r#"{{"params":{{"HOST":"{REDACTED}","TENANT":"acme","password":"{REDACTED}"}}}}"#)
+    );
+    let nul = [("TENANT".to_string(), "a\0b".to_string())];
+    let entry =
+        crate::ops::actions::trigger_entry(&config.jobs[0], false, nul.iter().map(|(n, v)| (n, v)));
+    assert_eq!(entry.args["params"]["TENANT"], REDACTED);
     assert_eq!(Action::parse("refuse_replica"), Ok(Action::RefuseReplica));
     assert!(Action::parse("stop").is_err_and(|e| e.contains("pause, resume")));
 }

@@ -2,7 +2,18 @@
 // page shows the output so far (without this script, a reload shows
 // more); this script appends what is printed since, from the run's
 // stream of server-sent events (/runs/ID/output), and counts the time the
-// run has been running. Output is only ever set as text, never as markup.
+// run has been running. Output is only ever set as text, never as markup,
+// and a bidirectional control (U+202E…) in it is shown as its code point,
+// as the server-rendered part of the page shows it, instead of reversing
+// what follows.
+function bidiVisible(text) {
+  "use strict";
+  return text.replace(/[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g, function (c) {
+    var hex = c.charCodeAt(0).toString(16).toUpperCase();
+    return "\u27E8U+" + "0000".slice(hex.length) + hex + "\u27E9";
+  });
+}
+
 (function () {
   "use strict";
   var out = document.getElementById("output");
@@ -97,10 +108,10 @@
       if (piece[1]) {
         var coloured = document.createElement("span");
         coloured.className = piece[1];
-        coloured.textContent = piece[0];
+        coloured.textContent = bidiVisible(piece[0]);
         holder.appendChild(coloured);
       } else {
-        holder.appendChild(document.createTextNode(piece[0]));
+        holder.appendChild(document.createTextNode(bidiVisible(piece[0])));
       }
     });
     holder.replicronEnd = until;
