@@ -2,7 +2,8 @@
 //! shown where a control character would do harm: a terminal reading the
 //! logs would obey an escape sequence, and a bidirectional override
 //! (U+202E) would reverse what a page shows after it. Also bytes as
-//! lowercase hex (tokens, digests) and back.
+//! lowercase hex (tokens, digests) and back, and secrets masked in text
+//! that is kept or shown.
 
 use std::borrow::Cow;
 
@@ -37,6 +38,9 @@ pub(crate) fn for_log(text: &str) -> Cow<'_, str> {
     )
 }
 
+/// What a secret is written as wherever it would otherwise be shown.
+pub(crate) const REDACTED: &str = "[redacted]";
+
 /// The shortest secret value masked in a run's output: a shorter one
 /// (`1`, `yes`) would mask half the output and reveal the secret by its
 /// gaps.
@@ -48,7 +52,7 @@ pub(crate) fn mask_secrets<'t>(text: &'t str, secrets: &[String]) -> Cow<'t, str
     let mut masked = Cow::Borrowed(text);
     for secret in secrets.iter().filter(|s| s.len() >= MIN_MASKED) {
         if masked.contains(secret.as_str()) {
-            masked = Cow::Owned(masked.replace(secret.as_str(), crate::db::audit::REDACTED));
+            masked = Cow::Owned(masked.replace(secret.as_str(), REDACTED));
         }
     }
     masked

@@ -20,8 +20,7 @@ use super::clock::{DbNow, DbNowPlus};
 use super::schema::replicron_audit::dsl as audit;
 use super::{DbConnection, DbError, Store};
 
-/// What a secret is written as.
-pub(crate) const REDACTED: &str = "[redacted]";
+pub(crate) use crate::text::REDACTED;
 
 /// How the action came.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
