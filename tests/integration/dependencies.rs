@@ -512,8 +512,10 @@ backend_test! {
             let rows = statuses(&config, child);
             let mut skipped = 0;
             for at in parent.iter().filter(|at| **at >= first) {
-                let of = &rows[at];
-                assert_eq!(of.len(), 1, "{child} at {at}: {of:?}");
+                // An instant claimed later than its `missed_after` (a
+                // loaded machine) is recorded missed and then run.
+                let of: Vec<&String> = rows[at].iter().filter(|s| *s != "missed").collect();
+                assert_eq!(of.len(), 1, "{child} at {at}: {:?}", rows[at]);
                 assert!(["succeeded", "running", "skipped"].contains(&of[0].as_str()), "{child} at {at}: {of:?}");
                 skipped += usize::from(of[0] == "skipped");
             }
