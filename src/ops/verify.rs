@@ -66,7 +66,17 @@ pub(crate) struct Row {
     status: RunStatus,
     confirmed_at: Option<NaiveDateTime>,
     triggered_by: crate::history::Trigger,
+    /// Whether it records an attempt that started nothing: its lease could
+    /// not be confirmed after its start record (`lost_lock`, "not
+    /// started"), as a claim found committed too late may be.
+    #[diesel(select_expression = runs::output.like(NOT_STARTED))]
+    #[diesel(select_expression_type = diesel::dsl::Like<runs::output, &'static str>)]
+    never_started: bool,
 }
+
+/// The output of an attempt recorded without starting anything, as a
+/// `LIKE` pattern.
+const NOT_STARTED: &str = "replicron: not started:%";
 
 /// Everything verify knows of one job.
 #[derive(Clone, Debug)]
@@ -254,11 +264,15 @@ struct Chain<'r> {
 }
 
 impl Chain<'_> {
-    /// Whether anything ran: a chain of `skipped` rows only records an
-    /// instant that was not run (its claim's answer came too late, or a
-    /// shared lock stayed held), when it was found so, not a run.
+    /// Whether anything ran: a chain of `skipped` rows, or of attempts
+    /// that started nothing, only records an instant that was not run (its
+    /// claim's answer came too late, or a shared lock stayed held), when it
+    /// was found so, not a run.
     fn ran(&self) -> bool {
-        !self.rows.iter().all(|r| r.status == RunStatus::Skipped)
+        !self
+            .rows
+            .iter()
+            .all(|r| r.status == RunStatus::Skipped || r.never_started)
     }
 
     /// Whether a backfill started it.
@@ -652,6 +666,7 @@ mod tests {
             status,
             confirmed_at: None,
             triggered_by: crate::history::Trigger::Schedule,
+            never_started: false,
         }
     }
 
@@ -716,6 +731,42 @@ mod tests {
         let (tally, found) = judged(runs, Vec::new());
         assert!(found.is_empty(), "{found:?}");
         assert_eq!((tally.due, tally.ran, tally.skipped), (10, 9, 1));
+    }
+
+    /// An attempt recorded `lost_lock` without starting anything (its
+    /// claim was found committed after the next holder had started, and
+    /// its lease could not be confirmed) is no run either: it overlaps
+    /// nothing.
+    #[test]
+    fn an_attempt_that_started_nothing_is_no_run() {
+        let mut runs: Vec<Row> = (0..10)
+            .map(|m| {
+                row(
+                    i64::from(m) + 1,
+                    m,
+                    1,
+                    i64::from(m) + 1,
+                    RunStatus::Succeeded,
+                )
+            })
+            .collect();
+        // 00:03's run went on for 90 s; 00:04's claim, taken up at
+        // 00:04:10, found its lease gone and started nothing.
+        runs[3].finished_at = Some(runs[3].started_at + TimeDelta::seconds(90));
+        runs.retain(|r| r.id != 5);
+        let mut late = row(11, 4, 1, 11, RunStatus::LostLock);
+        late.started_at += TimeDelta::seconds(10);
+        late.finished_at = Some(late.started_at + TimeDelta::milliseconds(30));
+        late.never_started = true;
+        runs.push(late.clone());
+        let (tally, found) = judged(runs.clone(), Vec::new());
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!((tally.due, tally.ran, tally.skipped), (10, 9, 1));
+        // The same row with a run behind it is an overlap.
+        let last = runs.len() - 1;
+        runs[last].never_started = false;
+        let (_, found) = judged(runs, Vec::new());
+        assert_eq!(found, vec![Finding::Overlap], "{found:?}");
     }
 
     /// Ten clean minutes: each ran once.
