@@ -323,9 +323,11 @@ fn statuses(config: &std::path::Path, job: &str) -> BTreeMap<String, Vec<String>
     by
 }
 
-/// Holds every write of `db` off for `span`, on a thread of its own
-/// (MariaDB: `FLUSH TABLES WITH READ LOCK`; PostgreSQL: the lease and run
-/// tables locked in EXCLUSIVE mode, which reads pass).
+/// Holds every write of `db`'s lease and run tables off for `span`, on a
+/// thread of its own, while reads pass (MariaDB: `LOCK TABLES … READ`;
+/// PostgreSQL: EXCLUSIVE mode). Only this test's database stalls: a
+/// server-wide `FLUSH TABLES WITH READ LOCK` would stall every other
+/// test's database on the shared server too.
 fn stall(db: &TestDb, span: Duration) -> std::thread::JoinHandle<()> {
     use diesel::connection::SimpleConnection;
     let (sql, release) = match db.kind {
@@ -333,7 +335,10 @@ fn stall(db: &TestDb, span: Duration) -> std::thread::JoinHandle<()> {
             "BEGIN; LOCK TABLE replicron_locks, replicron_runs IN EXCLUSIVE MODE",
             "COMMIT",
         ),
-        _ => ("FLUSH TABLES WITH READ LOCK", "UNLOCK TABLES"),
+        _ => (
+            "LOCK TABLES replicron_locks READ, replicron_runs READ",
+            "UNLOCK TABLES",
+        ),
     };
     let mut conn = db.raw();
     std::thread::spawn(move || {
@@ -344,7 +349,7 @@ fn stall(db: &TestDb, span: Duration) -> std::thread::JoinHandle<()> {
 }
 
 /// Two per-second parents and a fan-in after them, on two replicas. The
-/// database takes no write for 14 s: when it does again, the parents' ends
+/// lease and run tables take no write for 14 s: when it does again, the parents' ends
 /// of the instants held back arrive together. They are a backlog, not
 /// overruns of the child's first run: in the fault-free time after the
 /// stall, the child has a run (or a recorded skip) for every instant at
