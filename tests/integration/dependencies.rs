@@ -328,6 +328,7 @@ fn statuses(config: &std::path::Path, job: &str) -> BTreeMap<String, Vec<String>
 /// PostgreSQL: EXCLUSIVE mode). Only this test's database stalls: a
 /// server-wide `FLUSH TABLES WITH READ LOCK` would stall every other
 /// test's database on the shared server too.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 fn stall(db: &TestDb, span: Duration) -> std::thread::JoinHandle<()> {
     use diesel::connection::SimpleConnection;
     let (sql, release) = match db.kind {
@@ -354,6 +355,7 @@ fn stall(db: &TestDb, span: Duration) -> std::thread::JoinHandle<()> {
 /// overruns of the child's first run: in the fault-free time after the
 /// stall, the child has a run (or a recorded skip) for every instant at
 /// which both parents succeeded, nothing `missed`, and it ran most of them.
+#[cfg(any(feature = "mysql", feature = "postgres"))]
 fn a_fan_ins_backlog_after_a_stall_is_run(db: &TestDb) {
     db.migrate();
     let quick = "true";

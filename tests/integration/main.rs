@@ -12,6 +12,7 @@ mod backfill;
 mod campaign;
 mod check;
 mod cluster;
+#[cfg(feature = "sqlite")]
 mod commands;
 mod daemon;
 mod dashboard;
