@@ -1748,6 +1748,9 @@ pub(crate) fn run(plan: &Plan) -> Option<Findings> {
 
     let mut conn = raw_connect(&database.url(name, None));
     let rows = read_history(&mut conn);
+    // The history beside the logs, one row a line, to read a failure by.
+    let history: String = rows.iter().map(|row| format!("{row:?}\n")).collect();
+    let _ = std::fs::write(saved.with_extension("history"), history);
     let bodies = read_bodies(&out);
     let from = crate::database_time::second(started_utc) + TimeDelta::seconds(1);
     // The check for missed instants records an instant 10 s (its
