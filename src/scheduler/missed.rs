@@ -94,7 +94,12 @@ async fn check_once(engine: &Engine, jobs: &[Arc<Job>]) -> Result<usize, DbError
     let mut result = Ok(());
     for job in jobs {
         match check_job(engine, job).await {
-            Ok(n) => recorded += n,
+            Ok((n, first)) => {
+                recorded += n;
+                if let Some(first) = first {
+                    rewind_dependents(engine, jobs, &job.name, first).await?;
+                }
+            }
             Err(e) => {
                 result = Err(e);
                 break;
@@ -105,20 +110,53 @@ async fn check_once(engine: &Engine, jobs: &[Arc<Job>]) -> Result<usize, DbError
     result.map(|()| recorded)
 }
 
-async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
+/// Takes the marks of `parent`'s dependent jobs back before `first`, the
+/// earliest instant just recorded missed for it. A parent's `missed` row
+/// is written its own `missed_after` after its instant, which may be long
+/// after a dependent's check went past that instant (one `LATE_LIMIT`
+/// behind): without this, the dependent's instant would be neither run
+/// nor recorded. The next round decides it as any other.
+async fn rewind_dependents(
+    engine: &Engine,
+    jobs: &[Arc<Job>],
+    parent: &str,
+    first: DateTime<Utc>,
+) -> Result<(), DbError> {
+    for job in jobs {
+        if job
+            .after
+            .as_ref()
+            .is_some_and(|after| after.parents.iter().any(|p| p.name == parent))
+        {
+            let name = job.name.clone();
+            let before = first - TimeDelta::milliseconds(1);
+            engine
+                .store
+                .call("taking a dependent job's missed mark back", move |conn| {
+                    crate::lease::rewind_missed_checked(conn, &name, before)
+                })
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks one job: returns how many instants it recorded missed, and the
+/// earliest of them.
+async fn check_job(engine: &Engine, job: &Job) -> Result<(usize, Option<DateTime<Utc>>), DbError> {
     // An `every` job's instants are each replica's: the fleet cannot tell
     // which replica should have run one.
     if job.run_on == crate::config::RunOn::Every {
-        return Ok(0);
+        return Ok((0, None));
     }
     let name = job.name.clone();
     let now = engine.store.database_now().await?;
     let after = job.settings.missed_after(job.schedule.interval_after(now));
     if after.is_zero() {
-        return Ok(0);
+        return Ok((0, None));
     }
     let Some(row) = engine.store.find_lock(&name).await? else {
-        return Ok(0);
+        return Ok((0, None));
     };
     // An instant's run may start up to the job's jitter after it.
     let to = now - TimeDelta::from_std(after).unwrap_or(TimeDelta::MAX) - job.schedule.jitter();
@@ -126,13 +164,13 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
         // A row from before the check existed: what came before is not
         // this check's (rows are created with the mark at their creation).
         set_checked(engine, &name, row.missed_checked_until, to, Vec::new()).await?;
-        return Ok(0);
+        return Ok((0, None));
     };
     let from = row
         .created_at
         .map_or(checked, |created| checked.max(created.and_utc()));
     if to <= from {
-        return Ok(0);
+        return Ok((0, None));
     }
     // Each instant to check, and when its run was due: a scheduled job's
     // at its instant, a dependent job's when its parents' runs ended.
@@ -154,7 +192,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
     let (Some(first), Some(last)) = (instants.first().map(|i| i.0), instants.last().map(|i| i.0))
     else {
         set_checked(engine, &name, row.missed_checked_until, to, Vec::new()).await?;
-        return Ok(0);
+        return Ok((0, None));
     };
     let (ran, going, pauses) = {
         let name = name.clone();
@@ -258,7 +296,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<usize, DbError> {
         }
     }
     set_checked(engine, &name, row.missed_checked_until, to, unended).await?;
-    Ok(recorded)
+    Ok((recorded, (recorded > 0).then(|| missed[skip])))
 }
 
 /// A dependent job's instants after `from` whose parents' runs ended as it

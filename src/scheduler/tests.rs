@@ -1688,6 +1688,63 @@ async fn a_dependent_run_nobody_started_is_recorded_missed() {
     );
 }
 
+/// A parent's instant that no replica ran is recorded `missed` only its
+/// `missed_after` later, which may be long after its dependent job's check
+/// went past that instant: the dependent's instant is then recorded
+/// `missed` too, never left neither run nor accounted for. The only
+/// replica is away at a's 00:02 (no catch-up), and a's `missed_after` is
+/// 3 minutes, b's 20 s.
+#[tokio::test(start_paused = true)]
+async fn a_parents_instant_recorded_missed_late_is_its_dependents_missed_too() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"* * * * *\"\nmissed_after = \"3m\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nafter = [\"a\"]\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let ran: Ran = Arc::default();
+    fn never(_: &str, _: DateTime<Utc>) -> bool {
+        false
+    }
+    // Up from 00:00:30 to 00:01:40: a and b run 00:01.
+    let replica = dependent_replica(&db, &clock, "one", &config, &ran, never)
+        .build()
+        .await
+        .expect("build");
+    replica
+        .run_until(tokio::time::sleep(Duration::from_secs(70)))
+        .await
+        .expect("runs");
+    // Away over 00:02; back from 00:02:40 to 00:09:40.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let replica = dependent_replica(&db, &clock, "one", &config, &ran, never)
+        .build()
+        .await
+        .expect("build");
+    replica
+        .run_until(tokio::time::sleep(Duration::from_secs(7 * 60)))
+        .await
+        .expect("runs");
+    let statuses = |job: &str| -> Vec<(String, RunStatus)> {
+        let mut rows = runs_of(&db, job);
+        rows.sort_by_key(|r| r.scheduled_at);
+        rows.iter()
+            .map(|r| (r.scheduled_at.format("%H:%M").to_string(), r.status))
+            .take(3)
+            .collect()
+    };
+    let expected = [
+        ("00:01".to_string(), RunStatus::Succeeded),
+        ("00:02".to_string(), RunStatus::Missed),
+        ("00:03".to_string(), RunStatus::Succeeded),
+    ];
+    assert_eq!(statuses("a"), expected);
+    assert_eq!(statuses("b"), expected);
+}
+
 /// A parent's run recorded after the runs of its later instants (its
 /// replica claimed it late, or its database node held the write) is not
 /// passed over: the dependent job, which ran the later instant first, has
