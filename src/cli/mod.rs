@@ -462,6 +462,7 @@ fn runnable<'c>(config: &'c Config, name: &str) -> anyhow::Result<&'c crate::con
         Some(why) => Err(ConfigError {
             path: config.path.clone(),
             diagnostics: vec![crate::config::Diagnostic {
+                file: None,
                 line: None,
                 job: Some(format!("{name:?}")),
                 key: None,

@@ -26,6 +26,7 @@ mod galera;
 mod history;
 mod hooks;
 mod import;
+mod include;
 mod library;
 mod live;
 mod nginx;
