@@ -32,6 +32,7 @@ mod live;
 mod nginx;
 mod notify;
 mod operate;
+mod pid1;
 mod proxy;
 mod run_control;
 mod runs_view;
