@@ -47,6 +47,9 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         if config.jobs.len() == 1 { "" } else { "s" },
         config.database.url
     );
+    for included in &config.included {
+        println!("included {}", included.display());
+    }
     if let Some(note) = clock_note {
         println!("{note}");
     }
@@ -76,6 +79,10 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         println!();
         let state = if job.enabled { "" } else { " (disabled)" };
         println!("job {:?}{state}", job.name);
+        // Where each job is written, once the jobs come from several files.
+        if !config.included.is_empty() {
+            println!("  file      {}", config.job_file(&job.name).display());
+        }
         println!("  schedule  {}", job.schedule.expression());
         println!("  zone      {}", job.schedule.zone());
         let jitter = job.schedule.jitter();

@@ -148,7 +148,7 @@ fn help(arg: &clap::Arg) -> String {
 
 fn configuration() -> String {
     let mut out = String::new();
-    let mut table = "";
+    let mut table = "-";
     let all = keys::all();
     let inherited: Vec<&str> = all
         .iter()
@@ -158,7 +158,9 @@ fn configuration() -> String {
     for key in all.iter().filter(|k| k.about != keys::AS_IN_DEFAULTS) {
         if key.table != table {
             table = key.table;
-            let header = if matches!(table, "job" | "limit" | "calendar") {
+            let header = if table.is_empty() {
+                "Before any table".to_string()
+            } else if matches!(table, "job" | "limit" | "calendar") {
                 format!("[[{table}]]")
             } else {
                 format!("[{table}]")

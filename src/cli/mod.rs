@@ -194,6 +194,9 @@ pub fn exit(code: ExitCode) -> ! {
 
 /// Entry point of the binary; the caller ends the process with [`exit`].
 pub fn main() -> ExitCode {
+    // As PID 1, a fork before anything else: the parent stays PID 1, to
+    // reap orphans and pass signals on; the child goes on as the command.
+    crate::runner::pid1::init_if_pid1();
     // The guard before anything else: it is meant to stay small, and the
     // argument parser alone would touch a megabyte of code and heap.
     let mut args = std::env::args_os().skip(1);
@@ -462,6 +465,7 @@ fn runnable<'c>(config: &'c Config, name: &str) -> anyhow::Result<&'c crate::con
         Some(why) => Err(ConfigError {
             path: config.path.clone(),
             diagnostics: vec![crate::config::Diagnostic {
+                file: None,
                 line: None,
                 job: Some(format!("{name:?}")),
                 key: None,

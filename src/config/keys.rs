@@ -7,7 +7,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Key {
     /// `database`, `daemon`, `defaults`, `notify`, `limit`, `calendar` or
-    /// `job`.
+    /// `job`; empty for a key outside every table (`include`).
     pub(crate) table: &'static str,
     /// The key.
     pub(crate) name: &'static str,
@@ -173,6 +173,12 @@ const NOTIFY: [(&str, Option<&str>, &str); 7] = [
 /// Every key, table by table, in the order the man page lists them.
 pub(crate) fn all() -> Vec<Key> {
     let mut keys = vec![
+        key(
+            "",
+            "include",
+            None,
+            "Other files whose [[job]], [[limit]] and [[calendar]] tables join this file's, as [\"jobs.d/*.toml\"]: patterns relative to this file's folder, with * and ? in the file name only (names starting with a dot are left out), each pattern's files read in name order. An included file holds only those tables. A name used in two files is an error naming both files and lines; a pattern without wildcards must name a file; a folder that does not exist includes nothing (a warning). A reload (SIGHUP) reads the files again: added, changed and removed files' jobs are applied as the job file's own are. Written before the first table.",
+        ),
         key(
             "database",
             "url",

@@ -66,6 +66,11 @@ pub(crate) struct Config {
     /// Whether the file has errors, and this is only the part of it that
     /// could be read ([`Config::load_for_database`]).
     pub(crate) broken: bool,
+    /// The files `include` read, in the order their jobs were merged.
+    pub(crate) included: Vec<PathBuf>,
+    /// The file each job of an included file came from, by job name
+    /// (a job of the job file itself is not listed).
+    pub(crate) job_files: BTreeMap<String, PathBuf>,
 }
 
 /// The lease and stop settings of `[defaults]`, for runs that are not
@@ -245,6 +250,7 @@ impl WebConfig {
             match token_env.value() {
                 Ok(value) => tokens.push((token_env.name.clone(), value)),
                 Err(problem) => diagnostics.push(Diagnostic {
+                    file: None,
                     line: token_env.line,
                     job: None,
                     key: Some(token_env.key.clone()),
@@ -603,6 +609,8 @@ impl Environment {
 /// One problem found in a config file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Diagnostic {
+    /// The included file it is in; `None`: the job file itself.
+    pub(crate) file: Option<PathBuf>,
     /// 1-based line of the offending value, where it has one.
     pub(crate) line: Option<usize>,
     /// The job, by name (or by position when it has no usable name).
@@ -623,9 +631,15 @@ pub(crate) struct ConfigError {
 }
 
 impl Diagnostic {
+    /// The order problems are told in: the job file's first, then each
+    /// included file's, each by line.
+    pub(crate) fn order(a: &Diagnostic, b: &Diagnostic) -> std::cmp::Ordering {
+        (&a.file, a.line.unwrap_or(0)).cmp(&(&b.file, b.line.unwrap_or(0)))
+    }
+
     /// `FILE:LINE: job J, key K: message`, as each problem is printed.
     pub(crate) fn located(&self, path: &Path) -> String {
-        let mut text = path.display().to_string();
+        let mut text = self.file.as_deref().unwrap_or(path).display().to_string();
         if let Some(line) = self.line {
             text.push_str(&format!(":{line}"));
         }
@@ -668,6 +682,7 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             path: path.to_path_buf(),
             diagnostics: vec![Diagnostic {
+                file: None,
                 line: None,
                 job: None,
                 key: None,
@@ -720,10 +735,18 @@ impl Config {
             return Err(error);
         };
         partial.warnings.extend(error.diagnostics);
-        partial.warnings.sort_by_key(|d| d.line.unwrap_or(0));
+        partial.warnings.sort_by(Diagnostic::order);
         partial.warnings.dedup();
         partial.broken = true;
         Ok(partial)
+    }
+
+    /// The file the job called `name` is written in: the job file, or the
+    /// included file it came from.
+    pub(crate) fn job_file(&self, name: &str) -> &Path {
+        self.job_files
+            .get(name)
+            .map_or(&self.path, PathBuf::as_path)
     }
 
     /// The job called `name`.

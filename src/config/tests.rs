@@ -1559,3 +1559,199 @@ fn an_advertise_url_is_a_plain_http_origin() {
         );
     }
 }
+
+/// A job file in a fresh folder, with `files` (name, text) beside it.
+fn folder_with(main: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    let folder = tempfile::tempdir().expect("a folder");
+    for (name, text) in files {
+        let path = folder.path().join(name);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("folder");
+        std::fs::write(path, text).expect("write");
+    }
+    let path = folder.path().join("jobs.toml");
+    std::fs::write(&path, main).expect("write");
+    (folder, path)
+}
+
+fn a_job(name: &str) -> String {
+    format!("[[job]]\nname = \"{name}\"\nschedule = \"@daily\"\ncommand = \"true\"\n")
+}
+
+#[test]
+fn include_merges_the_jobs_limits_and_calendars_of_every_matching_file_in_name_order() {
+    let (_folder, path) = folder_with(
+        &format!("include = [\"jobs.d/*.toml\"]\n{DB}{}", a_job("main")),
+        &[
+            (
+                "jobs.d/b.toml",
+                &format!(
+                    "{}limits = [\"db\"]\nskip_on = [\"holidays\"]\n",
+                    a_job("from-b")
+                ),
+            ),
+            (
+                "jobs.d/a.toml",
+                "[[limit]]\nname = \"db\"\nmax_running = 2\n\n[[calendar]]\nname = \"holidays\"\ndates = [\"2030-12-25\"]\n",
+            ),
+            ("jobs.d/c.toml.disabled", &a_job("not-read")),
+            ("jobs.d/.hidden.toml", &a_job("hidden")),
+        ],
+    );
+    let config = Config::load(&path, &Environment::default()).expect("valid");
+    let names: Vec<&str> = config.jobs.iter().map(|j| &*j.name).collect();
+    assert_eq!(names, ["main", "from-b"]);
+    let folder = path.parent().expect("folder");
+    assert_eq!(
+        config.included,
+        [folder.join("jobs.d/a.toml"), folder.join("jobs.d/b.toml")]
+    );
+    assert_eq!(config.job_file("main"), path.as_path());
+    assert_eq!(config.job_file("from-b"), folder.join("jobs.d/b.toml"));
+    let from_b = config.job("from-b").expect("from-b");
+    assert_eq!(from_b.limits[0].max_running, 2);
+    assert_eq!(config.calendars.len(), 1);
+}
+
+#[test]
+fn a_job_name_in_two_files_is_an_error_naming_both_files_and_lines() {
+    let (_folder, path) = folder_with(
+        &format!("include = [\"jobs.d/*.toml\"]\n{DB}\n{}", a_job("twice")),
+        &[(
+            "jobs.d/other.toml",
+            &format!("# another\n\n{}", a_job("twice")),
+        )],
+    );
+    let error = Config::load(&path, &Environment::default()).expect_err("refused");
+    assert_eq!(error.diagnostics.len(), 1, "{error}");
+    let d = &error.diagnostics[0];
+    let other = path.parent().expect("folder").join("jobs.d/other.toml");
+    assert_eq!(d.file.as_deref(), Some(other.as_path()), "{d:?}");
+    assert_eq!(d.line, Some(4), "{d:?}");
+    let rendered = error.to_string();
+    assert!(
+        rendered.contains(&format!("{}:4: job \"twice\"", other.display())),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains(&format!("at {}:6", path.display())),
+        "{rendered}"
+    );
+    // A limit, the same.
+    let (_folder, path) = folder_with(
+        &format!("include = [\"more.toml\"]\n{DB}[[limit]]\nname = \"l\"\nmax_running = 1\n"),
+        &[("more.toml", "[[limit]]\nname = \"l\"\nmax_running = 2\n")],
+    );
+    let rendered = Config::load(&path, &Environment::default())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        rendered
+            .contains("more.toml:2: key \"limit.name\": limit \"l\" is declared twice: also at")
+            && rendered.contains("jobs.toml:5"),
+        "{rendered}"
+    );
+}
+
+#[test]
+fn an_included_file_names_its_own_file_and_line_in_errors_and_holds_only_jobs_limits_and_calendars()
+{
+    let (_folder, path) = folder_with(
+        &format!("include = [\"jobs.d/*.toml\"]\n{DB}"),
+        &[(
+            "jobs.d/bad.toml",
+            &format!(
+                "[defaults]\ntimeout = \"1m\"\n\n{}timeout = \"soon\"\n",
+                a_job("bad")
+            ),
+        )],
+    );
+    let error = Config::load(&path, &Environment::default()).expect_err("refused");
+    let rendered = error.to_string();
+    let bad = path.parent().expect("folder").join("jobs.d/bad.toml");
+    assert!(
+        rendered.contains(&format!(
+            "{}:1: key \"defaults\": an included file holds only",
+            bad.display()
+        )),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains(&format!(
+            "{}:8: job \"bad\", key \"timeout\"",
+            bad.display()
+        )),
+        "{rendered}"
+    );
+    // Invalid TOML, and an include of its own.
+    let (_folder, path) = folder_with(
+        &format!("include = [\"a.toml\", \"b.toml\"]\n{DB}"),
+        &[
+            ("a.toml", "[[job]\n"),
+            ("b.toml", "include = [\"a.toml\"]\n"),
+        ],
+    );
+    let rendered = Config::load(&path, &Environment::default())
+        .expect_err("refused")
+        .to_string();
+    assert!(rendered.contains("a.toml:1: invalid TOML"), "{rendered}");
+    assert!(
+        rendered.contains("b.toml:1: key \"include\": an included file holds only"),
+        "{rendered}"
+    );
+}
+
+#[test]
+fn include_patterns_that_name_nothing_readable() {
+    let (_folder, path) = folder_with(
+        &format!("include = [\"missing.toml\", \"*/x.toml\"]\n{DB}"),
+        &[],
+    );
+    let error = Config::load(&path, &Environment::default()).expect_err("refused");
+    assert_eq!(error.diagnostics.len(), 2, "{error}");
+    assert!(
+        error
+            .diagnostics
+            .iter()
+            .all(|d| d.line == Some(1) && d.file.is_none() && d.key.as_deref() == Some("include"))
+    );
+    let rendered = error.to_string();
+    assert!(rendered.contains("is no file"), "{rendered}");
+    assert!(rendered.contains("not folders"), "{rendered}");
+    // A folder that does not exist matches nothing, and says so.
+    let (_folder, path) = folder_with(&format!("include = [\"jobs.d/*.toml\"]\n{DB}"), &[]);
+    let config = Config::load(&path, &Environment::default()).expect("valid");
+    assert!(config.jobs.is_empty());
+    assert!(
+        config.warnings[0].message.contains("no file is included"),
+        "{:?}",
+        config.warnings
+    );
+    // Not a list of patterns.
+    one_error(
+        &format!("include = \"jobs.d/*.toml\"\n{DB}"),
+        1,
+        None,
+        "include",
+        "a list of file patterns",
+    );
+}
+
+#[test]
+fn an_after_that_names_a_job_of_another_file_resolves_and_its_errors_name_their_file() {
+    let (_folder, path) = folder_with(
+        &format!("include = [\"jobs.d/*.toml\"]\n{DB}{}", a_job("parent")),
+        &[(
+            "jobs.d/child.toml",
+            "[[job]]\nname = \"child\"\nafter = [\"parent\"]\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"orphan\"\nafter = [\"nobody\"]\ncommand = \"true\"\n",
+        )],
+    );
+    let rendered = Config::load(&path, &Environment::default())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        rendered.contains("child.toml:8: job \"orphan\", key \"after\": after names \"nobody\""),
+        "{rendered}"
+    );
+    assert!(!rendered.contains("\"child\""), "{rendered}");
+}

@@ -131,6 +131,12 @@ pub(crate) struct Stat {
 pub(crate) struct Import {
     /// The TOML text.
     pub toml: String,
+    /// The part of it before its jobs (comments) and their `[defaults]`.
+    pub head: String,
+    pub defaults: String,
+    /// Each imported crontab's name and its jobs' `[[job]]` tables, as a
+    /// file `include` reads.
+    pub files: Vec<(String, String)>,
     /// What did not carry over, changed meaning, or was guessed.
     pub notes: Vec<Note>,
     /// How many jobs were written.
@@ -237,10 +243,13 @@ pub(crate) fn import(
             written: 0,
             in_host_zone: 0,
         };
+        let start = file.jobs.len();
         for line in lines {
             file.line(line);
         }
         file.end();
+        out.files
+            .push((source.name.clone(), file.jobs[start..].to_string()));
         let (written, host_zoned, every) = (file.written, file.in_host_zone, file.every);
         if every && written > 0 {
             notes.push(Note::file(
@@ -301,24 +310,27 @@ pub(crate) fn import(
         .filter(|(_, refused)| !**refused)
         .map(|(s, _)| s.name.as_str())
         .collect();
-    out.toml = format!(
+    out.head = format!(
         "{}\n\
          # Set the shared database in [database] url, or in REPLICRON_DATABASE_URL:\n\
          # there is deliberately no default.\n\
          # [database]\n\
-         # url = \"postgres://replicron:…@db.internal:5432/cron\"\n\n\
-         [defaults]\n\
-         # cron runs jobs in its host's time zone, replicron in UTC unless told:\n\
-         # this is the host's zone ({}).\n\
-         # Jobs under a CRON_TZ line carry their own timezone.\n\
-         timezone = {}\n\n{jobs}",
+         # url = \"postgres://replicron:…@db.internal:5432/cron\"\n\n",
         comment(&format!(
             "# Imported from {} by `replicron import-crontab`.",
             names.join(", ")
         )),
+    );
+    out.defaults = format!(
+        "[defaults]\n\
+         # cron runs jobs in its host's time zone, replicron in UTC unless told:\n\
+         # this is the host's zone ({}).\n\
+         # Jobs under a CRON_TZ line carry their own timezone.\n\
+         timezone = {}\n",
         zone.origin,
         toml_string(zone.zone.name())
     );
+    out.toml = format!("{}{}\n{jobs}", out.head, out.defaults);
     Ok(out)
 }
 

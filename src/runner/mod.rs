@@ -16,6 +16,7 @@ mod guard;
 pub(crate) mod live;
 pub(crate) mod memory;
 pub(crate) mod output;
+pub(crate) mod pid1;
 mod spawn;
 pub(crate) mod users;
 

@@ -151,6 +151,7 @@ pub(crate) fn check_host(config: &Config) -> Result<(), ConfigError> {
         };
         if let Some(message) = problem {
             diagnostics.push(Diagnostic {
+                file: config.job_files.get(&*job.name).cloned(),
                 line: run_as.line,
                 job: Some(format!("{:?}", job.name)),
                 key: Some("user".to_string()),

@@ -815,3 +815,49 @@ fn a_crontab_others_can_write_draws_a_warning() {
     assert!(notes.contains(&expected), "{expected}:\n{notes}");
     check(dir.path(), "writable", &imported.toml);
 }
+
+/// `--out-dir`: one file of jobs per crontab, and on stdout the job file
+/// that includes them, which `check` reads with each job's file; a second
+/// import into the same folder writes nothing over.
+#[test]
+fn out_dir_writes_one_file_per_crontab_that_the_printed_job_file_includes() {
+    let dir = tempfile::tempdir().expect("a folder");
+    let alice = dir.path().join("alice");
+    std::fs::write(&alice, "0 3 * * * /usr/bin/backup --all\n").expect("alice");
+    let bob = dir.path().join("bob");
+    std::fs::write(&bob, "*/5 * * * * echo hi\n").expect("bob");
+    let out_dir = dir.path().join("jobs.d");
+    let out_arg = out_dir.to_str().expect("utf-8");
+    let extra = ["--user-column", "false", "--out-dir", out_arg];
+    let imported = import_with(&[&alice, &bob], None, &extra);
+    succeeded(&imported);
+    let pattern = out_dir.join("*.toml").display().to_string();
+    assert!(
+        imported.toml.contains(&format!("include = [{pattern:?}]")),
+        "{}",
+        imported.toml
+    );
+    assert!(!imported.toml.contains("[[job]]"), "{}", imported.toml);
+    let mut written: Vec<String> = std::fs::read_dir(&out_dir)
+        .expect("jobs.d")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(written, ["alice.toml", "bob.toml"]);
+    let alice_jobs = std::fs::read_to_string(out_dir.join("alice.toml")).expect("alice.toml");
+    assert!(alice_jobs.contains("/usr/bin/backup --all"), "{alice_jobs}");
+    assert!(
+        !alice_jobs.contains("bob") && !alice_jobs.contains("[defaults]"),
+        "{alice_jobs}"
+    );
+    let out = check(dir.path(), "main", &imported.toml);
+    for file in ["alice.toml", "bob.toml"] {
+        assert!(
+            out.contains(&format!("  file      {}\n", out_dir.join(file).display())),
+            "{out}"
+        );
+    }
+    let again = import_with(&[&alice, &bob], None, &extra);
+    assert_ne!(again.code, 0, "{}", again.notes);
+    assert!(again.notes.contains("exists"), "{}", again.notes);
+}

@@ -111,8 +111,8 @@ impl Replica {
     }
 
     /// [`Replica::start`] through `wrapper`, a command that execs the
-    /// daemon it is given (`setpriv --reuid=… --`, `prlimit … --`).
-    #[cfg(feature = "sqlite")]
+    /// daemon it is given (`setpriv --reuid=… --`, `prlimit … --`), or
+    /// runs it as its child (`unshare --fork …`).
     pub(crate) fn start_through(
         wrapper: &[&str],
         config: &Path,

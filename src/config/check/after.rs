@@ -16,7 +16,8 @@ pub(super) struct Declared {
     job: String,
     /// How errors name it.
     label: String,
-    /// Where `after` is written.
+    /// The source `after` is written in, and where.
+    source: usize,
     span: Range<usize>,
     /// Its parents, in the file's order.
     parents: Vec<String>,
@@ -128,6 +129,7 @@ impl Checker<'_> {
 
     /// Records a job's `after` until every job is known.
     pub(super) fn declared(
+        &self,
         job: &str,
         label: &str,
         (parents, on, span): (Vec<String>, Vec<RunStatus>, Range<usize>),
@@ -135,6 +137,7 @@ impl Checker<'_> {
         Declared {
             job: job.to_string(),
             label: label.to_string(),
+            source: self.current,
             span,
             parents,
             on,
@@ -154,6 +157,7 @@ impl Checker<'_> {
             .collect();
         let mut resolved: Vec<(usize, After)> = Vec::new();
         for declared in &declared {
+            self.current = declared.source;
             let scope = Scope::Job(&declared.label);
             let mut parents = Vec::new();
             for name in &declared.parents {
@@ -163,7 +167,7 @@ impl Checker<'_> {
                             Some(declared.span.clone()),
                             Some(scope),
                             Some("after"),
-                            format!("after names {name:?}, which is no job of this file"),
+                            format!("after names {name:?}, which is no job of this file or the files it includes"),
                         );
                         ok = false;
                     }
@@ -204,6 +208,7 @@ impl Checker<'_> {
         // fires: said, not refused (disabling a job is how it is paused
         // in the file).
         for declared in &declared {
+            self.current = declared.source;
             let enabled = |name: &str| index.get(name).is_some_and(|i| jobs[*i].enabled);
             if !enabled(&declared.job) {
                 continue;
@@ -232,6 +237,7 @@ impl Checker<'_> {
         };
         let mut reported: Vec<String> = Vec::new();
         for declared in &declared {
+            self.current = declared.source;
             if let Some(cycle) = cycle_from(&declared.job, &parents_of)
                 && !cycle.iter().any(|job| reported.contains(job))
             {
@@ -256,6 +262,7 @@ impl Checker<'_> {
         // A fan-in: its parents must share an instant.
         let now = Utc::now();
         for declared in declared.iter().filter(|d| d.parents.len() > 1) {
+            self.current = declared.source;
             let jobs_ref: &[Job] = jobs;
             let shared = first_shared(&declared.parents, jobs_ref, &index, now);
             if let Err(why) = shared {

@@ -39,13 +39,10 @@ impl Checker<'_> {
         &mut self,
         span: Range<usize>,
         raw: RawCalendar,
-        declared: &[Arc<Calendar>],
         folder: &Path,
     ) -> Option<Calendar> {
         let scope = Scope::Table("calendar");
-        let name = self.table_name(raw.name, span.clone(), "calendar", |name| {
-            declared.iter().any(|c| c.name() == name)
-        })?;
+        let name = self.table_name(raw.name, span.clone(), "calendar")?;
         match (raw.dates, raw.ics) {
             (Some(dates), None) => {
                 let mut parsed = Vec::new();

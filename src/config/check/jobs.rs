@@ -469,7 +469,6 @@ impl Checker<'_> {
         span: Range<usize>,
         mut raw: RawJob,
         file: &FileWide<'_>,
-        names: &mut HashSet<String>,
     ) -> Option<Job> {
         let (defaults, notify) = (file.defaults, file.notify);
         let bounds = calendars::RawBounds {
@@ -499,17 +498,21 @@ impl Checker<'_> {
                     );
                     None
                 }
-                Ok(_) if !names.insert(name.get_ref().clone()) => {
-                    let label = format!("{:?}", name.get_ref());
-                    self.report(
-                        Some(name.span()),
-                        Some(Scope::Job(&label)),
-                        Some("name"),
-                        "duplicate job name: another [[job]] above has the same name",
-                    );
-                    None
-                }
-                Ok(valid) => Some(valid),
+                Ok(valid) => match self.declare("job", name.get_ref(), &name.span()) {
+                    Some(earlier) => {
+                        let label = format!("{:?}", name.get_ref());
+                        self.report(
+                            Some(name.span()),
+                            Some(Scope::Job(&label)),
+                            Some("name"),
+                            format!(
+                                "duplicate job name: another [[job]] has the same name, at {earlier}"
+                            ),
+                        );
+                        None
+                    }
+                    None => Some(valid),
+                },
             },
         };
         let label = match &raw.name {
@@ -731,7 +734,7 @@ impl Checker<'_> {
         let name = name?;
         if let Some(Some(after)) = after {
             self.declared_after
-                .push(Self::declared(name.as_ref(), &label, after));
+                .push(self.declared(name.as_ref(), &label, after));
         }
         Some(Job {
             name,

@@ -6,16 +6,9 @@ use crate::config::Limit;
 impl Checker<'_> {
     /// One `[[limit]]`: a name of a lock's form, not declared before, and
     /// `max_running` from 1 to [`MAX_LIMIT_RUNNING`].
-    pub(super) fn limit(
-        &mut self,
-        span: Range<usize>,
-        raw: RawLimit,
-        declared: &[Limit],
-    ) -> Option<Limit> {
+    pub(super) fn limit(&mut self, span: Range<usize>, raw: RawLimit) -> Option<Limit> {
         let scope = Scope::Table("limit");
-        let name = self.table_name(raw.name, span.clone(), "limit", |name| {
-            declared.iter().any(|l| l.name == name)
-        });
+        let name = self.table_name(raw.name, span.clone(), "limit");
         let label = name
             .as_deref()
             .map_or_else(String::new, |n| format!("limit {n:?}: "));

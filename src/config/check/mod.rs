@@ -7,6 +7,7 @@
 
 mod after;
 mod calendars;
+mod include;
 
 pub(crate) use self::after::upcoming as dependent_upcoming;
 mod jobs;
@@ -14,7 +15,7 @@ mod limits;
 mod notify;
 mod sections;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
@@ -38,16 +39,32 @@ pub(super) fn check(
     text: &str,
     env: &Environment,
 ) -> (Option<Config>, Vec<Diagnostic>) {
+    let includes = include::read(path, text);
+    let mut sources = vec![(path.to_path_buf(), text)];
+    sources.extend(
+        includes
+            .files
+            .iter()
+            .map(|file| (file.path.clone(), file.text.as_str())),
+    );
     let mut checker = Checker {
-        text,
+        sources,
+        current: 0,
         diagnostics: Vec::new(),
         warnings: Vec::new(),
         declared_after: Vec::new(),
+        declared_names: HashMap::new(),
     };
+    for (span, problem) in includes.problems {
+        checker.report(Some(span), None, Some("include"), problem);
+    }
+    for (span, problem) in includes.warnings {
+        checker.warn(Some(span), None, Some("include"), problem);
+    }
     let config = checker.config(path, env);
-    checker.diagnostics.sort_by_key(|d| d.line.unwrap_or(0));
+    checker.diagnostics.sort_by(Diagnostic::order);
     let config = config.map(|mut config| {
-        checker.warnings.sort_by_key(|d| d.line.unwrap_or(0));
+        checker.warnings.sort_by(Diagnostic::order);
         config.warnings = checker.warnings;
         config
     });
@@ -129,19 +146,37 @@ impl Scope<'_> {
     }
 }
 
+/// The `[[job]]`, `[[limit]]` and `[[calendar]]` tables read, each with
+/// the source it is from and where it is in it.
+#[derive(Default)]
+struct Gathered {
+    jobs: Vec<(usize, Range<usize>, RawJob)>,
+    limits: Vec<(usize, Range<usize>, RawLimit)>,
+    calendars: Vec<(usize, Range<usize>, RawCalendar)>,
+}
+
 pub(super) struct Checker<'t> {
-    text: &'t str,
+    /// The files read, with their text: the job file first, then each
+    /// file it includes.
+    sources: Vec<(PathBuf, &'t str)>,
+    /// Which of them the values being checked are from.
+    current: usize,
     diagnostics: Vec<Diagnostic>,
     /// What is wrong but stops nothing ([`Config::warnings`]).
     warnings: Vec<Diagnostic>,
     /// The jobs' `after`, resolved once every job is read.
     declared_after: Vec<after::Declared>,
+    /// Each name a job, limit or calendar was declared with (by its
+    /// table), with its source and line: a name declared twice is told
+    /// with both places.
+    declared_names: HashMap<(&'static str, String), (usize, usize)>,
 }
 
 impl<'t> Checker<'t> {
     fn line(&self, span: &Range<usize>) -> usize {
-        let end = span.start.min(self.text.len());
-        self.text.as_bytes()[..end]
+        let text = self.sources[self.current].1;
+        let end = span.start.min(text.len());
+        text.as_bytes()[..end]
             .iter()
             .filter(|&&b| b == b'\n')
             .count()
@@ -179,6 +214,7 @@ impl<'t> Checker<'t> {
         message: String,
     ) -> Diagnostic {
         Diagnostic {
+            file: (self.current > 0).then(|| self.sources[self.current].0.clone()),
             line: span.map(|span| self.line(&span)),
             job: scope.and_then(Scope::job),
             key: match (scope, key) {
@@ -191,7 +227,7 @@ impl<'t> Checker<'t> {
     }
 
     fn config(&mut self, path: &Path, env: &Environment) -> Option<Config> {
-        let text = self.text;
+        let text = self.sources[0].1;
         let (root, errors) = DeTable::parse_recoverable(text);
         if !errors.is_empty() {
             for error in errors {
@@ -208,9 +244,7 @@ impl<'t> Checker<'t> {
         let mut telemetry = RawTelemetry::default();
         let mut defaults = RawSettings::default();
         let mut notify = RawNotify::default();
-        let mut jobs: Vec<(Range<usize>, RawJob)> = Vec::new();
-        let mut raw_limits: Vec<(Range<usize>, RawLimit)> = Vec::new();
-        let mut raw_calendars: Vec<(Range<usize>, RawCalendar)> = Vec::new();
+        let mut gathered = Gathered::default();
         for (key, value) in root {
             let key_span = key.span();
             match key.get_ref().as_ref() {
@@ -240,73 +274,34 @@ impl<'t> Checker<'t> {
                         .table(value, Scope::Table("notify"))
                         .unwrap_or_default()
                 }
-                "job" => {
+                "job" | "limit" | "calendar" => self.gather(key.get_ref(), value, &mut gathered),
+                "include" => {
                     let span = value.span();
-                    match value.into_inner() {
-                        DeValue::Array(array) => {
-                            for (index, entry) in array.into_iter().enumerate() {
-                                let entry_span = entry.span();
-                                let label = job_label(&entry, index);
-                                if let Some(job) = self.table(entry, Scope::Job(&label)) {
-                                    jobs.push((entry_span, job));
-                                }
-                            }
-                        }
-                        _ => self.report(
+                    let listed = matches!(value.get_ref(), DeValue::Array(array)
+                        if array.iter().all(|v| matches!(v.get_ref(), DeValue::String(_))));
+                    if !listed {
+                        self.report(
                             Some(span),
                             None,
-                            Some("job"),
-                            "jobs are written as [[job]] tables",
-                        ),
-                    }
-                }
-                "limit" => {
-                    let span = value.span();
-                    match value.into_inner() {
-                        DeValue::Array(array) => {
-                            for entry in array {
-                                let entry_span = entry.span();
-                                if let Some(limit) = self.table(entry, Scope::Table("limit")) {
-                                    raw_limits.push((entry_span, limit));
-                                }
-                            }
-                        }
-                        _ => self.report(
-                            Some(span),
-                            None,
-                            Some("limit"),
-                            "limits are written as [[limit]] tables",
-                        ),
-                    }
-                }
-                "calendar" => {
-                    let span = value.span();
-                    match value.into_inner() {
-                        DeValue::Array(array) => {
-                            for entry in array {
-                                let entry_span = entry.span();
-                                if let Some(calendar) = self.table(entry, Scope::Table("calendar"))
-                                {
-                                    raw_calendars.push((entry_span, calendar));
-                                }
-                            }
-                        }
-                        _ => self.report(
-                            Some(span),
-                            None,
-                            Some("calendar"),
-                            "calendars are written as [[calendar]] tables",
-                        ),
+                            Some("include"),
+                            "include is a list of file patterns, relative to this file: include = [\"jobs.d/*.toml\"]",
+                        );
                     }
                 }
                 other => self.report(
                     Some(key_span),
                     None,
                     Some(other),
-                    "unknown top-level key: expected [database], [daemon], [web], [defaults], [notify], [[limit]], [[calendar]] or [[job]]",
+                    "unknown top-level key: expected [database], [daemon], [web], [defaults], [notify], [[limit]], [[calendar]], [[job]] or include",
                 ),
             }
         }
+
+        for source in 1..self.sources.len() {
+            self.current = source;
+            self.gather_included(&mut gathered);
+        }
+        self.current = 0;
 
         let database = self.database(database, path, env);
         let daemon = self.daemon(daemon, env);
@@ -321,32 +316,47 @@ impl<'t> Checker<'t> {
             &defaults.shell,
         );
         let mut limits: Vec<Limit> = Vec::new();
-        for (span, raw) in raw_limits {
-            if let Some(limit) = self.limit(span, raw, &limits) {
+        for (source, span, raw) in gathered.limits {
+            self.current = source;
+            if let Some(limit) = self.limit(span, raw) {
                 limits.push(limit);
             }
         }
-        let folder = path.parent().unwrap_or(Path::new("."));
         let mut calendars: Vec<std::sync::Arc<crate::schedule::calendar::Calendar>> = Vec::new();
-        for (span, raw) in raw_calendars {
-            if let Some(calendar) = self.calendar(span, raw, &calendars, folder) {
+        for (source, span, raw) in gathered.calendars {
+            self.current = source;
+            // A calendar's file is found beside the file that names it.
+            let folder = self.sources[source].0.parent().unwrap_or(Path::new("."));
+            let folder = folder.to_path_buf();
+            if let Some(calendar) = self.calendar(span, raw, &folder) {
                 calendars.push(std::sync::Arc::new(calendar));
             }
         }
-        let mut names = HashSet::new();
         let file = jobs::FileWide {
             defaults: &defaults,
             notify: &notify,
             limits: &limits,
             calendars: &calendars,
         };
-        let mut jobs: Vec<Job> = jobs
-            .into_iter()
-            .enumerate()
-            .filter_map(|(index, (span, raw))| self.job(index, span, raw, &file, &mut names))
-            .collect();
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut job_files = BTreeMap::new();
+        // A job is numbered by its place in its own file.
+        let mut counted = vec![0; self.sources.len()];
+        for (source, span, raw) in gathered.jobs {
+            self.current = source;
+            let index = counted[source];
+            counted[source] += 1;
+            if let Some(job) = self.job(index, span, raw, &file) {
+                if source > 0 {
+                    job_files.insert(job.name.to_string(), self.sources[source].0.clone());
+                }
+                jobs.push(job);
+            }
+        }
+        self.current = 0;
         let declared = std::mem::take(&mut self.declared_after);
         let dependencies_hold = self.resolve_after(declared, &mut jobs);
+        self.current = 0;
         // The variables notifications read secrets from are no job's.
         let mut hidden: Vec<String> = notify.secret_vars();
         hidden.extend(web.tokens.iter().map(|t| t.var.clone()));
@@ -390,7 +400,103 @@ impl<'t> Checker<'t> {
             calendars,
             warnings: Vec::new(),
             broken: false,
+            included: self.sources[1..].iter().map(|(p, _)| p.clone()).collect(),
+            job_files,
         })
+    }
+
+    /// Reads a `[[job]]`, `[[limit]]` or `[[calendar]]` array of the
+    /// current source into `gathered`.
+    fn gather(&mut self, key: &str, value: Spanned<DeValue<'_>>, gathered: &mut Gathered) {
+        let source = self.current;
+        match key {
+            "job" => {
+                let span = value.span();
+                match value.into_inner() {
+                    DeValue::Array(array) => {
+                        for (index, entry) in array.into_iter().enumerate() {
+                            let entry_span = entry.span();
+                            let label = job_label(&entry, index);
+                            if let Some(job) = self.table(entry, Scope::Job(&label)) {
+                                gathered.jobs.push((source, entry_span, job));
+                            }
+                        }
+                    }
+                    _ => self.report(
+                        Some(span),
+                        None,
+                        Some("job"),
+                        "jobs are written as [[job]] tables",
+                    ),
+                }
+            }
+            "limit" => {
+                let span = value.span();
+                match value.into_inner() {
+                    DeValue::Array(array) => {
+                        for entry in array {
+                            let entry_span = entry.span();
+                            if let Some(limit) = self.table(entry, Scope::Table("limit")) {
+                                gathered.limits.push((source, entry_span, limit));
+                            }
+                        }
+                    }
+                    _ => self.report(
+                        Some(span),
+                        None,
+                        Some("limit"),
+                        "limits are written as [[limit]] tables",
+                    ),
+                }
+            }
+            "calendar" => {
+                let span = value.span();
+                match value.into_inner() {
+                    DeValue::Array(array) => {
+                        for entry in array {
+                            let entry_span = entry.span();
+                            if let Some(calendar) = self.table(entry, Scope::Table("calendar")) {
+                                gathered.calendars.push((source, entry_span, calendar));
+                            }
+                        }
+                    }
+                    _ => self.report(
+                        Some(span),
+                        None,
+                        Some("calendar"),
+                        "calendars are written as [[calendar]] tables",
+                    ),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads the current source, an included file: its `[[job]]`,
+    /// `[[limit]]` and `[[calendar]]` tables into `gathered`; anything
+    /// else in it is an error.
+    fn gather_included(&mut self, gathered: &mut Gathered) {
+        let text = self.sources[self.current].1;
+        let (root, errors) = DeTable::parse_recoverable(text);
+        if !errors.is_empty() {
+            for error in errors {
+                let message = error.message().trim().to_string();
+                self.report(error.span(), None, None, format!("invalid TOML: {message}"));
+            }
+            return;
+        }
+        for (key, value) in root.into_inner() {
+            match key.get_ref().as_ref() {
+                name @ ("job" | "limit" | "calendar") => self.gather(name, value, gathered),
+                other => self.report(
+                    Some(key.span()),
+                    None,
+                    Some(other),
+                    "an included file holds only [[job]], [[limit]] and [[calendar]] tables: \
+                     include and the settings ([database], [defaults], …) are the job file's",
+                ),
+            }
+        }
     }
 
     /// Deserializes one table through the serde layer. A key that fails is
@@ -476,7 +582,6 @@ impl<'t> Checker<'t> {
         name: Option<Spanned<String>>,
         span: Range<usize>,
         table: &'static str,
-        taken: impl Fn(&str) -> bool,
     ) -> Option<String> {
         let scope = Scope::Table(table);
         let Some(name) = name else {
@@ -490,12 +595,28 @@ impl<'t> Checker<'t> {
         };
         let problem = match crate::config::name::check_limit(name.get_ref()) {
             Err(e) => format!("invalid {table} name {:?}: {e}", name.get_ref()),
-            Ok(()) if taken(name.get_ref()) => {
-                format!("{table} {:?} is declared twice", name.get_ref())
-            }
-            Ok(()) => return Some(name.into_inner()),
+            Ok(()) => match self.declare(table, name.get_ref(), &name.span()) {
+                Some(earlier) => format!(
+                    "{table} {:?} is declared twice: also at {earlier}",
+                    name.get_ref()
+                ),
+                None => return Some(name.into_inner()),
+            },
         };
         self.report(Some(name.span()), Some(scope), Some("name"), problem);
+        None
+    }
+
+    /// Records that a `table` is named `name` at `span` of the current
+    /// source; if one was declared with that name before, where it was
+    /// (`FILE:LINE`), and nothing is recorded.
+    fn declare(&mut self, table: &'static str, name: &str, span: &Range<usize>) -> Option<String> {
+        let key = (table, name.to_string());
+        if let Some(&(source, line)) = self.declared_names.get(&key) {
+            return Some(format!("{}:{line}", self.sources[source].0.display()));
+        }
+        let here = (self.current, self.line(span));
+        self.declared_names.insert(key, here);
         None
     }
 
