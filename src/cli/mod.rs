@@ -90,10 +90,18 @@ pub(crate) enum Command {
     /// Print a shell completion script.
     Completions(CompletionArgs),
     /// Print the man page.
-    Man,
+    Man(ManArgs),
     /// Kill the daemon's jobs when it dies (started by the daemon, not by people).
     #[command(hide = true)]
     Guard,
+}
+
+/// `man`'s options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ManArgs {
+    /// Print the job file's keys as Markdown instead (the book's configuration reference).
+    #[arg(long)]
+    keys_markdown: bool,
 }
 
 /// `--config FILE`, shared by every command that reads the job file.
@@ -392,12 +400,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             std::io::Write::write_all(&mut std::io::stdout(), &script)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => {
+        Command::Man(args) => {
             use clap::CommandFactory as _;
-            std::io::Write::write_all(
-                &mut std::io::stdout(),
-                man::render(&Cli::command()).as_bytes(),
-            )?;
+            let text = if args.keys_markdown {
+                man::keys_markdown()
+            } else {
+                man::render(&Cli::command())
+            };
+            std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Guard => {

@@ -1,4 +1,4 @@
-//! One failing config per rule of the job file (README "Configuration",
+//! One failing config per rule of the job file (the book's "Configure",
 //! `config/keys.rs`), each asserting that the error names the line, the job
 //! and the key.
 

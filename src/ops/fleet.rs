@@ -445,7 +445,7 @@ impl Seen<'_> {
             .or_else(|| failed(self.last))
     }
 
-    /// Why a job's lease looks stuck, if it does (see README, "status").
+    /// Why a job's lease looks stuck, if it does (see the book, "Command line", `status`).
     fn stuck(&self) -> Option<Problem> {
         let Seen {
             job,
