@@ -66,6 +66,10 @@
 //! chain and mapped to an exit status.
 
 #![deny(missing_docs)]
+// Without the `daemon` feature the library still compiles the job file's
+// types, child processes and notifications the scheduler is written
+// against; only the daemon reaches them.
+#![cfg_attr(not(feature = "daemon"), expect(dead_code, unused_imports))]
 
 #[cfg(not(any(feature = "sqlite", feature = "mysql", feature = "postgres")))]
 compile_error!(
@@ -73,15 +77,18 @@ compile_error!(
 );
 
 mod backoff;
+#[cfg(feature = "daemon")]
 #[doc(hidden)]
 pub mod cli;
 mod config;
+#[cfg(feature = "daemon")]
 mod crontab;
 mod db;
 mod error;
 mod history;
 mod lease;
 mod notify;
+#[cfg(feature = "daemon")]
 mod ops;
 mod registry;
 mod run;
@@ -93,6 +100,7 @@ mod telemetry;
 #[cfg(test)]
 mod testing;
 mod text;
+#[cfg(feature = "daemon")]
 mod web;
 
 pub use self::db::Pool;

@@ -19,7 +19,7 @@ mod tests;
 mod value;
 
 pub(crate) use self::check::dependent_upcoming;
-pub(crate) use crate::telemetry::traces::TelemetryConfig;
+pub(crate) use crate::telemetry::trace_config::TelemetryConfig;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -48,8 +48,9 @@ impl Via {
 }
 
 /// What was done.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-#[value(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "daemon", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "daemon", value(rename_all = "snake_case"))]
 pub(crate) enum Action {
     /// `pause`.
     Pause,

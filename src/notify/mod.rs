@@ -12,6 +12,10 @@
 //! finally fails, or does not fit in the queue, is logged with its job and
 //! run id. See `docs/design.md#failure-handling`.
 
+#[cfg(feature = "daemon")]
+mod send;
+#[cfg(not(feature = "daemon"))]
+#[path = "send_off.rs"]
 mod send;
 
 use std::collections::HashMap;

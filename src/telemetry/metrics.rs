@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use metrics::{counter, gauge, histogram};
+#[cfg(feature = "daemon")]
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+#[cfg(feature = "daemon")]
 use tracing::debug;
 
 use crate::run::{Event, RunStatus};
 
+#[cfg(feature = "daemon")]
 /// Installs the Prometheus recorder once per process and returns its handle.
 pub(crate) fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -36,6 +39,7 @@ pub(crate) fn install() -> PrometheusHandle {
         .clone()
 }
 
+#[cfg(feature = "daemon")]
 /// The HELP text of every metric (`promtool check metrics` wants one).
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
@@ -410,6 +414,7 @@ pub(crate) fn spans_dropped(reason: SpanDrop, spans: usize) {
         .increment(spans as u64);
 }
 
+#[cfg(feature = "daemon")]
 /// Runs the recorder's housekeeping (histogram windows) now and then.
 pub(crate) async fn upkeep(handle: PrometheusHandle) {
     let mut every = tokio::time::interval(Duration::from_secs(5));

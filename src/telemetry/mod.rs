@@ -4,9 +4,15 @@
 //! scheduler records metrics and beats [`Liveness`]; serving them
 //! (`crate::web`) and notifying are the daemon's.
 
+#[cfg(feature = "daemon")]
 pub(crate) mod logs;
 pub(crate) mod metrics;
 pub(crate) mod systemd;
+pub(crate) mod trace_config;
+#[cfg(feature = "daemon")]
+pub(crate) mod traces;
+#[cfg(not(feature = "daemon"))]
+#[path = "traces_off.rs"]
 pub(crate) mod traces;
 
 pub(crate) use self::metrics::*;

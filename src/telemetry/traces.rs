@@ -23,6 +23,9 @@ use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags
 use opentelemetry::{Key, KeyValue, Value};
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
+
+pub(crate) use super::trace_config::{CLAIM_SENT, TelemetryConfig};
+use super::trace_config::{PROTOCOLS, protocol_of};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
@@ -31,23 +34,6 @@ use opentelemetry_sdk::trace::{
 };
 use sha2::{Digest as _, Sha256};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-
-/// `[telemetry]`: where the runs' traces go. OpenTelemetry's own
-/// variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, …) win over each key.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct TelemetryConfig {
-    /// The OTLP/HTTP receiver's base URL (`http://collector:4318`).
-    pub(crate) endpoint: Option<String>,
-    /// `http/protobuf` or `http/json`.
-    pub(crate) protocol: Option<String>,
-    /// The service's name in the traces (default `replicron`).
-    pub(crate) service_name: Option<String>,
-    /// The share of runs traced, 0 to 1 (default all).
-    pub(crate) sample_ratio: Option<f64>,
-    /// A trace viewer's URL of a trace, `{trace_id}` (and `{span_id}`, the
-    /// run span's) in it: the dashboard links each run to its trace.
-    pub(crate) trace_url: Option<String>,
-}
 
 /// Spans waiting for the exporter at most; past it, a span is dropped.
 const QUEUE: usize = 4096;
@@ -58,16 +44,6 @@ const BATCH: usize = 512;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the daemon waits at its exit for the last spans to leave.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
-
-/// OpenTelemetry's variables that may hold a secret (the receiver's
-/// headers: an API key): no job or notification command inherits them.
-pub(crate) const SECRET_VARS: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-];
-
-/// The protocols spans can be sent with.
-pub(crate) const PROTOCOLS: [&str; 2] = ["http/protobuf", "http/json"];
 
 /// What the process environment and the file say, resolved.
 #[derive(Debug)]
@@ -112,7 +88,10 @@ fn settings(
                 .unwrap_or_else(|| PROTOCOLS[0].to_string()),
         ),
     };
-    let protocol = protocol_of(&protocol).map_err(|e| format!("{protocol_from}: {e}"))?;
+    let protocol = match protocol_of(&protocol).map_err(|e| format!("{protocol_from}: {e}"))? {
+        super::trace_config::Protocol::Protobuf => Protocol::HttpBinary,
+        super::trace_config::Protocol::Json => Protocol::HttpJson,
+    };
     let timeout = match env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
         .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT"))
     {
@@ -151,22 +130,6 @@ fn settings(
         sampler,
         timeout,
     }))
-}
-
-/// A protocol's name as OpenTelemetry spells it.
-pub(crate) fn protocol_of(name: &str) -> Result<Protocol, String> {
-    match name.trim() {
-        "http/protobuf" => Ok(Protocol::HttpBinary),
-        "http/json" => Ok(Protocol::HttpJson),
-        "grpc" => Err(format!(
-            "\"grpc\" is not built in: use {} (the receiver's port 4318)",
-            PROTOCOLS.join(" or ")
-        )),
-        other => Err(format!(
-            "{other:?} is not a protocol replicron sends: use {}",
-            PROTOCOLS.join(" or ")
-        )),
-    }
 }
 
 /// The receiver's URL for traces, from its base as `OTEL_EXPORTER_OTLP_ENDPOINT`
@@ -337,10 +300,6 @@ struct Gate {
     claims: Mutex<HashMap<SpanId, SystemTime>>,
 }
 
-/// The `claim` span's field saying how long before its end the claim was
-/// sent, in microseconds.
-pub(crate) const CLAIM_SENT: &str = "sent_us_before";
-
 impl SpanProcessor for Gate {
     fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
         self.inner.on_start(span, cx);
@@ -444,33 +403,6 @@ pub(crate) fn run_ids(job: &str, instant: DateTime<Utc>, fence: i64) -> (TraceId
     (TraceId::from_bytes(trace), SpanId::from_bytes(span))
 }
 
-/// `[telemetry] trace_url` as written, trimmed, if it is an http(s) URL
-/// with `{trace_id}` in it; else why not.
-pub(crate) fn check_trace_url(url: &str) -> Result<String, String> {
-    let url = url.trim();
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
-    match rest {
-        Some(rest)
-            if !rest.is_empty()
-                && !rest.starts_with(['/', '{'])
-                && !url.contains(char::is_whitespace) =>
-        {
-            if url.contains("{trace_id}") {
-                Ok(url.to_string())
-            } else {
-                Err(format!(
-                    "{url:?} has no {{trace_id}}: a trace viewer's URL of one trace, such as http://jaeger:16686/trace/{{trace_id}}"
-                ))
-            }
-        }
-        _ => Err(format!(
-            "{url:?} is not an http:// or https:// URL (a trace viewer's, such as http://jaeger:16686/trace/{{trace_id}})"
-        )),
-    }
-}
-
 /// Whether a run with trace id `trace` is traced under `[telemetry]
 /// sample_ratio` (unset: every run), as the exporter's sampler decides it
 /// (a run span is a root: its trace id alone decides).
@@ -564,6 +496,7 @@ pub(crate) fn trace_context(span: &tracing::Span) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::trace_config::check_trace_url;
 
     fn no_env(_: &str) -> Option<String> {
         None

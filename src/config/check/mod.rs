@@ -361,7 +361,7 @@ impl<'t> Checker<'t> {
         let mut hidden: Vec<String> = notify.secret_vars();
         hidden.extend(web.tokens.iter().map(|t| t.var.clone()));
         // Nor the headers the traces' receiver is sent, a key among them.
-        hidden.extend(crate::telemetry::traces::SECRET_VARS.map(String::from));
+        hidden.extend(crate::telemetry::trace_config::SECRET_VARS.map(String::from));
         for job in &jobs {
             hidden.extend(job.notify.iter().flat_map(|n| n.secret_vars()));
         }
@@ -372,7 +372,7 @@ impl<'t> Checker<'t> {
             .tokens
             .iter()
             .map(|t| t.var.clone())
-            .chain(crate::telemetry::traces::SECRET_VARS.map(String::from))
+            .chain(crate::telemetry::trace_config::SECRET_VARS.map(String::from))
             .collect();
         for job in &mut jobs {
             job.hidden_env = hidden.clone();

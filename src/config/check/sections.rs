@@ -81,7 +81,7 @@ impl Checker<'_> {
             }
         });
         let protocol = raw.protocol.and_then(|given| {
-            match crate::telemetry::traces::protocol_of(given.get_ref()) {
+            match crate::telemetry::trace_config::protocol_of(given.get_ref()) {
                 Ok(_) => Some(given.get_ref().trim().to_string()),
                 Err(problem) => {
                     self.report(Some(given.span()), scope, Some("protocol"), problem);
@@ -118,7 +118,7 @@ impl Checker<'_> {
             }
         });
         let trace_url = raw.trace_url.and_then(|given| {
-            match crate::telemetry::traces::check_trace_url(given.get_ref()) {
+            match crate::telemetry::trace_config::check_trace_url(given.get_ref()) {
                 Ok(url) => Some(url),
                 Err(problem) => {
                     self.report(Some(given.span()), scope, Some("trace_url"), problem);
