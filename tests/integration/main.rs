@@ -27,6 +27,7 @@ mod history;
 mod hooks;
 mod import;
 mod library;
+mod limits;
 mod live;
 mod nginx;
 mod notify;
