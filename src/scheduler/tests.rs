@@ -2587,8 +2587,11 @@ async fn a_graceful_stop_lets_a_triggered_run_end_and_answers_the_waiting_trigge
     assert_eq!(spans[0].2 - spans[0].1, TimeDelta::seconds(90), "{spans:?}");
 }
 
+/// A run's job, instant, start and end.
+type BeganRun = (String, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>);
+
 /// When each run of several jobs began and ended, by its instant.
-type Began = Arc<Mutex<Vec<(String, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)>>>;
+type Began = Arc<Mutex<Vec<BeganRun>>>;
 
 /// A job `name` due on `schedule` whose runs take `busy` and take a slot
 /// of `limit`, recording (job, instant, start, end) in `began`.
@@ -2624,10 +2627,7 @@ fn limited_job(
 /// The pairs of runs of `began` where one started before an older instant
 /// of another job that had been waiting for over `slack` by then: the
 /// older instant was passed over.
-fn passed_over(
-    began: &[(String, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)],
-    slack: TimeDelta,
-) -> Vec<String> {
+fn passed_over(began: &[BeganRun], slack: TimeDelta) -> Vec<String> {
     let mut found = Vec::new();
     for (job, instant, start, _) in began {
         for (other, earlier, its_start, _) in began {
