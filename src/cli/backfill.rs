@@ -59,6 +59,12 @@ pub(crate) struct BackfillArgs {
     /// Run it even though the job is paused.
     #[arg(long)]
     pub(crate) force: bool,
+    /// Wait for shared locks and limits as the job's scheduled runs do (at
+    /// the job's priority, or at N), older instants first: without it the
+    /// backfill's instants wait behind every run that is not a backfill's.
+    #[arg(long, value_name = "N", num_args = 0..=1, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-1000..=1000))]
+    pub(crate) priority: Option<Option<i32>>,
 }
 
 pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
@@ -132,6 +138,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let options = backfill::Options {
         rerun_succeeded: args.rerun_succeeded,
         force: args.force,
+        priority: args.priority.map(|given| given.unwrap_or(job.priority)),
     };
     // Each dependent job, as a backfill runs it, and its parents.
     let dependents: Vec<(Job, Vec<String>)> = if args.with_dependents {

@@ -381,13 +381,19 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "locks",
             None,
-            "Shared locks a run holds beside its job's lease, as [\"db-maintenance\"]: jobs that share a lock never run at the same time anywhere in the fleet. Taken in sorted order (so two jobs cannot each hold one and wait for the other), on database time, kept alive with the job's lease; a lock held elsewhere is waited for up to 60s, then the instant is recorded skipped, naming the lock and its holder. Not for run_on = \"every\" jobs.",
+            "Shared locks a run holds beside its job's lease, as [\"db-maintenance\"]: jobs that share a lock never run at the same time anywhere in the fleet. Taken in sorted order (so two jobs cannot each hold one and wait for the other), on database time, kept alive with the job's lease; a lock held elsewhere is waited for up to 60s, then the instant is recorded skipped, naming the lock and its holder. Its waiters, on any replica, get it in turn: by priority, then the oldest instant first. Not for run_on = \"every\" jobs.",
         ),
         key(
             "job",
             "limits",
             None,
             "Limits across jobs a run takes a slot of, as [\"vendor-api\"], each declared by a [[limit]]: at most its max_running runs of the jobs that take it run at once, fleet-wide. Taken with the shared locks in one order, waited for and skipped as a lock is. Not for run_on = \"every\" jobs.",
+        ),
+        key(
+            "job",
+            "priority",
+            Some("0"),
+            "Among the runs waiting for a shared lock's or a limit's slot, fleet-wide, the higher priority goes first, then the older instant: an integer from -1000 to 1000. A backfill's instants wait behind every run that is not a backfill's, unless it is given --priority.",
         ),
         key(
             "job",

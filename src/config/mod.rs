@@ -371,6 +371,9 @@ pub(crate) struct Job {
     pub(crate) limits: Vec<Limit>,
     /// What an instant that comes while its run is going does.
     pub(crate) overlap: Overlap,
+    /// Among the waiters for a shared lock or a limit, higher goes first
+    /// (then the older instant); 0 unless set.
+    pub(crate) priority: i32,
     /// The jobs whose runs' ends start its runs (`after`), if any: then it
     /// has no schedule of its own.
     pub(crate) after: Option<After>,
@@ -433,7 +436,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -474,6 +477,11 @@ impl Job {
             self.after
                 .as_ref()
                 .map_or_else(String::new, |after| format!(" on={:?}", after.on)),
+            if self.priority == 0 {
+                String::new()
+            } else {
+                format!(" priority={}", self.priority)
+            },
         )
     }
 }

@@ -198,6 +198,7 @@ pub(super) struct RawJob {
     pub params: Option<S<Vec<String>>>,
     pub secret_params: Option<S<Vec<String>>>,
     pub limits: Option<S<Vec<String>>>,
+    pub priority: Option<S<i64>>,
     pub notify: Option<S<RawNotify>>,
 }
 

@@ -1755,3 +1755,49 @@ fn an_after_that_names_a_job_of_another_file_resolves_and_its_errors_name_their_
     );
     assert!(!rendered.contains("\"child\""), "{rendered}");
 }
+
+/// `priority`: an integer from -1000 to 1000, 0 unless set; anything else
+/// is refused naming the job, the key and its line.
+#[test]
+fn priority() {
+    let config = parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\npriority = 10",
+    ))
+    .expect("valid");
+    assert_eq!(config.jobs[0].priority, 10);
+    let config = parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\npriority = -1000",
+    ))
+    .expect("valid");
+    assert_eq!(config.jobs[0].priority, -1000);
+    let plain = parse(&job("schedule = \"@daily\"\ncommand = \"true\"")).expect("valid");
+    assert_eq!(plain.jobs[0].priority, 0);
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\npriority = 1001"),
+        8,
+        Some("\"j\""),
+        "priority",
+        "priority 1001 is out of range -1000–1000",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\npriority = 99999999999"),
+        8,
+        Some("\"j\""),
+        "priority",
+        "out of range",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\npriority = \"high\""),
+        8,
+        Some("\"j\""),
+        "priority",
+        "invalid type",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\npriority = 1.5"),
+        8,
+        Some("\"j\""),
+        "priority",
+        "invalid type",
+    );
+}

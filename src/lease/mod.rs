@@ -10,6 +10,7 @@
 //! Every statement runs alone, in its own autocommit transaction.
 
 pub(crate) mod keeper;
+pub(crate) mod queue;
 pub(crate) mod runs;
 mod store;
 
@@ -261,13 +262,19 @@ pub(crate) fn earlier_instant_waits(
 ) -> QueryResult<bool> {
     use crate::db::schema::replicron_runs::dsl as runs;
     let prefix = format!("{INSTANT_ROW_PREFIX}{}.", crate::schedule::digest(job));
-    let claimed: Vec<Option<NaiveDateTime>> = locks::replicron_locks
-        .select(locks::last_scheduled_at)
+    let claimed: Vec<(String, Option<NaiveDateTime>)> = locks::replicron_locks
+        .select((locks::name, locks::last_scheduled_at))
         .filter(locks::name.like(format!("{prefix}%")))
         .filter(locks::lock_until.gt(DbNow))
         .filter(locks::last_scheduled_at.lt(to_db_time(instant).nullable()))
         .load(conn)?;
-    let claimed: Vec<NaiveDateTime> = claimed.into_iter().flatten().collect();
+    // A row claimed at another instant than its own (a backfill's, which
+    // runs its instant under the instant's row, claimed at the database's
+    // now) records its run at the row's instant: not a waiting instant.
+    let claimed: Vec<NaiveDateTime> = claimed
+        .into_iter()
+        .filter_map(|(name, at)| at.filter(|at| name == instant_row(job, at.and_utc())))
+        .collect();
     if claimed.is_empty() {
         return Ok(false);
     }

@@ -898,3 +898,75 @@ backend_test! {
         assert_eq!(names, vec!["al".to_string(), second.clone()]);
     }
 }
+
+/// The names of the waiters' rows sort in the line's order: the runs that
+/// are not a backfill's first, then the higher priority, then the older
+/// instant.
+#[test]
+fn a_waiters_row_names_its_place_in_line() {
+    use crate::lease::queue::{Place, waiter_row};
+    let place = |behind, priority, seconds| Place {
+        behind,
+        priority,
+        instant: t(seconds),
+    };
+    let rows: Vec<String> = [
+        place(false, 10, 50),
+        place(false, 10, 60),
+        place(false, 0, 5),
+        place(false, -1000, 0),
+        place(true, 1000, 0),
+        place(true, 0, 1),
+    ]
+    .into_iter()
+    .map(|p| waiter_row("replicron.limit.vendor.1", "some-job-with-a-long-name", p))
+    .collect();
+    let mut sorted = rows.clone();
+    sorted.sort();
+    assert_eq!(rows, sorted);
+    assert!(rows.iter().all(|row| row.len() <= 64), "{rows:?}");
+}
+
+backend_test! {
+    /// A waiter tries for a gate's slot only while fewer live waiters are
+    /// ahead of it in the gate's line than slots are free; a place whose
+    /// lease ended (its replica died) keeps nobody waiting, and a place
+    /// left is gone.
+    fn a_waiter_tries_for_a_slot_in_its_turn(db: &TestDb) {
+        use crate::lease::queue::{Place, leave_line, line_prefix, may_try, wait_in_line, waiter_row};
+        let pool = db.pool(1);
+        let mut conn = pool.get().expect("conn");
+        let slots = vec!["replicron.limit.v.1".to_string(), "replicron.limit.v.2".to_string()];
+        let prefix = line_prefix(&slots[0]);
+        let row = |job: &str, seconds| {
+            waiter_row(&slots[0], job, Place { behind: false, priority: 0, instant: t(seconds) })
+        };
+        let (first, second, third) = (row("a", 1), row("b", 2), row("c", 3));
+        // Nobody waits: anyone may try.
+        assert!(may_try(&mut conn, &prefix, &third, &slots).expect("line"));
+        wait_in_line(&mut conn, &first, "r1", t(1)).expect("join");
+        wait_in_line(&mut conn, &second, "r2", t(2)).expect("join");
+        // Two slots free: the first two waiters may try, the third not.
+        assert!(may_try(&mut conn, &prefix, &first, &slots).expect("line"));
+        assert!(may_try(&mut conn, &prefix, &second, &slots).expect("line"));
+        assert!(!may_try(&mut conn, &prefix, &third, &slots).expect("line"));
+        // One slot taken: only the first.
+        claim(&mut conn, &slots[0], "x", t(0), LONG).expect("claim").won().expect("won");
+        assert!(may_try(&mut conn, &prefix, &first, &slots).expect("line"));
+        assert!(!may_try(&mut conn, &prefix, &second, &slots).expect("line"));
+        // The first leaves the line: the second's turn.
+        leave_line(&mut conn, &first).expect("leave");
+        assert!(may_try(&mut conn, &prefix, &second, &slots).expect("line"));
+        assert!(!may_try(&mut conn, &prefix, &third, &slots).expect("line"));
+        // The second's replica dies: once its place has run out, the third's turn.
+        force_unlock(&mut conn, &second).expect("end");
+        assert!(may_try(&mut conn, &prefix, &third, &slots).expect("line"));
+        // Another gate's line is another line.
+        let elsewhere = waiter_row("replicron.lock.other", "z", Place { behind: false, priority: 0, instant: t(0) });
+        wait_in_line(&mut conn, &elsewhere, "r3", t(0)).expect("join");
+        assert!(may_try(&mut conn, &prefix, &third, &slots).expect("line"));
+        // Pruning leaves the live places.
+        crate::lease::queue::prune_waiter_rows(&mut conn, Duration::ZERO).expect("prune");
+        assert!(find_lock(&mut conn, &elsewhere).expect("read").is_some());
+    }
+}

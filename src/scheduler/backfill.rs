@@ -6,7 +6,9 @@
 //! now as a trigger claims it, so that a backfill never runs beside another
 //! run of the job (a scheduled one, a trigger, or another backfill's), on
 //! any replica, and takes the job's shared locks and limits as any run
-//! does. Under that lease the history decides: an instant that some run
+//! does. An `overlap = "allow"` job's instant runs instead under its
+//! instant's own row, as the job's scheduled instants do, beside the job's
+//! other runs as far as its run slots let it. Under that lease the history decides: an instant that some run
 //! succeeded at is done (unless the backfill reruns those too); one whose
 //! runs all ended otherwise (failed, timed out, killed, abandoned, lost
 //! its lock, missed, skipped) or that never ran runs again. Its start
@@ -182,6 +184,10 @@ pub(crate) struct Options {
     pub(crate) rerun_succeeded: bool,
     /// Run while the job is paused.
     pub(crate) force: bool,
+    /// The instants' priority among the waiters for a shared lock or a
+    /// limit (`--priority`); `None`: behind every run that is not a
+    /// backfill's.
+    pub(crate) priority: Option<i32>,
 }
 
 /// What a backfill does with one instant, by its history (see the
@@ -372,6 +378,14 @@ pub(crate) async fn run_instant(
     let Some(work) = Work::of(job) else {
         return Ok(Step::Ran(None, None));
     };
+    // An `overlap = "allow"` job's runs each hold their instant's own row,
+    // under that row's fences: a backfilled instant does too, so that its
+    // claims never take the job's scheduled runs going beside it for
+    // runs of a vanished holder of the job's row.
+    let lease_row = match job.settings.overlap {
+        crate::config::Overlap::Allow(_) => crate::lease::instant_row(&job.name, instant),
+        _ => job.name.to_string(),
+    };
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
     let waiting_since = Instant::now();
     // What the backfill said it waits for, each said once.
@@ -381,6 +395,11 @@ pub(crate) async fn run_instant(
             return Ok(Step::Stopped);
         }
         let row = engine.store.find_lock(&job.name).await?;
+        let held = if lease_row == *job.name {
+            None
+        } else {
+            engine.store.find_lock(&lease_row).await?
+        };
         let now = engine.store.database_now().await?;
         let wait = match &row {
             Some(row) => why_wait(job, row, now, options.force),
@@ -391,7 +410,7 @@ pub(crate) async fn run_instant(
             let sent = Instant::now();
             match engine
                 .store
-                .claim_now(&job.name, &engine.instance, job.settings.lock_at_most_for)
+                .claim_now(&lease_row, &engine.instance, job.settings.lock_at_most_for)
                 .await?
             {
                 Claim::Won(lease) => Some((lease, sent)),
@@ -404,7 +423,7 @@ pub(crate) async fn run_instant(
             break won;
         }
         let (kind, why) = wait.unwrap_or_else(|| {
-            let holder = match &row {
+            let holder = match held.as_ref().or(row.as_ref()) {
                 Some(row) => format!(
                     " by {} until {}",
                     row.locked_by.as_deref().unwrap_or("nobody"),
@@ -446,6 +465,7 @@ pub(crate) async fn run_instant(
             params: job.default_params.clone(),
             attempts_before: state.attempts,
             parent_runs,
+            priority: options.priority,
             ..Recording::default()
         },
         claimed: sent,
@@ -601,7 +621,7 @@ mod tests {
         let plain = Options::default();
         let rerun = Options {
             rerun_succeeded: true,
-            force: false,
+            ..Options::default()
         };
         assert_eq!(decide(&state(None, None), plain), Decision::Run);
         for status in [

@@ -52,6 +52,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             gates: Vec::new(),
             overlap: crate::config::Overlap::Skip,
             secret_params: Vec::new(),
+            priority: 0,
         },
         action: Arc::new(Process {
             command: Command::Exec {

@@ -207,7 +207,7 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
         last = rows.skipped(why).await;
     } else {
         let waiting = Instant::now();
-        let taken = held.take_locks(&engine, &job).await;
+        let taken = held.take_locks(&engine, &job, &recording).await;
         if let Some(going) = &going {
             going.waiting_for(None);
         }

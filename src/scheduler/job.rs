@@ -96,6 +96,9 @@ pub(crate) struct JobSettings {
     /// The parameters whose values are secrets (`secret_params`): given to
     /// the run, written `[redacted]` in its history rows.
     pub(crate) secret_params: Vec<String>,
+    /// Among the waiters for a shared lock or a limit, higher goes first
+    /// (then the older instant).
+    pub(crate) priority: i32,
 }
 
 /// A shared lock or a limit across jobs: lease rows, one per slot, of which
@@ -167,6 +170,7 @@ impl Default for JobSettings {
             gates: Vec::new(),
             overlap: config::Overlap::Skip,
             secret_params: Vec::new(),
+            priority: 0,
         }
     }
 }
@@ -360,6 +364,7 @@ impl Job {
                 gates: Gate::of(job),
                 overlap: job.overlap,
                 secret_params: job.secret_params.clone(),
+                priority: job.priority,
             },
             action: Some(Arc::new(process)),
             run_on: job.run_on,

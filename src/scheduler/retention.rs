@@ -72,6 +72,16 @@ async fn prune_once(store: &Store, instance: &str, older_than: Duration) -> Resu
     {
         warn!("pruning old instant rows failed: {e}");
     }
+    // The places in line of runs whose replicas died waiting for a shared
+    // lock or a limit (a waiter deletes its own).
+    if let Err(e) = store
+        .call("pruning old places in line", |conn| {
+            crate::lease::queue::prune_waiter_rows(conn, Duration::from_secs(3600))
+        })
+        .await
+    {
+        warn!("pruning old places in line failed: {e}");
+    }
     let _ = store.release(held, Duration::ZERO).await;
     if deleted > 0 || audited > 0 {
         info!(deleted, audit_rows = audited, retention = %humantime::format_duration(older_than), "pruned old history");

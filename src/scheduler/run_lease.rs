@@ -14,9 +14,12 @@ use tracing::{debug, warn};
 
 use super::Phase;
 use super::engine::Engine;
-use super::work::Work;
+use super::job::Gate;
+use super::work::{Recording, Work};
 use crate::backoff::Backoff;
+use crate::history::Trigger;
 use crate::lease::keeper::{Keeper, LeaseState, LeaseTimes};
+use crate::lease::queue::{self, Place};
 use crate::lease::{Claim, Lease};
 use crate::schedule::LATE_LIMIT;
 
@@ -104,6 +107,7 @@ impl RunLease {
         &mut self,
         engine: &Engine,
         work: &Work,
+        recording: &Recording,
     ) -> Result<bool, LockNotTaken> {
         // An `allow` job's instants, each on a row of its own, wait in
         // their order.
@@ -112,7 +116,12 @@ impl RunLease {
             .row()
             .filter(|row| row.starts_with(crate::lease::INSTANT_ROW_PREFIX))
             .map(|_| self.hold.instant());
-        self.locks = take_locks(engine, work, &self.keeper, self.hold.fence(), in_order).await?;
+        let waiting = Waiting {
+            fence: self.hold.fence(),
+            in_order,
+            place: place(work, recording, self.hold.instant()),
+        };
+        self.locks = take_locks(engine, work, &self.keeper, waiting).await?;
         Ok(!self.locks.is_empty())
     }
 
@@ -162,44 +171,75 @@ fn holders(by: &[String]) -> String {
 /// The longest pause between two tries of a shared lock held elsewhere.
 const LOCK_POLL_MAX: Duration = Duration::from_millis(100);
 
+/// A run's place among the waiters for a gate: a backfill's instant given
+/// no priority of its own waits behind the others; the job's `priority`
+/// (or the backfill's own) goes before lower ones; then the older instant
+/// (the one the run is recorded at).
+fn place(work: &Work, recording: &Recording, held: DateTime<Utc>) -> Place {
+    Place {
+        behind: recording.trigger == Trigger::Backfill && recording.priority.is_none(),
+        priority: recording.priority.unwrap_or(work.settings.priority),
+        instant: recording.instant.unwrap_or(held),
+    }
+}
+
+/// How a run waits for its gates.
+struct Waiting {
+    /// Picks the slot of a limit tried first, so that runs spread over them.
+    fence: i64,
+    /// An `overlap = "allow"` job's instant: no slot is tried while an
+    /// earlier instant of the job waits.
+    in_order: Option<DateTime<Utc>>,
+    /// Its place in each gate's line.
+    place: Place,
+}
+
 /// Takes a slot of each of the job's gates (its shared locks and limits),
 /// in their order, each as a lease claimed at the database's now and then
 /// kept alive with the job's own: two jobs that share gates never hold one
 /// each while waiting for the other's. A limit's slots are tried from one
-/// that `fence` picks, so that runs spread over them. A gate whose slots
+/// that the fence picks, so that runs spread over them. A gate whose slots
 /// are all held elsewhere is waited for, as an instant waits for a lease
-/// held by a late run: up to [`LATE_LIMIT`]. `Err` says which gate and who
-/// holds it (the slots taken are given back). With `in_order` (an
-/// `overlap = "allow"` job's instant), no slot is tried while an earlier
-/// instant of the job waits: the job's waiting instants start in their
-/// order, across the fleet.
+/// held by a late run: up to [`LATE_LIMIT`], in the gate's line
+/// ([`crate::lease::queue`]): the slots go to the waiters in the line's
+/// order, across the fleet. `Err` says which gate and who holds it (the
+/// slots taken are given back). With `in_order` (an `overlap = "allow"`
+/// job's instant), no slot is tried while an earlier instant of the job
+/// waits: the job's waiting instants start in their order, across the
+/// fleet.
 async fn take_locks(
     engine: &Engine,
     job: &Work,
     keeper: &Keeper,
-    fence: i64,
-    in_order: Option<DateTime<Utc>>,
+    waiting: Waiting,
 ) -> Result<Vec<Lease>, LockNotTaken> {
+    let Waiting {
+        fence,
+        in_order,
+        place,
+    } = waiting;
     let give_up = Instant::now() + LATE_LIMIT.to_std().unwrap_or_default();
     let mut taken: Vec<Lease> = Vec::new();
     let mut failed = None;
     'gates: for gate in &job.settings.gates {
-        // Polled often enough that a waiter sees a slot free before a run
-        // claimed at the next instant asks for it (a waiter has no place
-        // in a queue).
+        // Polled often enough that a slot let go passes to the line's
+        // next waiter before a run claimed at the next instant asks for it.
         let mut backoff = Backoff::new(Duration::from_millis(10), LOCK_POLL_MAX);
         let first = usize::try_from(fence).unwrap_or_default() % gate.rows.len().max(1);
+        let mut line = Line::new(gate, &job.name, place);
         loop {
             if keeper.state() == LeaseState::Lost {
                 failed = Some(LockNotTaken::LeaseLost {
                     gate: gate.label.clone(),
                 });
+                line.leave(engine).await;
                 break 'gates;
             }
             if *engine.phase.borrow() != Phase::Running {
                 failed = Some(LockNotTaken::Stopping {
                     gate: gate.label.clone(),
                 });
+                line.leave(engine).await;
                 break 'gates;
             }
             let mut holders = Vec::new();
@@ -211,7 +251,11 @@ async fn take_locks(
                     .unwrap_or(true),
                 None => false,
             };
-            let tried = if earlier_waits { 0 } else { gate.rows.len() };
+            let tried = if earlier_waits || !line.may_try(engine).await {
+                0
+            } else {
+                gate.rows.len()
+            };
             for row in gate.rows.iter().cycle().skip(first).take(tried) {
                 match engine
                     .store
@@ -221,6 +265,7 @@ async fn take_locks(
                     Ok(Claim::Won(lease)) => {
                         keeper.add(lease.clone());
                         taken.push(lease);
+                        line.leave(engine).await;
                         continue 'gates;
                     }
                     Ok(Claim::Held(held)) => holders.extend(held.by),
@@ -235,8 +280,10 @@ async fn take_locks(
                     gate: gate.label.clone(),
                     by: holders,
                 });
+                line.leave(engine).await;
                 break 'gates;
             }
+            line.keep(engine).await;
             tokio::time::sleep(pause).await;
         }
     }
@@ -247,6 +294,89 @@ async fn take_locks(
                 release_lock(engine, job, lock).await;
             }
             Err(why)
+        }
+    }
+}
+
+/// A run's place in the line of a gate's waiters
+/// ([`crate::lease::queue`]), taken when it first finds the gate's slots
+/// held and kept alive while it waits.
+struct Line {
+    prefix: String,
+    row: String,
+    slots: Vec<String>,
+    instant: DateTime<Utc>,
+    /// When the place was last taken or kept, if it is.
+    kept: Option<Instant>,
+}
+
+impl Line {
+    fn new(gate: &Gate, job: &str, place: Place) -> Line {
+        let named = gate
+            .rows
+            .first()
+            .map_or(gate.label.as_str(), String::as_str);
+        Line {
+            prefix: queue::line_prefix(named),
+            row: queue::waiter_row(named, job, place),
+            slots: gate.rows.clone(),
+            instant: place.instant,
+            kept: None,
+        }
+    }
+
+    /// Whether the run may try for a slot now: fewer waiters are ahead of
+    /// it than slots are free. A database that does not answer lets it
+    /// try (its claims say what they can).
+    async fn may_try(&self, engine: &Engine) -> bool {
+        let (prefix, row, slots) = (self.prefix.clone(), self.row.clone(), self.slots.clone());
+        engine
+            .store
+            .call("reading the line of waiters", move |conn| {
+                queue::may_try(conn, &prefix, &row, &slots)
+            })
+            .await
+            .unwrap_or(true)
+    }
+
+    /// Takes the run's place in the line, or keeps it, a few times per
+    /// [`queue::WAITER_LEASE`].
+    async fn keep(&mut self, engine: &Engine) {
+        if self
+            .kept
+            .is_some_and(|kept| kept.elapsed() < queue::WAITER_LEASE / 4)
+        {
+            return;
+        }
+        let (row, instance, instant) = (self.row.clone(), engine.instance.clone(), self.instant);
+        match engine
+            .store
+            .call("taking a place in the line of waiters", move |conn| {
+                queue::wait_in_line(conn, &row, &instance, instant)
+            })
+            .await
+        {
+            Ok(()) => self.kept = Some(Instant::now()),
+            Err(e) => {
+                debug!(row = %self.row, "a place in the line of waiters could not be kept: {e}")
+            }
+        }
+    }
+
+    /// Leaves the line, if the run is in it.
+    async fn leave(&mut self, engine: &Engine) {
+        if self.kept.take().is_none() {
+            return;
+        }
+        let row = self.row.clone();
+        if let Err(e) = engine
+            .store
+            .call("leaving the line of waiters", move |conn| {
+                queue::leave_line(conn, &row)
+            })
+            .await
+        {
+            debug!(row = %self.row, "the line of waiters could not be left; the place ends by itself: {e}");
         }
     }
 }

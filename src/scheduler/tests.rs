@@ -2643,3 +2643,179 @@ async fn a_graceful_stop_lets_a_triggered_run_end_and_answers_the_waiting_trigge
     let spans = spans.lock().expect("spans").clone();
     assert_eq!(spans[0].2 - spans[0].1, TimeDelta::seconds(90), "{spans:?}");
 }
+
+/// A run's job, instant, start and end.
+type BeganRun = (String, DateTime<Utc>, DateTime<Utc>, DateTime<Utc>);
+
+/// When each run of several jobs began and ended, by its instant.
+type Began = Arc<Mutex<Vec<BeganRun>>>;
+
+/// A job `name` due on `schedule` whose runs take `busy` and take a slot
+/// of `limit`, recording (job, instant, start, end) in `began`.
+fn limited_job(
+    name: &'static str,
+    schedule: &str,
+    busy: Duration,
+    limit: &crate::config::Limit,
+    clock: &Arc<TokioClock>,
+    began: &Began,
+) -> Job {
+    let (began, clock) = (began.clone(), clock.clone());
+    let mut job = Job::new(name, schedule).expect("job").run(move |ctx| {
+        let (began, clock) = (began.clone(), clock.clone());
+        async move {
+            let start = clock.now();
+            tokio::time::sleep(busy).await;
+            began
+                .lock()
+                .expect("runs")
+                .push((name.to_string(), ctx.instant(), start, clock.now()));
+            Ok::<(), String>(())
+        }
+    });
+    job.settings.gates = vec![super::job::Gate {
+        label: format!("limit {}", limit.name),
+        rows: limit.rows(),
+    }];
+    job.settings.timeout = Duration::from_secs(600);
+    job
+}
+
+/// The pairs of runs of `began` where one started before an older instant
+/// of another job that had been waiting for over `slack` by then: the
+/// older instant was passed over.
+fn passed_over(began: &[BeganRun], slack: TimeDelta) -> Vec<String> {
+    let mut found = Vec::new();
+    for (job, instant, start, _) in began {
+        for (other, earlier, its_start, _) in began {
+            if other != job && earlier < instant && start < its_start && *earlier + slack < *start {
+                found.push(format!(
+                    "{job} {} started at {} before {other} {}, waiting since then, started at {}",
+                    crate::schedule::fmt_instant(*instant),
+                    crate::schedule::fmt_instant(*start),
+                    crate::schedule::fmt_instant(*earlier),
+                    crate::schedule::fmt_instant(*its_start),
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// Three jobs due every 5 s, each of whose runs takes 4 s, share a limit
+/// of one on two replicas: more is asked of the limit than it gives, so
+/// their runs wait for it. Its slot goes to the waiters in the order of
+/// their instants, whichever replica's poll comes first: no run starts
+/// while an older instant of another job waits, and each job gets its
+/// turn. On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_limits_slot_goes_to_the_waiter_whose_instant_is_oldest() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let began: Began = Arc::default();
+    let limit = crate::config::Limit {
+        name: "vendor".to_string(),
+        max_running: 1,
+    };
+    let replica = |id: &str| {
+        let job = |name| {
+            limited_job(
+                name,
+                "*/5 * * * * *",
+                Duration::from_secs(4),
+                &limit,
+                &clock,
+                &began,
+            )
+        };
+        replica_of(&db, &clock, id, job("a"))
+            .job(job("b"))
+            .job(job("c"))
+    };
+    side_by_side(replica("one"), replica("two"), Duration::from_secs(5 * 60)).await;
+    let began = began.lock().expect("runs").clone();
+    assert!(began.len() >= 60, "{began:?}");
+    let passed = passed_over(&began, TimeDelta::milliseconds(500));
+    assert!(passed.is_empty(), "{passed:#?}");
+    for name in ["a", "b", "c"] {
+        let runs = began.iter().filter(|(job, ..)| job == name).count();
+        assert!(
+            runs * 4 >= began.len(),
+            "{name} ran {runs} of {}",
+            began.len()
+        );
+    }
+}
+
+/// Waiters for a limit with priorities, and a backfill: a job with
+/// `priority = 10` goes before an older instant of a job with none, and a
+/// backfill's instant, however old, waits behind the scheduled ones. A
+/// hog holds the limit of one from 00:01:00 to 00:01:30 while the others
+/// come. On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_limits_waiters_go_by_priority_and_a_backfill_waits_behind_the_schedule() {
+    use super::trigger::{Answer, Backfill, Request};
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let began: Began = Arc::default();
+    let limit = crate::config::Limit {
+        name: "vendor".to_string(),
+        max_running: 1,
+    };
+    let job = |name, schedule, busy| {
+        limited_job(
+            name,
+            schedule,
+            Duration::from_secs(busy),
+            &limit,
+            &clock,
+            &began,
+        )
+    };
+    let mut high = job("high", "10 1 * * * *", 5);
+    high.settings.priority = 10;
+    // Due once a year: its run here is the backfill's.
+    let backfilled = job("backfilled", "0 0 1 1 *", 5);
+    let (triggers, requests) = tokio::sync::mpsc::channel(4);
+    let scheduler = replica_of(&db, &clock, "solo", job("hog", "0 1 * * * *", 30))
+        .job(job("low", "5 1 * * * *", 5))
+        .job(high)
+        .job(job("later", "20 1 * * * *", 5))
+        .job(backfilled.clone())
+        .triggers(requests)
+        .build()
+        .await
+        .expect("build");
+    let running = tokio::spawn(scheduler.run_until(tokio::time::sleep(Duration::from_secs(100))));
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    triggers
+        .send(Request {
+            job: backfilled,
+            force: false,
+            params: Default::default(),
+            backfill: Some(Backfill {
+                from: utc("2027-01-01T00:00:00Z"),
+                to: utc("2027-01-01T00:00:01Z"),
+                instants: vec![utc("2027-01-01T00:00:00Z")],
+                rerun_succeeded: false,
+            }),
+            reply,
+        })
+        .await
+        .expect("the scheduler takes triggers");
+    assert_eq!(answer.await.expect("answered"), Answer::Backfilling(1));
+    running.await.expect("joins").expect("runs");
+    let mut began = began.lock().expect("runs").clone();
+    began.sort_by_key(|(_, _, start, _)| *start);
+    let order: Vec<(&str, String)> = began
+        .iter()
+        .map(|(job, _, start, _)| (job.as_str(), crate::schedule::fmt_instant(*start)))
+        .collect();
+    let names: Vec<&str> = order.iter().map(|(job, _)| *job).collect();
+    assert_eq!(
+        names,
+        ["hog", "high", "low", "later", "backfilled"],
+        "{order:?}"
+    );
+}

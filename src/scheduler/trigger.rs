@@ -248,6 +248,7 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
         let options = super::backfill::Options {
             rerun_succeeded: backfill.rerun_succeeded,
             force,
+            priority: None,
         };
         run_backfill(&engine, &job, backfill, options, &in_progress).await;
         in_progress.end(&engine).await;

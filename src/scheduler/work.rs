@@ -51,6 +51,10 @@ pub(crate) struct Recording {
     /// whose parent ended otherwise than it asks, or that came while its
     /// run was going).
     pub(crate) not_run: Option<String>,
+    /// Its priority among the waiters for a shared lock or a limit, if not
+    /// the job's (a backfill's `--priority`; a backfill given none waits
+    /// behind the other runs).
+    pub(crate) priority: Option<i32>,
 }
 
 /// What runs: a name (its history rows carry it: a job's, or `exec`'s

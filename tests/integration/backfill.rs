@@ -453,3 +453,41 @@ backend_test! {
         assert_eq!(lines(&out).len(), 10, "the four left ran");
     }
 }
+
+backend_test! {
+    /// A backfill of an `overlap = "allow"` job runs beside the job's
+    /// scheduled runs, each of which holds its instant's own row under a
+    /// fence of that row's: the backfill's instants hold rows of their
+    /// own too, so none of its claims takes the scheduled runs going for a
+    /// vanished holder's, and none is marked `abandoned` (a false alert).
+    fn a_backfill_of_an_allow_job_leaves_its_scheduled_runs_going(db: &TestDb) {
+        db.migrate();
+        let jobs = "[[job]]\nname = \"wide\"\nschedule = \"* * * * * *\"\n\
+                    overlap = \"allow\"\nmax_concurrent = 10\n\
+                    command = 'if [ \"$REPLICRON_TRIGGER\" = backfill ]; then sleep 0.1; else sleep 4; fi'\n";
+        let config = db.config(jobs);
+        let replica = crate::support::Replica::start(&config, "r0", None, &[]);
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        wait_until("scheduled runs going", Duration::from_secs(30), || {
+            history_json(&config, "wide")
+                .iter()
+                .filter(|r| r["status"] == "running" && r["triggered_by"] == "schedule")
+                .count()
+                >= 2
+        });
+        // Four instants, a second apart.
+        let from = minute(0);
+        let to = (chrono::DateTime::parse_from_rfc3339(&from).expect("time") + chrono::TimeDelta::seconds(4))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let (code, said, err) = backfill(&config, "wide", &from, &to, &[]);
+        assert_eq!(code, 0, "{said}{err}");
+        // The scheduled runs that went meanwhile end as they ran.
+        std::thread::sleep(Duration::from_secs(5));
+        drop(replica);
+        let rows = history_json(&config, "wide");
+        let backfilled = rows.iter().filter(|r| r["triggered_by"] == "backfill").count();
+        assert_eq!(backfilled, 4, "{rows:#?}");
+        let abandoned: Vec<&Value> = rows.iter().filter(|r| r["status"] == "abandoned").collect();
+        assert!(abandoned.is_empty(), "{abandoned:#?}");
+    }
+}

@@ -28,6 +28,7 @@ mod hooks;
 mod import;
 mod include;
 mod library;
+mod limits;
 mod live;
 mod nginx;
 mod notify;

@@ -699,6 +699,7 @@ impl Checker<'_> {
         let mut locks = self.locks(raw.locks, scope);
         let mut params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
         let secret_params = self.secret_params(raw.secret_params, params.as_deref_mut(), scope);
+        let priority = self.priority(raw.priority.as_ref(), scope);
         let limits_at = raw.limits.as_ref().map(Spanned::span);
         let mut limits = self.job_limits(raw.limits, file.limits, scope);
         if run_on == RunOn::Every {
@@ -763,8 +764,34 @@ impl Checker<'_> {
             secret_params,
             limits,
             overlap: settings.overlap,
+            priority,
             after: None,
         })
+    }
+
+    /// `priority`: an integer in [`crate::lease::queue::PRIORITY_RANGE`].
+    fn priority(&mut self, raw: Option<&Spanned<i64>>, scope: Scope<'_>) -> i32 {
+        let Some(raw) = raw else {
+            return 0;
+        };
+        let range = crate::lease::queue::PRIORITY_RANGE;
+        match i32::try_from(*raw.get_ref()) {
+            Ok(priority) if range.contains(&priority) => priority,
+            _ => {
+                self.report(
+                    Some(raw.span()),
+                    Some(scope),
+                    Some("priority"),
+                    format!(
+                        "priority {} is out of range {}–{} (higher goes first)",
+                        raw.get_ref(),
+                        range.start(),
+                        range.end()
+                    ),
+                );
+                0
+            }
+        }
     }
 
     /// `secret_params`: names of `params` (the audit log redacts their
