@@ -552,8 +552,9 @@ backend_test! {
 backend_test! {
     /// The API and the dashboard list every backfill in progress in the
     /// fleet with its progress (one run by another process too), and cancel
-    /// it: an action that needs the token (refused without it), refused
-    /// for an id not in progress, and recorded in the audit log. A
+    /// it: an action that needs the token (refused without it; the
+    /// dashboard's form needs a signed-in session and its CSRF token),
+    /// refused for an id not in progress, and recorded in the audit log. A
     /// replica's backfill starts under its `max_starts_per_second`,
     /// counted in `replicron_throttled_starts_total`.
     fn an_api_backfill_is_listed_and_cancelled(db: &TestDb) {
@@ -641,6 +642,35 @@ backend_test! {
         );
         assert!(
             entries.iter().any(|e| e["via"] == "api" && e["result"] == "refused" && e["args"]["id"] == "999999"),
+            "{audit}"
+        );
+
+        // Cancelled from the dashboard: its form, signed in, with the
+        // page's CSRF token.
+        std::fs::write(&hang, "").expect("hang");
+        let cli = start_backfill(&config, "slow", &minute(10), &minute(13));
+        wait_until("its first instant", Duration::from_secs(30), || lines(&out).contains(&format!("slow {}", minute(10))));
+        let cookie = crate::web::sign_in(port);
+        let (_, _, page) = http(port, "GET", "/jobs/slow", &[("Cookie", &cookie)], "");
+        assert!(page.contains("/jobs/slow/cancel-backfill"), "{page}");
+        let csrf = page
+            .split("name=\"csrf\" value=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("csrf")
+            .to_string();
+        let form = ("Content-Type", "application/x-www-form-urlencoded");
+        let (code, _, _) = http(port, "POST", "/jobs/slow/cancel-backfill", &[("Cookie", &cookie), form], "csrf=wrong");
+        assert_eq!(code, 403, "a form without the page's CSRF token");
+        let (code, _, said) = http(port, "POST", "/jobs/slow/cancel-backfill", &[("Cookie", &cookie), form], &format!("csrf={csrf}"));
+        assert!(code == 303 || code == 200, "{code} {said}");
+        std::fs::remove_file(&hang).expect("no hang");
+        let ended = cli.wait_with_output().expect("ends");
+        assert_eq!(ended.status.code(), Some(1), "{ended:?}");
+        assert!(!lines(&out).contains(&format!("slow {}", minute(11))), "an instant after the cancel started");
+        let (_, audit) = get_json(port, "/api/v1/audit?action=backfill");
+        assert!(
+            audit["entries"].as_array().is_some_and(|e| e.iter().any(|e| e["via"] == "dashboard" && e["result"] == "done" && e["args"]["cancel"] == true)),
             "{audit}"
         );
         drop(replica);
