@@ -24,8 +24,9 @@ pub(crate) struct BackfillArgs {
     /// The job file.
     #[command(flatten)]
     pub(crate) config: ConfigArg,
-    /// The job.
-    pub(crate) job: String,
+    /// The job (with --cancel and a backfill's id, it may be left out).
+    #[arg(required_unless_present = "cancel")]
+    pub(crate) job: Option<String>,
     /// The first instant of the range (RFC 3339, e.g. 2027-03-01T00:00:00Z).
     #[arg(long, value_name = "TIME", value_parser = parse_rfc3339, required_unless_present = "cancel")]
     pub(crate) from: Option<DateTime<Utc>>,
@@ -33,10 +34,11 @@ pub(crate) struct BackfillArgs {
     /// database's now.
     #[arg(long, value_name = "TIME", value_parser = parse_rfc3339, required_unless_present = "cancel")]
     pub(crate) to: Option<DateTime<Utc>>,
-    /// Cancel the backfill of JOB in progress, wherever it runs: it starts
-    /// no further instant (the one running goes on to its end).
-    #[arg(long, conflicts_with_all = ["from", "to", "dry_run", "rerun_succeeded", "with_dependents"])]
-    pub(crate) cancel: bool,
+    /// Cancel the backfill of JOB in progress, or the backfill ID (`status`
+    /// lists them), wherever it runs: it starts no further instant (the
+    /// one running goes on to its end).
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["from", "to", "dry_run", "rerun_succeeded", "with_dependents"])]
+    pub(crate) cancel: Option<String>,
     /// Skip the instants that have a succeeded run: what a backfill does
     /// (kept for scripts that say so).
     #[arg(long, hide = true, conflicts_with = "rerun_succeeded")]
@@ -69,12 +71,29 @@ pub(crate) struct BackfillArgs {
 
 pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
-    let job = super::runnable(&config, &args.job)?.clone();
     let usage = |text: String| -> anyhow::Result<ExitCode> { Err(UsageError(text).into()) };
-    let (Some(from), Some(to)) = (args.from, args.to) else {
-        if args.cancel {
-            return cancel(&config, &job.name);
+    if let Some(id) = &args.cancel {
+        let id = match id.trim() {
+            "" => None,
+            text => match text.parse::<i64>() {
+                Ok(id) if id > 0 => Some(id),
+                _ => {
+                    return usage(format!(
+                        "--cancel {text:?}: expected a backfill's id, a number (`replicron status` lists them), or JOB --cancel"
+                    ));
+                }
+            },
+        };
+        if id.is_none() && args.job.is_none() {
+            return usage("--cancel needs a JOB, or a backfill's id".to_string());
         }
+        return cancel(&config, args.job.as_deref(), id);
+    }
+    let Some(name) = &args.job else {
+        return usage("a backfill needs a JOB".to_string());
+    };
+    let job = super::runnable(&config, name)?.clone();
+    let (Some(from), Some(to)) = (args.from, args.to) else {
         return usage("a backfill needs --from and --to".to_string());
     };
     if let Err(refused) = backfill::check_range(&job, from, to) {
@@ -154,6 +173,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     };
     let (failed, cancelled) = runtime.block_on(async {
         let engine = super::run::one_off_engine(pool, grace)?;
+        engine.throttle.set(config.daemon.max_starts_per_second);
         // The job's notifications, and its dependents', are sent as the
         // daemon sends them.
         let children = if args.with_dependents {
@@ -194,7 +214,13 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             }
             return Ok::<_, anyhow::Error>((0, false));
         }
-        let in_progress = match backfill::begin(&engine, &Job::from_config(&job)).await? {
+        let begin = backfill::progress::Begin {
+            from,
+            to,
+            total: instants.len(),
+            limit: config.daemon.max_backfill_instants,
+        };
+        let mut in_progress = match backfill::begin(&engine, &Job::from_config(&job), &begin).await? {
             Ok(in_progress) => in_progress,
             Err(refused) => {
                 let text = refused.to_string();
@@ -202,7 +228,11 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
                 return Err(UsageError(text).into());
             }
         };
-        let started = format!("{} instants started from this host", instants.len());
+        let started = format!(
+            "backfill {} of {} instants started from this host",
+            in_progress.id,
+            instants.len()
+        );
         store.audit(&Actor::cli(), entry.clone(), Outcome::Done(started)).await;
         let mut progress = Progress::new(instants.len());
         let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -232,12 +262,9 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
                 cancelled = true;
                 break;
             }
+            in_progress.running(&engine, *instant).await;
             let step = backfill::run_instant(&engine, &scheduled, *instant, &key, options, Vec::new()).await?;
-            let succeeded = match &step {
-                Step::Ran(_, outcome) => outcome.as_ref().is_some_and(|o| o.status == RunStatus::Succeeded),
-                Step::Succeeded => true,
-                Step::Stopped => false,
-            };
+            let succeeded = step.succeeded();
             let mut what = match &step {
                 Step::Ran(before, outcome) => {
                     if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
@@ -270,6 +297,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
                 what.push_str(&format!("; {}: {done}", child.name));
             }
             progress.step(*instant, &what);
+            in_progress.through(&engine, succeeded).await;
         }
         progress.finish();
         in_progress.end(&engine).await;
@@ -296,30 +324,34 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `backfill JOB --cancel`: ends the lease of JOB's backfill in progress,
-/// so that it starts no further instant; exit 1 if none was.
-fn cancel(config: &crate::config::Config, job: &str) -> anyhow::Result<ExitCode> {
+/// `backfill JOB --cancel` and `backfill --cancel ID`: ends the lease of
+/// the backfill in progress, so that it starts no further instant; exit 1
+/// if none was.
+fn cancel(
+    config: &crate::config::Config,
+    job: Option<&str>,
+    id: Option<i64>,
+) -> anyhow::Result<ExitCode> {
     let pool = open_for_command(config)?;
     let runtime = command_runtime()?;
     let store = crate::db::Store::new(pool);
-    let entry = Entry::new(Action::Backfill, job).arg("cancel", true);
     runtime.block_on(async {
-        match backfill::cancel(&store, job).await? {
-            Some(by) => {
-                let text = format!(
-                    "cancelled the backfill of {job} run by {by}: it starts no further instant (the one running goes on to its end)"
-                );
-                store.audit(&Actor::cli(), entry, Outcome::Done(text.clone())).await;
+        let cancelled = backfill::cancel_by(&store, job, id).await?;
+        let (outcome, code) = match cancelled.result {
+            Ok(text) => {
                 println!("{text}");
-                Ok(ExitCode::SUCCESS)
+                (Outcome::Done(text), ExitCode::SUCCESS)
             }
-            None => {
-                let text = format!("no backfill of {job} is in progress");
-                store.audit(&Actor::cli(), entry, Outcome::Refused(text.clone())).await;
+            Err(text) => {
                 eprintln!("replicron: {text}");
-                Ok(ExitCode::from(1))
+                (Outcome::Refused(text), ExitCode::from(1))
             }
-        }
+        };
+        let entry = Entry::new(Action::Backfill, cancelled.job.as_deref().unwrap_or(""))
+            .arg("cancel", true)
+            .arg("id", id);
+        store.audit(&Actor::cli(), entry, outcome).await;
+        Ok(code)
     })
 }
 

@@ -49,6 +49,7 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             .pool_size(config.database.pool_size)
             .shutdown_grace(config.daemon.shutdown_grace)
             .history_retention(config.daemon.history_retention)
+            .max_starts_per_second(config.daemon.max_starts_per_second)
             .process_guard(true)
             .notify_systemd(true)
             .liveness(liveness.clone());

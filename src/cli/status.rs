@@ -121,6 +121,18 @@ struct JobStatus {
     problem: Option<fleet::Problem>,
 }
 
+/// The start throttle and the fleet's backfill bound.
+#[derive(Debug, serde::Serialize)]
+struct Throttle {
+    /// The most catch-up, backfill and retry runs a replica starts per
+    /// second.
+    max_starts_per_second: u32,
+    /// The most instants the backfills in progress have left, together.
+    max_backfill_instants: u64,
+    /// The instants the backfills in progress have left now.
+    backfill_instants_left: i64,
+}
+
 /// All `status` says, as its JSON gives it.
 #[derive(Debug, serde::Serialize)]
 struct Report {
@@ -129,6 +141,9 @@ struct Report {
     locks: Vec<LockStatus>,
     limits: Vec<LimitStatus>,
     backfills: Vec<fleet::BackfillMark>,
+    /// `[daemon]`'s bounds on backfills and catch-up, as this file sets
+    /// them.
+    throttle: Throttle,
     replicas: Vec<fleet::ReplicaView>,
     /// The server's settings under which a commit it acknowledged, a claim
     /// among them, can be lost.
@@ -160,6 +175,16 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         locks: fleet.locks.iter().map(LockStatus::of).collect(),
         limits: fleet.limits.iter().map(LimitStatus::of).collect(),
         backfills: fleet.backfills.clone(),
+        throttle: Throttle {
+            max_starts_per_second: config.daemon.max_starts_per_second,
+            max_backfill_instants: config.daemon.max_backfill_instants,
+            backfill_instants_left: fleet
+                .backfills
+                .iter()
+                .filter_map(|b| b.progress.as_ref())
+                .map(|p| (p.total - p.done).max(0))
+                .sum(),
+        },
         replicas: fleet
             .instances
             .iter()
@@ -174,6 +199,12 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                 "database time {}; this host's clock is {} from it\n",
                 report.clock.database_now,
                 crate::scheduler::clock_sync::describe(offset)
+            );
+            println!(
+                "catch-up, backfill and retry runs start at most {} a second per replica; backfills in progress have {} of at most {} instants left\n",
+                report.throttle.max_starts_per_second,
+                report.throttle.backfill_instants_left,
+                report.throttle.max_backfill_instants
             );
             if !report.durability.is_empty() {
                 println!(
@@ -330,12 +361,18 @@ fn print_tables(report: &Report) {
     if !report.backfills.is_empty() {
         println!();
         print_table(
-            &["BACKFILL OF", "RUN BY", "SINCE"],
+            &["BACKFILL", "OF", "RUN BY", "SINCE", "DONE", "FAILED", "AT"],
             report.backfills.iter().map(|b| {
+                let p = b.progress.as_ref();
                 vec![
+                    p.map(|p| p.id.to_string()).unwrap_or_default(),
                     b.job.clone(),
                     b.by.clone().unwrap_or_default(),
                     b.since.clone().unwrap_or_default(),
+                    p.map(|p| format!("{}/{}", p.done, p.total))
+                        .unwrap_or_default(),
+                    p.map(|p| p.failed.to_string()).unwrap_or_default(),
+                    p.and_then(|p| p.current.clone()).unwrap_or_default(),
                 ]
             }),
         );

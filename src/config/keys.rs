@@ -210,6 +210,18 @@ pub(crate) fn all() -> Vec<Key> {
             "History rows older than this are deleted, by one replica at a time.",
         ),
         key(
+            "daemon",
+            "max_backfill_instants",
+            Some("10000"),
+            "The most instants the backfills in progress across the fleet have left to run, together (1 to 100000000): a backfill that would go over it is refused, naming the limit and the backfills in progress. Each process that begins a backfill applies its own file's value.",
+        ),
+        key(
+            "daemon",
+            "max_starts_per_second",
+            Some("50"),
+            "The most catch-up, backfill and retry runs a replica (or a backfill command) starts per second (1 to 100000), so that a replica back from an outage or a deploy does not start them all at once. Scheduled instants on time are never held back. The starts held back are counted in replicron_throttled_starts_total.",
+        ),
+        key(
             "web",
             "token_env",
             None,

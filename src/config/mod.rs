@@ -105,6 +105,11 @@ pub(crate) struct DaemonConfig {
     pub(crate) metrics_listen: Option<SocketAddr>,
     /// History rows older than this are deleted.
     pub(crate) history_retention: Duration,
+    /// The most instants the fleet's backfills in progress have left.
+    pub(crate) max_backfill_instants: u64,
+    /// The most catch-up, backfill and retry runs a replica starts per
+    /// second.
+    pub(crate) max_starts_per_second: u32,
 }
 
 /// `[web]`.

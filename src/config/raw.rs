@@ -23,6 +23,8 @@ pub(super) struct RawDaemon {
     pub shutdown_grace: Option<S<String>>,
     pub metrics_listen: Option<S<String>>,
     pub history_retention: Option<S<String>>,
+    pub max_backfill_instants: Option<S<i64>>,
+    pub max_starts_per_second: Option<S<i64>>,
 }
 
 /// `[web]`.

@@ -66,6 +66,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-29-000000_audit",
     "2026-11-30-000000_runs_view",
     "2026-11-30-000002_web_url",
+    "2026-12-01-000300_backfill_progress",
 );
 
 #[cfg(feature = "sqlite")]
@@ -85,6 +86,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-29-000000_audit",
     "2026-11-30-000000_runs_view",
     "2026-11-30-000002_web_url",
+    "2026-12-01-000300_backfill_progress",
 );
 
 /// The row of the migration lock.

@@ -204,6 +204,37 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// The backfills in progress, one row each (deleted at its end).
+    replicron_backfills (id) {
+        /// Auto-increment key: the backfill's id.
+        id -> BigInt,
+        /// Its job.
+        job -> Text,
+        /// The fence of its job's backfill lease row
+        /// (`replicron.backfill.JOB`) while it is in progress.
+        fence -> BigInt,
+        /// Its range's start.
+        range_from -> Timestamp,
+        /// Its range's end, not included.
+        range_to -> Timestamp,
+        /// Its instants.
+        total -> BigInt,
+        /// The instants it is through (run, or skipped as succeeded).
+        done -> BigInt,
+        /// Of those, the ones whose run did not succeed.
+        failed -> BigInt,
+        /// The instant it runs now, if one.
+        current_instant -> Nullable<Timestamp>,
+        /// The process that runs it.
+        started_by -> Text,
+        /// Database time it began.
+        started_at -> Timestamp,
+        /// Database time of its last progress.
+        updated_at -> Timestamp,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     replicron_locks,
     replicron_runs,

@@ -14,6 +14,7 @@ use crate::history::{RunBrief, RunRow, RunStatus, rfc3339};
 use crate::lease::{LockRow, Pause};
 use crate::registry::Instance;
 use crate::schedule::{Offset, SystemClock};
+use crate::scheduler::backfill::progress::{self, Progress, ProgressRow};
 use crate::scheduler::drift::{self, Drift};
 
 /// What one read of the fleet found.
@@ -46,20 +47,31 @@ pub(crate) struct BackfillMark {
     pub(crate) by: Option<String>,
     /// When it began (RFC 3339).
     pub(crate) since: Option<String>,
+    /// Its id, range and progress, as the process that runs it records
+    /// them (none from a process of a release before them).
+    #[serde(flatten)]
+    pub(crate) progress: Option<Progress>,
 }
 
-/// The backfills in progress at `now`, by the lease rows `rows`.
-fn backfills(rows: &[LockRow], now: DateTime<Utc>) -> Vec<BackfillMark> {
+/// The backfills in progress at `now`, by the lease rows `rows` and the
+/// backfills' progress rows `progress`.
+fn backfills(rows: &[LockRow], progress: &[ProgressRow], now: DateTime<Utc>) -> Vec<BackfillMark> {
     let prefix = crate::scheduler::backfill::in_progress_row("");
     rows.iter()
         .filter(|l| l.lock_until.and_utc() > now)
         .filter_map(|l| {
+            let job = l.name.strip_prefix(&prefix)?.to_string();
+            let progress = progress
+                .iter()
+                .find(|p| p.job == job && p.fence == l.fence)
+                .map(Progress::from);
             Some(BackfillMark {
-                job: l.name.strip_prefix(&prefix)?.to_string(),
+                job,
                 by: l.locked_by.clone(),
                 since: l
                     .locked_at
                     .map(|t| crate::schedule::fmt_instant(t.and_utc())),
+                progress,
             })
         })
         .collect()
@@ -299,7 +311,7 @@ pub(crate) async fn read(
         limits: limits(config, &rows, now),
         instances,
         drift,
-        backfills: backfills(&rows, now),
+        backfills: backfills(&rows, &progress::list(store).await?, now),
     })
 }
 

@@ -41,6 +41,8 @@ use crate::history::{BackfillState, RunStatus, Trigger};
 use crate::lease::Claim;
 use crate::schedule::{Schedule, fmt_instant};
 
+pub(crate) mod progress;
+
 /// The most instants a backfill runs without being told it is meant
 /// (`--yes`).
 pub(crate) const CONFIRM_ABOVE: usize = 10_000;
@@ -101,6 +103,10 @@ pub(crate) enum Refused {
         since: DateTime<Utc>,
         until: DateTime<Utc>,
     },
+    /// The fleet's backfills would have more instants left than `[daemon]
+    /// max_backfill_instants` (what the text says).
+    #[error("{job}: not begun: {why}")]
+    TooMany { job: String, why: String },
     /// `to` is after the database's now.
     #[error(
         "to {} is in the future (the database's now is {}): instants not yet due are the schedule's",
@@ -247,13 +253,21 @@ pub(crate) struct InProgress {
     lease: crate::lease::Lease,
     cancelled: Arc<std::sync::atomic::AtomicBool>,
     keeper: tokio::task::JoinHandle<()>,
+    /// Its id: its row of progress (`progress`).
+    pub(crate) id: i64,
+    /// Its instants through, and of those the ones not succeeded.
+    done: usize,
+    failed: usize,
 }
 
 /// Marks a backfill of `job` in progress, unless one is already (one at a
-/// time per job, across the fleet): that one is named.
+/// time per job, across the fleet: that one is named), or the fleet's
+/// backfills would go over `begin.limit` instants left (those are named).
+/// Its progress is recorded where every replica reads it.
 pub(crate) async fn begin(
     engine: &Arc<Engine>,
     job: &Job,
+    begin: &progress::Begin,
 ) -> Result<Result<InProgress, Refused>, DbError> {
     let row = in_progress_row(&job.name);
     let length = as_backfilled(job).settings.lock_at_most_for;
@@ -282,6 +296,17 @@ pub(crate) async fn begin(
             }));
         }
     };
+    let id = match admit(engine, job, &lease, begin).await {
+        Ok(Ok(id)) => id,
+        Ok(Err(refused)) => {
+            let _ = engine.store.release(lease, Duration::ZERO).await;
+            return Ok(Err(refused));
+        }
+        Err(e) => {
+            let _ = engine.store.release(lease, Duration::ZERO).await;
+            return Err(e);
+        }
+    };
     let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (store, kept, told) = (engine.store.clone(), lease.clone(), cancelled.clone());
     let keeper = tokio::spawn(async move {
@@ -299,7 +324,38 @@ pub(crate) async fn begin(
         lease,
         cancelled,
         keeper,
+        id,
+        done: 0,
+        failed: 0,
     }))
+}
+
+/// Writes the progress row of the backfill of `job` that holds `lease`,
+/// then withdraws it if the fleet's backfills, this one's included, are
+/// over the limit; its id.
+async fn admit(
+    engine: &Engine,
+    job: &Job,
+    lease: &crate::lease::Lease,
+    begin: &progress::Begin,
+) -> Result<Result<i64, Refused>, DbError> {
+    let store = &engine.store;
+    let id = progress::insert(store, &job.name, lease.fence, &engine.instance, begin).await?;
+    let others: Vec<_> = progress::read_in_progress(store)
+        .await?
+        .into_iter()
+        .filter(|p| p.id != id)
+        .collect();
+    match progress::over_limit(begin.limit, begin.total, &others) {
+        None => Ok(Ok(id)),
+        Some(why) => {
+            progress::delete(store, id).await;
+            Ok(Err(Refused::TooMany {
+                job: job.name.to_string(),
+                why,
+            }))
+        }
+    }
 }
 
 impl InProgress {
@@ -317,9 +373,30 @@ impl InProgress {
         Ok(row.fence != self.lease.fence || row.lock_until.and_utc() <= now)
     }
 
+    /// Records that it runs `instant` now.
+    pub(crate) async fn running(&self, engine: &Engine, instant: DateTime<Utc>) {
+        progress::step(
+            &engine.store,
+            self.id,
+            Some(instant),
+            self.done,
+            self.failed,
+        )
+        .await;
+    }
+
+    /// Records that it is through one more instant, which `succeeded` or
+    /// not.
+    pub(crate) async fn through(&mut self, engine: &Engine, succeeded: bool) {
+        self.done += 1;
+        self.failed += usize::from(!succeeded);
+        progress::step(&engine.store, self.id, None, self.done, self.failed).await;
+    }
+
     /// Ends it: its row is free for the next backfill of the job.
     pub(crate) async fn end(self, engine: &Engine) {
         self.keeper.abort();
+        progress::delete(&engine.store, self.id).await;
         let row = self.lease.job.clone();
         if let Err(e) = engine.store.release(self.lease, Duration::ZERO).await {
             tracing::warn!(
@@ -349,6 +426,70 @@ pub(crate) async fn cancel(store: &crate::db::Store, job: &str) -> Result<Option
     ))
 }
 
+/// What a cancel did.
+#[derive(Debug)]
+pub(crate) struct Cancelled {
+    /// The job of the backfill cancelled, or asked for.
+    pub(crate) job: Option<String>,
+    /// What was cancelled, or why nothing was.
+    pub(crate) result: Result<String, String>,
+}
+
+/// Cancels the backfill `id` (of `job`, if given too), or else the
+/// backfill of `job`, in progress.
+pub(crate) async fn cancel_by(
+    store: &crate::db::Store,
+    job: Option<&str>,
+    id: Option<i64>,
+) -> Result<Cancelled, DbError> {
+    let said = |job: Option<&str>, result| Cancelled {
+        job: job.map(str::to_string),
+        result,
+    };
+    let Some(id) = id else {
+        let Some(job) = job else {
+            return Ok(said(None, Err("name a job or a backfill's id".to_string())));
+        };
+        return Ok(match cancel(store, job).await? {
+            Some(by) => said(
+                Some(job),
+                Ok(format!(
+                    "cancelled the backfill of {job} run by {by}: it starts no further instant (the one running goes on to its end)"
+                )),
+            ),
+            None => said(
+                Some(job),
+                Err(format!("no backfill of {job} is in progress")),
+            ),
+        });
+    };
+    let running = progress::read_in_progress(store).await?;
+    let Some(row) = running.into_iter().find(|p| p.id == id) else {
+        return Ok(said(job, Err(format!("no backfill {id} is in progress"))));
+    };
+    if let Some(job) = job
+        && job != row.job
+    {
+        return Ok(said(
+            Some(job),
+            Err(format!("backfill {id} is of {}, not of {job}", row.job)),
+        ));
+    }
+    Ok(match progress::cancel(store, id).await? {
+        Some(row) => said(
+            Some(&row.job),
+            Ok(format!(
+                "cancelled backfill {id} of {} run by {} ({}/{} instants done): it starts no further instant (the one running goes on to its end)",
+                row.job, row.started_by, row.done, row.total
+            )),
+        ),
+        None => said(
+            Some(&row.job),
+            Err(format!("no backfill {id} is in progress")),
+        ),
+    })
+}
+
 /// What became of one instant.
 #[derive(Debug)]
 pub(crate) enum Step {
@@ -359,6 +500,19 @@ pub(crate) enum Step {
     Succeeded,
     /// The scheduler is stopping: not run.
     Stopped,
+}
+
+impl Step {
+    /// Whether its instant has a succeeded run now.
+    pub(crate) fn succeeded(&self) -> bool {
+        match self {
+            Step::Ran(_, outcome) => outcome
+                .as_ref()
+                .is_some_and(|o| o.status == RunStatus::Succeeded),
+            Step::Succeeded => true,
+            Step::Stopped => false,
+        }
+    }
 }
 
 /// Runs `instant` of `job` (as [`as_backfilled`] makes it) for the backfill
@@ -386,6 +540,7 @@ pub(crate) async fn run_instant(
         crate::config::Overlap::Allow(_) => crate::lease::instant_row(&job.name, instant),
         _ => job.name.to_string(),
     };
+    engine.throttle.start(super::throttle::Kind::Backfill).await;
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
     let waiting_since = Instant::now();
     // What the backfill said it waits for, each said once.

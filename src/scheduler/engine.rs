@@ -42,6 +42,8 @@ pub(crate) struct Engine {
     pub(crate) drift: super::drift::DriftState,
     /// Tells about the runs this replica marks `abandoned`.
     pub(crate) on_abandoned: OnAbandoned,
+    /// Paces the catch-up, backfill and retry runs it starts.
+    pub(crate) throttle: super::throttle::Throttle,
 }
 
 impl Engine {
@@ -74,6 +76,7 @@ impl Engine {
             phase,
             drift: super::drift::DriftState::default(),
             on_abandoned,
+            throttle: super::throttle::Throttle::default(),
         })
     }
 }

@@ -289,7 +289,10 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
 /// Waits `retry_backoff` with the lease kept alive; false if the lease was
 /// lost or the scheduler is stopping meanwhile.
 async fn pause_before_retry(engine: &Engine, settings: &JobSettings, keeper: &mut Keeper) -> bool {
-    let pause = tokio::time::sleep(settings.retry_backoff);
+    let pause = async {
+        tokio::time::sleep(settings.retry_backoff).await;
+        engine.throttle.start(super::throttle::Kind::Retry).await;
+    };
     tokio::pin!(pause);
     let mut phase = engine.phase.clone();
     loop {

@@ -27,6 +27,7 @@ mod missed;
 mod retention;
 mod run_lease;
 mod run_rows;
+pub(crate) mod throttle;
 mod tick;
 pub(crate) mod trigger;
 mod unanswered;
@@ -123,6 +124,7 @@ pub struct SchedulerBuilder {
     pool_size: u32,
     shutdown_grace: Duration,
     history_retention: Duration,
+    starts_per_second: u32,
     migrate: bool,
     clock: Arc<dyn Clock>,
     process_guard: bool,
@@ -174,6 +176,13 @@ impl SchedulerBuilder {
     /// (default 30 days).
     pub fn history_retention(mut self, retention: Duration) -> Self {
         self.history_retention = retention;
+        self
+    }
+
+    /// The most catch-up, backfill and retry runs it starts per second
+    /// (`[daemon] max_starts_per_second`, default 50).
+    pub fn max_starts_per_second(mut self, per_second: u32) -> Self {
+        self.starts_per_second = per_second;
         self
     }
 
@@ -307,6 +316,7 @@ impl SchedulerBuilder {
             liveness: self.liveness.unwrap_or_default(),
             shutdown_grace: self.shutdown_grace,
             history_retention: self.history_retention,
+            starts_per_second: self.starts_per_second,
             notify_systemd: self.notify_systemd,
             triggers: self.triggers,
             sent: crate::notify::SentLog::default(),
@@ -383,6 +393,7 @@ pub struct Scheduler {
     liveness: Arc<Liveness>,
     shutdown_grace: Duration,
     history_retention: Duration,
+    starts_per_second: u32,
     notify_systemd: bool,
     triggers: Option<mpsc::Receiver<trigger::Request>>,
     sent: crate::notify::SentLog,
@@ -408,6 +419,7 @@ impl Scheduler {
             pool_size: config::DEFAULT_POOL_SIZE,
             shutdown_grace: config::DEFAULT_SHUTDOWN_GRACE,
             history_retention: config::DEFAULT_HISTORY_RETENTION,
+            starts_per_second: throttle::DEFAULT_STARTS_PER_SECOND,
             migrate: true,
             clock: Arc::new(SystemClock),
             process_guard: false,
@@ -477,6 +489,7 @@ impl Scheduler {
             liveness,
             shutdown_grace: _,
             history_retention,
+            starts_per_second,
             notify_systemd,
             triggers,
             sent,
@@ -498,6 +511,7 @@ impl Scheduler {
             (liveness, sent),
             guard,
         );
+        engine.throttle.set(starts_per_second);
         // The engine's store: every call tells the engine's health how it
         // went.
         let store = engine.store.clone();

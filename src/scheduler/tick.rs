@@ -947,8 +947,14 @@ fn start(
             going: Some(going.clone()),
         },
     );
+    // A catch-up starts under the start throttle; the job's instants on
+    // time never wait for it.
+    let throttled = (cause.trigger == Trigger::CatchUp).then(|| engine.clone());
     Attempt::Won(Current {
         task: tokio::spawn(async move {
+            if let Some(engine) = throttled {
+                engine.throttle.start(super::throttle::Kind::CatchUp).await;
+            }
             run.await;
         }),
         claimed_at,

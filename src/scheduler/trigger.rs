@@ -189,6 +189,8 @@ pub(crate) struct Backfill {
     pub(crate) instants: Vec<DateTime<Utc>>,
     /// Whether it reruns succeeded instants; `force` is the request's.
     pub(crate) rerun_succeeded: bool,
+    /// `[daemon] max_backfill_instants`.
+    pub(crate) limit: u64,
 }
 
 /// How a requested trigger began.
@@ -233,7 +235,13 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
                 return;
             }
         }
-        let in_progress = match super::backfill::begin(&engine, &job).await {
+        let begin = super::backfill::progress::Begin {
+            from: backfill.from,
+            to: backfill.to,
+            total: backfill.instants.len(),
+            limit: backfill.limit,
+        };
+        let mut in_progress = match super::backfill::begin(&engine, &job, &begin).await {
             Ok(Ok(in_progress)) => in_progress,
             Ok(Err(refused)) => {
                 let _ = reply.send(Answer::InProgress(refused.to_string()));
@@ -250,7 +258,7 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
             force,
             priority: None,
         };
-        run_backfill(&engine, &job, backfill, options, &in_progress).await;
+        run_backfill(&engine, &job, backfill, options, &mut in_progress).await;
         in_progress.end(&engine).await;
         return;
     }
@@ -275,7 +283,7 @@ async fn run_backfill(
     job: &Job,
     backfill: Backfill,
     options: super::backfill::Options,
-    in_progress: &super::backfill::InProgress,
+    in_progress: &mut super::backfill::InProgress,
 ) {
     let key = super::backfill::key(backfill.from, backfill.to);
     let job = &super::backfill::as_backfilled(job);
@@ -292,12 +300,13 @@ async fn run_backfill(
                 return;
             }
         }
+        in_progress.running(engine, instant).await;
         match super::backfill::run_instant(engine, job, instant, &key, options, Vec::new()).await {
             Ok(super::backfill::Step::Stopped) => {
                 tracing::warn!(job = %job.name, key, "backfill stopped with the scheduler; ask for it again to go on");
                 return;
             }
-            Ok(_) => {}
+            Ok(step) => in_progress.through(engine, step.succeeded()).await,
             Err(e) => {
                 tracing::error!(job = %job.name, key, instant = %super::fmt_instant(instant), "backfill stopped: {e}");
                 return;

@@ -154,8 +154,15 @@ fn describe() {
         "replicron_trace_spans_dropped_total",
         "Spans of runs dropped, by reason: queue_full (the exporter's queue had no room), not_accepted (the receiver was down or refused them); only while traces are on"
     );
+    describe_counter!(
+        "replicron_throttled_starts_total",
+        "Catch-up, backfill and retry runs this replica held back under [daemon] max_starts_per_second, by kind: catch_up, backfill, retry"
+    );
     counter!("replicron_database_errors_total").increment(0);
     gauge!("replicron_history_pending_writes").set(0.0);
+    for kind in ["catch_up", "backfill", "retry"] {
+        counter!("replicron_throttled_starts_total", "kind" => kind).increment(0);
+    }
     if super::traces::enabled() {
         counter!("replicron_trace_spans_exported_total").increment(0);
         for reason in [SpanDrop::QueueFull, SpanDrop::NotAccepted] {
@@ -166,6 +173,11 @@ fn describe() {
     for result in ["ok", "refused", "throttled"] {
         counter!("replicron_web_sign_ins_total", "result" => result).increment(0);
     }
+}
+
+/// A catch-up, backfill or retry run held back by the start throttle.
+pub(crate) fn throttled_start(kind: &'static str) {
+    counter!("replicron_throttled_starts_total", "kind" => kind).increment(1);
 }
 
 /// A sign-in to the dashboard: `ok`, `refused` or `throttled`.

@@ -35,6 +35,7 @@ pub(super) async fn jobs(State(web): State<Shared>) -> Response {
         Ok(overview) => Json(json!({
             "database_now": crate::schedule::fmt_instant(overview.now),
             "jobs": overview.jobs,
+            "backfills": overview.backfills,
         }))
         .into_response(),
         Err(e) => unavailable(e),
@@ -64,6 +65,7 @@ pub(super) async fn job(
         Ok(overview) => overview,
         Err(e) => return unavailable(e),
     };
+    let backfills = overview.backfills;
     let Some(job) = overview.jobs.into_iter().find(|j| j.name == name) else {
         return error(StatusCode::NOT_FOUND, format!("no job {name:?}"));
     };
@@ -84,6 +86,10 @@ pub(super) async fn job(
         object.insert(
             "figures".to_string(),
             serde_json::to_value(&figures).unwrap_or_default(),
+        );
+        object.insert(
+            "backfills".to_string(),
+            serde_json::to_value(&backfills).unwrap_or_default(),
         );
     }
     Json(value).into_response()
@@ -293,7 +299,7 @@ pub(super) async fn act(
 }
 
 /// The keys a JSON body of an action may have.
-const BODY_KEYS: [&str; 7] = [
+const BODY_KEYS: [&str; 9] = [
     "params",
     "force",
     "until",
@@ -301,6 +307,8 @@ const BODY_KEYS: [&str; 7] = [
     "from",
     "to",
     "only_missing",
+    "rerun_succeeded",
+    "id",
 ];
 
 /// `params`, unless it gives a secret parameter of `job` in the query

@@ -175,6 +175,9 @@ pub(crate) struct Overview {
     pub(crate) jobs: Vec<JobView>,
     /// Every registered replica.
     pub(crate) instances: Vec<InstanceView>,
+    /// The backfills in progress across the fleet (only the job's, for
+    /// one job).
+    pub(crate) backfills: Vec<fleet::BackfillMark>,
 }
 
 /// What [`overview`] reads of each job's history.
@@ -336,6 +339,11 @@ pub(crate) async fn overview(
             .instances
             .iter()
             .map(|i| instance_view(i, &drifted))
+            .collect(),
+        backfills: fleet
+            .backfills
+            .into_iter()
+            .filter(|b| only.is_none_or(|only| b.job == only))
             .collect(),
     })
 }

@@ -401,6 +401,10 @@ pub(crate) struct ActionParams {
     /// `backfill`: run again the instants that have a succeeded run too.
     #[serde(default, deserialize_with = "checkbox")]
     pub(crate) rerun_succeeded: bool,
+    /// `cancel-backfill`: the backfill's id (unset: the job's backfill in
+    /// progress, whichever it is).
+    #[serde(default, deserialize_with = "optional_id")]
+    pub(crate) id: Option<String>,
     /// `trigger`: the run's parameters, as `NAME=VALUE` pairs: a form's
     /// and a query string's `param.NAME` fields, a JSON body's `params`
     /// object.
@@ -415,6 +419,21 @@ pub(crate) fn form_params(form: &[u8]) -> Vec<(String, String)> {
         .into_iter()
         .filter_map(|(key, value)| Some((key.strip_prefix("param.")?.to_string(), value)))
         .collect()
+}
+
+/// A number, or its text (a form's field).
+fn optional_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Number(i64),
+        Text(String),
+    }
+    Ok(match <Option<Id> as serde::Deserialize>::deserialize(d)? {
+        Some(Id::Number(n)) => Some(n.to_string()),
+        Some(Id::Text(t)) if !t.trim().is_empty() => Some(t.trim().to_string()),
+        _ => None,
+    })
 }
 
 /// `true`, `on` (an HTML checkbox) or `1`.
@@ -467,6 +486,9 @@ pub(crate) enum Action {
     Unlock,
     /// Run each past instant of a range once.
     Backfill,
+    /// Cancel its backfill in progress.
+    #[serde(rename = "cancel-backfill")]
+    CancelBackfill,
 }
 
 /// The path of an action, as axum read it: an action it does not know is
@@ -478,7 +500,8 @@ pub(crate) fn action_path(
         Ok(axum::extract::Path(path)) => Ok(path),
         Err(_) => Err((
             StatusCode::NOT_FOUND,
-            "unknown action: trigger, pause, resume, unlock or backfill".to_string(),
+            "unknown action: trigger, pause, resume, unlock, backfill or cancel-backfill"
+                .to_string(),
         )),
     }
 }
@@ -521,6 +544,7 @@ async fn backfill_of(
         to,
         instants,
         rerun_succeeded: params.rerun_succeeded,
+        limit: web.config().daemon.max_backfill_instants,
     })
 }
 
@@ -532,7 +556,7 @@ impl Action {
             Action::Pause => audit::Action::Pause,
             Action::Resume => audit::Action::Resume,
             Action::Unlock => audit::Action::Unlock,
-            Action::Backfill => audit::Action::Backfill,
+            Action::Backfill | Action::CancelBackfill => audit::Action::Backfill,
         }
     }
 }
@@ -552,6 +576,9 @@ fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> 
             .arg("from", params.from.clone())
             .arg("to", params.to.clone())
             .arg("rerun_succeeded", params.rerun_succeeded),
+        Action::CancelBackfill => audit::Entry::new(action.audited(), name)
+            .arg("cancel", true)
+            .arg("id", params.id.clone()),
         Action::Pause => entry
             .arg("until", params.until.clone())
             .arg("reason", params.reason.clone()),
@@ -611,7 +638,7 @@ async fn act_unaudited(
     let config = web.config();
     let job = config.job(name);
     let conflict = |text: String| Err((StatusCode::CONFLICT, text));
-    if action != Action::Unlock && job.is_none() {
+    if !matches!(action, Action::Unlock | Action::CancelBackfill) && job.is_none() {
         return Err((
             StatusCode::NOT_FOUND,
             format!("{name}: no such job in {}", config.path.display()),
@@ -706,6 +733,28 @@ async fn act_unaudited(
                 Ok(Ok(Answer::Failed(e))) => Err(failed(e)),
                 Ok(Ok(other)) => Err(failed(format!("unexpected answer: {other:?}"))),
                 Ok(Err(_)) | Err(_) => Err(failed("the scheduler did not answer")),
+            }
+        }
+        Action::CancelBackfill => {
+            let id = match params.id.as_deref().map(str::parse::<i64>) {
+                None => None,
+                Some(Ok(id)) if id > 0 => Some(id),
+                Some(_) => {
+                    return Err((
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "id {:?}: expected a backfill's id, a number",
+                            params.id.as_deref().unwrap_or("")
+                        ),
+                    ));
+                }
+            };
+            let cancelled = crate::scheduler::backfill::cancel_by(&web.store, Some(name), id)
+                .await
+                .map_err(failed)?;
+            match cancelled.result {
+                Ok(text) => Ok((StatusCode::OK, text)),
+                Err(text) => conflict(text),
             }
         }
         Action::Pause => {

@@ -458,6 +458,10 @@ pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> R
             h1 { (overview.jobs.len()) " jobs" @if problems > 0 { ", " span class="problem" { (problems) " need a look" } } }
             p class="muted" { "Database time " (crate::schedule::fmt_instant(overview.now)) "." }
             (jobs_table(&overview.jobs, overview.now))
+            @if !overview.backfills.is_empty() {
+                h2 { "Backfills in progress" }
+                (backfills_table(&overview.backfills, &caller))
+            }
             (failures)
             h2 { "Replicas" }
             (replicas_table(&overview.instances))
@@ -576,6 +580,44 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// The backfills in progress, each with its progress, and for a signed-in
+/// caller a button that cancels it.
+fn backfills_table(backfills: &[crate::ops::fleet::BackfillMark], caller: &Caller) -> Markup {
+    let csrf = csrf_of(caller).to_string();
+    let can_act = matches!(caller, Caller::Session(_) | Caller::Bearer(_));
+    html! {
+        div class="scroll" tabindex="0" role="region" aria-label="backfills in progress" { table id="backfills" {
+            thead { tr { th { "Id" } th { "Job" } th { "Range" } th { "Done" } th { "Failed" } th { "At" } th { "Run by" } @if can_act { th {} } } }
+            tbody {
+                @for b in backfills {
+                    @let p = b.progress.as_ref();
+                    tr {
+                        td { (p.map(|p| p.id.to_string()).unwrap_or_default()) }
+                        td { a href={"/jobs/" (encode(&b.job))} { (b.job) } }
+                        td { @if let Some(p) = p { (p.from) " to " (p.to) } }
+                        td { @if let Some(p) = p {
+                            progress value=(p.done) max=(p.total.max(1)) {}
+                            " " (p.done) "/" (p.total)
+                        } }
+                        td { (p.map(|p| p.failed.to_string()).unwrap_or_default()) }
+                        td { (p.and_then(|p| p.current.clone()).unwrap_or_default()) }
+                        td { (b.by.clone().unwrap_or_default()) " since " (b.since.clone().unwrap_or_default()) }
+                        @if can_act {
+                            td {
+                                form method="post" action={"/jobs/" (encode(&b.job)) "/cancel-backfill"} {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    @if let Some(p) = p { input type="hidden" name="id" value=(p.id); }
+                                    button type="submit" class="cancel-backfill" { "Cancel" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } }
     }
 }
 
@@ -844,6 +886,10 @@ pub(super) async fn job(
                 @if let Some(waiting) = &job.waiting_instant { dt { "Waiting" } dd id="waiting" { (waiting) " waits for the running run" } }
                 @if let Some(drift) = &job.drift { dt { "Drift" } dd class="problem" { (drift) } }
                 dt { "Durations" } dd { (chart(&job.recent, true)) }
+            }
+            @if !overview.backfills.is_empty() {
+                h2 { "Backfill in progress" }
+                (backfills_table(&overview.backfills, &caller))
             }
             (action_forms(job, &caller))
             (super::runs::section(&job.name, &figures))

@@ -408,11 +408,13 @@ backend_test! {
 }
 
 backend_test! {
-    /// `backfill JOB --cancel` stops JOB's backfill in progress, run by
+    /// `backfill --cancel ID` stops the backfill ID in progress, run by
     /// another process: the instant running ends, no further one starts,
     /// and it exits 1 saying so. `status` lists it while it is in
-    /// progress. With none in progress `--cancel` exits 1; a new backfill
-    /// of the job then runs.
+    /// progress, with its id and progress (instants done of its total,
+    /// failed, the one it is at). An unknown id, or the id of another
+    /// job's backfill, cancels nothing. With none in progress
+    /// `JOB --cancel` exits 1; a new backfill of the job then runs.
     fn a_backfill_is_cancelled(db: &TestDb) {
         db.migrate();
         let (out, hang) = (db.dir().join("instants.out"), db.dir().join("hang"));
@@ -430,12 +432,31 @@ backend_test! {
         let (code, said, err) = run(&config, &["status", "--format", "json"]);
         assert_eq!(code, 0, "{err}");
         let status: Value = serde_json::from_str(&said).expect("status JSON");
-        assert_eq!(status["backfills"][0]["job"], "slow", "{status}");
+        let going = &status["backfills"][0];
+        assert_eq!(going["job"], "slow", "{status}");
+        assert_eq!((going["total"].as_i64(), going["done"].as_i64(), going["failed"].as_i64()), (Some(5), Some(0), Some(0)), "{status}");
+        assert_eq!(going["current"], minute(0), "{status}");
+        assert_eq!(going["from"], minute(0), "{status}");
+        assert_eq!(status["throttle"]["backfill_instants_left"], 5, "{status}");
+        assert_eq!(status["throttle"]["max_backfill_instants"], 10000, "{status}");
+        assert_eq!(status["throttle"]["max_starts_per_second"], 50, "{status}");
+        let id = going["id"].as_i64().expect("id").to_string();
         let (_, table, _) = run(&config, &["status"]);
-        assert!(table.contains("BACKFILL OF"), "{table}");
-        let (code, said, err) = run(&config, &["backfill", "slow", "--cancel"]);
+        assert!(table.contains("BACKFILL") && table.contains("0/5"), "{table}");
+        let (code, _, err) = run(&config, &["backfill", "--cancel", "999999"]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("no backfill 999999 is in progress"), "{err}");
+        let (code, _, err) = run(&config, &["backfill", "other", "--cancel", &id]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains(&format!("backfill {id} is of slow, not of other")), "{err}");
+        let (code, _, err) = run(&config, &["backfill", "--cancel", "x"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("expected a backfill's id"), "{err}");
+        let (code, said, err) = run(&config, &["backfill", "--cancel", &id]);
         assert_eq!(code, 0, "{said}{err}");
-        assert!(said.contains("cancelled the backfill of slow run by"), "{said}");
+        assert!(said.contains(&format!("cancelled backfill {id} of slow run by")), "{said}");
+        let (_, audit, _) = run(&config, &["audit", "--format", "json"]);
+        assert!(audit.contains("cancelled backfill"), "{audit}");
         std::fs::remove_file(&hang).expect("no hang");
         let ended = first.wait_with_output().expect("ends");
         let err = String::from_utf8_lossy(&ended.stderr);
@@ -489,5 +510,207 @@ backend_test! {
         assert_eq!(backfilled, 4, "{rows:#?}");
         let abandoned: Vec<&Value> = rows.iter().filter(|r| r["status"] == "abandoned").collect();
         assert!(abandoned.is_empty(), "{abandoned:#?}");
+    }
+}
+
+backend_test! {
+    /// `[daemon] max_backfill_instants` bounds the instants the backfills
+    /// in progress have left, together, across the fleet: with 6 and a
+    /// backfill of 5 instants going, one of 3 more is refused naming the
+    /// limit and the backfill in progress (and recorded so in the audit
+    /// log); one of 1 fits. A value out of range is refused by `check`,
+    /// naming the file and the key, as is a bad `max_starts_per_second`.
+    fn the_fleets_backfilled_instants_are_bounded(db: &TestDb) {
+        db.migrate();
+        let (out, hang) = (db.dir().join("instants.out"), db.dir().join("hang"));
+        let jobs = format!(
+            "[[job]]\nname = \"slow\"\nschedule = \"* * * * *\"\n\
+             command = 'echo \"slow $REPLICRON_SCHEDULED_AT\" >> {out}; while [ -e {hang} ]; do sleep 0.05; done'\n\n\
+             [[job]]\nname = \"other\"\nschedule = \"* * * * *\"\n\
+             command = 'echo \"other $REPLICRON_SCHEDULED_AT\" >> {out}'\n",
+            out = out.display(),
+            hang = hang.display()
+        );
+        let config = db.config_named("bounded.toml", &db.url, &format!("[daemon]\nmax_backfill_instants = 6\n\n{jobs}"));
+        std::fs::write(&hang, "").expect("hang");
+        let first = start_backfill(&config, "slow", &minute(0), &minute(5));
+        let started = format!("slow {}", minute(0));
+        wait_until("the first instant started", Duration::from_secs(30), || lines(&out).contains(&started));
+        let (code, said, err) = backfill(&config, "other", &minute(0), &minute(3), &[]);
+        assert_eq!(code, 2, "{said}{err}");
+        assert!(err.contains("over [daemon] max_backfill_instants = 6"), "{err}");
+        assert!(err.contains("5 left of backfill") && err.contains(" of slow (by "), "{err}");
+        let (_, audit, _) = run(&config, &["audit", "--format", "json"]);
+        assert!(audit.contains("max_backfill_instants = 6"), "the refusal is audited: {audit}");
+        let (code, said, err) = backfill(&config, "other", &minute(0), &minute(1), &[]);
+        assert_eq!(code, 0, "{said}{err}");
+        std::fs::remove_file(&hang).expect("no hang");
+        let ended = first.wait_with_output().expect("ends");
+        assert_eq!(ended.status.code(), Some(0), "{ended:?}");
+        // Over: the whole limit is free again.
+        let (code, said, err) = backfill(&config, "other", &minute(1), &minute(7), &[]);
+        assert_eq!(code, 0, "{said}{err}");
+
+        for (daemon, key) in [
+            ("max_backfill_instants = 0", "max_backfill_instants"),
+            ("max_starts_per_second = -5", "max_starts_per_second"),
+            ("max_starts_per_second = \"fast\"", "max_starts_per_second"),
+        ] {
+            let bad = db.config_named("bad.toml", &db.url, &format!("[daemon]\n{daemon}\n\n{jobs}"));
+            let (code, said, err) = run(&bad, &["check"]);
+            assert_ne!(code, 0, "{daemon}: {said}{err}");
+            assert!(err.contains("bad.toml") && err.contains(key), "{daemon}: {err}");
+        }
+    }
+}
+
+backend_test! {
+    /// `[daemon] max_starts_per_second` paces a backfill's instants: at 2 a
+    /// second, 6 quick instants take at least 2.5 s.
+    fn a_backfill_starts_under_the_throttle(db: &TestDb) {
+        db.migrate();
+        let out = db.dir().join("instants.out");
+        let config = db.config_named(
+            "throttled.toml",
+            &db.url,
+            &format!(
+                "[daemon]\nmax_starts_per_second = 2\n\n[[job]]\nname = \"quick\"\nschedule = \"* * * * *\"\n\
+                 command = 'echo \"$REPLICRON_SCHEDULED_AT\" >> {}'\n",
+                out.display()
+            ),
+        );
+        let began = std::time::Instant::now();
+        let (code, said, err) = backfill(&config, "quick", &minute(0), &minute(6), &[]);
+        assert_eq!(code, 0, "{said}{err}");
+        assert_eq!(lines(&out).len(), 6);
+        assert!(began.elapsed() >= Duration::from_millis(2500), "took {:?}", began.elapsed());
+    }
+}
+
+backend_test! {
+    /// The API and the dashboard list every backfill in progress in the
+    /// fleet with its progress (one run by another process too), and cancel
+    /// it: an action that needs the token (refused without it; the
+    /// dashboard's form needs a signed-in session and its CSRF token),
+    /// refused for an id not in progress, and recorded in the audit log. A
+    /// replica's backfill starts under its `max_starts_per_second`,
+    /// counted in `replicron_throttled_starts_total`.
+    fn an_api_backfill_is_listed_and_cancelled(db: &TestDb) {
+        use crate::web::{TOKEN, free_ports, get_json, http, post_json};
+        db.migrate();
+        let (out, hang) = (db.dir().join("instants.out"), db.dir().join("hang"));
+        let [port] = free_ports::<1>();
+        let jobs = format!(
+            "[web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\n\n\
+             [[job]]\nname = \"slow\"\nschedule = \"* * * * *\"\n\
+             command = 'echo \"slow $REPLICRON_SCHEDULED_AT\" >> {out}; while [ -e {hang} ]; do sleep 0.05; done'\n\n\
+             [[job]]\nname = \"quick\"\nschedule = \"* * * * *\"\n\
+             command = 'echo \"quick $REPLICRON_SCHEDULED_AT\" >> {out}'\n",
+            out = out.display(),
+            hang = hang.display()
+        );
+        let replica_config = db.config_named(
+            "replica.toml",
+            &db.url,
+            &format!("[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\nmax_starts_per_second = 1\n\n{jobs}"),
+        );
+        let config = db.config(&jobs);
+        let replica = crate::support::Replica::start(&replica_config, "r0", None, &[("REPLICRON_TEST_WEB_TOKEN", TOKEN)]);
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        let bearer = format!("Bearer {TOKEN}");
+        let auth = [("Authorization", bearer.as_str())];
+        let body = |from: i64, to: i64| format!(r#"{{"from": "{}", "to": "{}"}}"#, minute(from), minute(to));
+
+        // Three quick instants at one a second: two of them held back.
+        let (code, answer) = post_json(port, "/api/v1/jobs/quick/backfill", &auth, &body(0, 3));
+        assert_eq!(code, 202, "{answer}");
+        wait_until("three quick instants", Duration::from_secs(30), || {
+            lines(&out).iter().filter(|l| l.starts_with("quick ")).count() == 3
+        });
+        let (_, _, metrics) = http(port, "GET", "/metrics", &[], "");
+        let throttled: f64 = metrics
+            .lines()
+            .find(|l| l.starts_with("replicron_throttled_starts_total{kind=\"backfill\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
+        assert!(throttled >= 2.0, "{metrics}");
+
+        // A backfill another process runs is listed with its progress.
+        std::fs::write(&hang, "").expect("hang");
+        let cli = start_backfill(&config, "slow", &minute(0), &minute(4));
+        wait_until("its first instant", Duration::from_secs(30), || lines(&out).contains(&format!("slow {}", minute(0))));
+        let (code, jobs_now) = get_json(port, "/api/v1/jobs");
+        assert_eq!(code, 200, "{jobs_now}");
+        let listed = &jobs_now["backfills"][0];
+        assert_eq!((listed["job"].as_str(), listed["total"].as_i64(), listed["done"].as_i64()), (Some("slow"), Some(4), Some(0)), "{jobs_now}");
+        assert_eq!(listed["current"], minute(0), "{jobs_now}");
+        let id = listed["id"].as_i64().expect("id");
+        let (_, job_now) = get_json(port, "/api/v1/jobs/slow");
+        assert_eq!(job_now["backfills"][0]["id"], id, "{job_now}");
+        let (_, _, page) = http(port, "GET", "/jobs/slow", &[], "");
+        assert!(page.contains("id=\"backfills\"") && page.contains("0/4"), "{page}");
+        assert!(!page.contains("cancel-backfill"), "an anonymous page offers a cancel");
+        let (_, _, overview) = http(port, "GET", "/", &[], "");
+        assert!(overview.contains("Backfills in progress"), "{overview}");
+
+        // Cancelled through the API: not without the token, not by an id
+        // not in progress.
+        let cancel = "/api/v1/jobs/slow/cancel-backfill";
+        let (code, answer) = post_json(port, cancel, &[], &format!(r#"{{"id": {id}}}"#));
+        assert_eq!(code, 401, "{answer}");
+        let (code, answer) = post_json(port, cancel, &auth, r#"{"id": 999999}"#);
+        assert_eq!(code, 409, "{answer}");
+        assert!(answer.to_string().contains("no backfill 999999 is in progress"), "{answer}");
+        let (code, answer) = post_json(port, cancel, &auth, &format!(r#"{{"id": {id}}}"#));
+        assert_eq!(code, 200, "{answer}");
+        assert!(answer.to_string().contains(&format!("cancelled backfill {id} of slow")), "{answer}");
+        std::fs::remove_file(&hang).expect("no hang");
+        let ended = cli.wait_with_output().expect("ends");
+        assert_eq!(ended.status.code(), Some(1), "{ended:?}");
+        assert_eq!(lines(&out).iter().filter(|l| l.starts_with("slow ")).count(), 1);
+        let (_, jobs_now) = get_json(port, "/api/v1/jobs");
+        assert_eq!(jobs_now["backfills"], serde_json::json!([]), "{jobs_now}");
+        let id_text = id.to_string();
+        let (_, audit) = get_json(port, "/api/v1/audit?action=backfill");
+        let entries = audit["entries"].as_array().cloned().unwrap_or_default();
+        assert!(
+            entries.iter().any(|e| e["via"] == "api" && e["result"] == "done" && e["args"]["cancel"] == true && e["args"]["id"] == id_text.as_str()),
+            "{audit}"
+        );
+        assert!(
+            entries.iter().any(|e| e["via"] == "api" && e["result"] == "refused" && e["args"]["id"] == "999999"),
+            "{audit}"
+        );
+
+        // Cancelled from the dashboard: its form, signed in, with the
+        // page's CSRF token.
+        std::fs::write(&hang, "").expect("hang");
+        let cli = start_backfill(&config, "slow", &minute(10), &minute(13));
+        wait_until("its first instant", Duration::from_secs(30), || lines(&out).contains(&format!("slow {}", minute(10))));
+        let cookie = crate::web::sign_in(port);
+        let (_, _, page) = http(port, "GET", "/jobs/slow", &[("Cookie", &cookie)], "");
+        assert!(page.contains("/jobs/slow/cancel-backfill"), "{page}");
+        let csrf = page
+            .split("name=\"csrf\" value=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("csrf")
+            .to_string();
+        let form = ("Content-Type", "application/x-www-form-urlencoded");
+        let (code, _, _) = http(port, "POST", "/jobs/slow/cancel-backfill", &[("Cookie", &cookie), form], "csrf=wrong");
+        assert_eq!(code, 403, "a form without the page's CSRF token");
+        let (code, _, said) = http(port, "POST", "/jobs/slow/cancel-backfill", &[("Cookie", &cookie), form], &format!("csrf={csrf}"));
+        assert!(code == 303 || code == 200, "{code} {said}");
+        std::fs::remove_file(&hang).expect("no hang");
+        let ended = cli.wait_with_output().expect("ends");
+        assert_eq!(ended.status.code(), Some(1), "{ended:?}");
+        assert!(!lines(&out).contains(&format!("slow {}", minute(11))), "an instant after the cancel started");
+        let (_, audit) = get_json(port, "/api/v1/audit?action=backfill");
+        assert!(
+            audit["entries"].as_array().is_some_and(|e| e.iter().any(|e| e["via"] == "dashboard" && e["result"] == "done" && e["args"]["cancel"] == true)),
+            "{audit}"
+        );
+        drop(replica);
     }
 }

@@ -645,7 +645,7 @@ fn the_api_refuses_what_it_should_not_do() {
 }
 
 /// Signs in on `port` from its own origin: the session cookie (`name=value`).
-fn sign_in(port: u16) -> String {
+pub(crate) fn sign_in(port: u16) -> String {
     sign_in_with(port, TOKEN)
 }
 

@@ -368,10 +368,40 @@ impl Checker<'_> {
                     None
                 }
             });
+        let mut count = |given: Option<&Spanned<i64>>, key: &str, max: i64, default: i64| {
+            let Some(given) = given else {
+                return default;
+            };
+            let n = *given.get_ref();
+            if (1..=max).contains(&n) {
+                return n;
+            }
+            self.report(
+                Some(given.span()),
+                Some(scope),
+                Some(key),
+                format!("{key} must be between 1 and {max}, not {n}"),
+            );
+            default
+        };
+        let max_backfill_instants = count(
+            raw.max_backfill_instants.as_ref(),
+            "max_backfill_instants",
+            100_000_000,
+            crate::scheduler::backfill::progress::DEFAULT_MAX_INSTANTS as i64,
+        ) as u64;
+        let max_starts_per_second = count(
+            raw.max_starts_per_second.as_ref(),
+            "max_starts_per_second",
+            100_000,
+            i64::from(crate::scheduler::throttle::DEFAULT_STARTS_PER_SECOND),
+        ) as u32;
         DaemonConfig {
             shutdown_grace,
             metrics_listen,
             history_retention,
+            max_backfill_instants,
+            max_starts_per_second,
         }
     }
 }
