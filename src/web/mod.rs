@@ -330,6 +330,7 @@ async fn security_headers(mut response: Response) -> Response {
 }
 
 async fn metrics(State(web): State<Shared>) -> Response {
+    live::record_gauges();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         web.metrics.render(),
