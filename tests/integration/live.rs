@@ -393,7 +393,7 @@ backend_test! {
             &format!(
                 "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
                  [web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\n\n\
-                 [[job]]\nname = \"leaky\"\nschedule = \"@yearly\"\ncommand = \"{command}\"\n\
+                 [[job]]\nname = \"leaky\"\nschedule = \"@manual\"\ncommand = \"{command}\"\n\
                  params = [\"PASSWORD=file:{}\", \"TOKEN\"]\nsecret_params = [\"PASSWORD\", \"TOKEN\"]\n",
                 secret.display()
             ),
