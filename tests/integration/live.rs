@@ -438,3 +438,47 @@ backend_test! {
         assert!(!log.contains("s3cret") && !log.contains("abcdefgh"), "{log}");
     }
 }
+
+backend_test! {
+    /// A replica of another host that advertised a loopback address is not
+    /// dialled (this host's own loopback would answer): the stream says
+    /// that replica is not reachable from here. A finished run's stream
+    /// just says it ended.
+    fn another_hosts_loopback_address_is_never_dialled(db: &TestDb) {
+        use diesel::connection::SimpleConnection;
+        let [port] = free_ports();
+        let config = config(db, port);
+        db.migrate();
+        // A replica of another host, alive, and its run; and a run that
+        // ended.
+        db.raw()
+            .batch_execute(&format!(
+                "INSERT INTO replicron_instances (id, host, pid, version, started_at, last_seen, web_url) \
+                 VALUES ('elsewhere', 'another-host.invalid', 1, '0', '2026-01-01 00:00:00', '2999-01-01 00:00:00', 'http://127.0.0.1:{port}'); \
+                 INSERT INTO replicron_runs (job, scheduled_at, attempt, instance, fence, started_at, finished_at, status, output) VALUES \
+                 ('talker', '2026-01-01 00:00:00', 1, 'elsewhere', 1, '2026-01-01 00:00:01', NULL, 'running', ''), \
+                 ('talker', '2026-01-01 00:01:00', 1, 'elsewhere', 2, '2026-01-01 00:01:01', '2026-01-01 00:01:02', 'succeeded', 'done\n')"
+            ))
+            .expect("seed");
+        let env = [("REPLICRON_TEST_WEB_TOKEN", TOKEN)];
+        let replica = Replica::start(&config, "live-here", None, &env);
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        let (_, page) = get_json(port, "/api/v1/runs?job=talker");
+        let id_of = |status: &str| {
+            page["runs"]
+                .as_array()
+                .and_then(|runs| runs.iter().find(|r| r["status"] == status))
+                .and_then(|r| r["id"].as_i64())
+                .unwrap_or_else(|| panic!("a {status} run: {page}"))
+        };
+        let (code, _, body) = http(port, "GET", &format!("/runs/{}/output", id_of("running")), &[], "");
+        assert_eq!(code, 200, "{body}");
+        assert!(
+            body.contains("event: gone") && body.contains("not reachable from this host"),
+            "{body}"
+        );
+        let (_, _, ended) = http(port, "GET", &format!("/runs/{}/output", id_of("succeeded")), &[], "");
+        assert!(ended.contains("event: end") && !ended.contains("done"), "{ended}");
+        drop(replica);
+    }
+}
