@@ -246,6 +246,7 @@ backend_test! {
 }
 
 /// The resident memory of process `pid`, in bytes.
+#[cfg(feature = "sqlite")]
 fn rss(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     status
@@ -257,6 +258,7 @@ fn rss(pid: i32) -> u64 {
 }
 
 /// The value of gauge `name` in `/metrics`.
+#[cfg(feature = "sqlite")]
 fn gauge(port: u16, name: &str) -> f64 {
     let (_, _, text) = http(port, "GET", "/metrics", &[], "");
     text.lines()
