@@ -46,6 +46,13 @@ pub(crate) struct InstanceRow {
     pub web_url: Option<String>,
 }
 
+/// This host's name, as its replicas register.
+pub(crate) fn this_host() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown-host".to_string())
+}
+
 /// This process, as it registers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Me {
@@ -64,9 +71,7 @@ impl Me {
     pub(crate) fn new(id: &str) -> Self {
         Me {
             id: id.to_string(),
-            host: hostname::get()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "unknown-host".to_string()),
+            host: this_host(),
             pid: i64::from(std::process::id()),
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
@@ -224,16 +229,19 @@ pub(crate) fn set_web_url(conn: &mut DbConnection, me: &Me, url: &str) -> QueryR
     .execute(conn)
 }
 
-/// Where replica `id`'s dashboard is reached, if it is alive and serves
-/// one.
-pub(crate) fn web_url_of(conn: &mut DbConnection, id: &str) -> QueryResult<Option<String>> {
+/// Where replica `id`'s dashboard is reached, and its host, if it is
+/// alive and serves one.
+pub(crate) fn web_url_of(
+    conn: &mut DbConnection,
+    id: &str,
+) -> QueryResult<Option<(String, String)>> {
     Ok(instances::replicron_instances
         .filter(instances::id.eq(id))
         .filter(instances::last_seen.ge(DbNowPlus::minus(STALE_AFTER)))
-        .select(instances::web_url)
-        .first::<Option<String>>(conn)
+        .select((instances::web_url, instances::host))
+        .first::<(Option<String>, String)>(conn)
         .optional()?
-        .flatten())
+        .and_then(|(url, host)| Some((url?, host))))
 }
 
 /// A replica not heard from for this long is forgotten: its row is
@@ -331,7 +339,7 @@ impl Store {
     }
 
     /// [`web_url_of`].
-    pub(crate) async fn web_url_of(&self, id: String) -> Result<Option<String>, DbError> {
+    pub(crate) async fn web_url_of(&self, id: String) -> Result<Option<(String, String)>, DbError> {
         self.call("reading a replica's dashboard address", move |conn| {
             web_url_of(conn, &id)
         })

@@ -44,7 +44,7 @@ pub(crate) const REDACTED: &str = "[redacted]";
 /// The shortest secret value masked in a run's output: a shorter one
 /// (`1`, `yes`) would mask half the output and reveal the secret by its
 /// gaps.
-const MIN_MASKED: usize = 4;
+pub(crate) const MIN_MASKED: usize = 4;
 
 /// `text` (a run's output) with each of `secrets` at least
 /// [`MIN_MASKED`] bytes long written as `[redacted]`.

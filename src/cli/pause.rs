@@ -56,6 +56,7 @@ pub(super) fn pause(args: &PauseArgs) -> anyhow::Result<ExitCode> {
             args.job, args.job
         ),
         Err(Refused::Db(e)) => return Err(e.into()),
+        Err(unaudited @ Refused::Unaudited(_)) => return Err(unaudited.into()),
         Err(refused) => return Err(UsageError(refused.to_string()).into()),
     }
     Ok(ExitCode::SUCCESS)

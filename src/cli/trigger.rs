@@ -115,6 +115,14 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     let entry = crate::ops::actions::trigger_entry(&job, args.force, &params);
     let ran = runtime.block_on(async {
         let engine = super::one_off_engine_for(pool, grace, &job)?;
+        // Started only once its row is in the audit log.
+        let row = engine
+            .store
+            .audit_ahead(&Actor::cli(), &entry)
+            .await
+            .map_err(|e| {
+                crate::Error::Database(Box::new(crate::ops::actions::Refused::Unaudited(e)))
+            })?;
         let started = crate::scheduler::trigger::start(
             engine.clone(),
             &Job::from_config(&job),
@@ -139,7 +147,7 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
             }
             Err(e) => Outcome::Refused(e.to_string()),
         };
-        engine.store.audit(&Actor::cli(), entry, outcome).await;
+        engine.store.audit_settle(row, outcome).await;
         let ran = match started? {
             Started::Running { handle, .. } => handle.await.ok(),
             Started::Refused(Refusal::Paused(pause)) => return Ok(Err(pause)),

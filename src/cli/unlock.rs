@@ -48,6 +48,7 @@ pub(super) fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
         Err(Refused::Db(e)) => return Err(e.into()),
+        Err(unaudited @ Refused::Unaudited(_)) => return Err(unaudited.into()),
         Err(refused) => return Err(super::UsageError(refused.to_string()).into()),
     }
     Ok(ExitCode::SUCCESS)

@@ -250,17 +250,63 @@ pub(crate) enum Outcome {
     Refused(String),
 }
 
+/// The result of a row written before its action was carried out, until
+/// its outcome is written: it stays so only if the action's replica or
+/// command stopped, or the database failed, in between.
+pub(crate) const STARTED: &str = "started";
+
+/// Writes `entry`'s row for `actor`, [`STARTED`], before its action is
+/// carried out; returns its id.
+fn record_ahead(conn: &mut DbConnection, actor: &Actor, entry: &Entry) -> QueryResult<i64> {
+    use diesel::connection::Connection as _;
+    conn.transaction(|conn| {
+        record(
+            conn,
+            actor,
+            entry,
+            &Outcome::Refused(String::new()),
+            STARTED,
+        )?;
+        // The id this connection's insert was given.
+        let last = match conn.backend() {
+            super::Backend::Sqlite => "last_insert_rowid()",
+            super::Backend::Mysql => "CAST(LAST_INSERT_ID() AS SIGNED)",
+            super::Backend::Postgres => "lastval()",
+        };
+        diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(last)).get_result(conn)
+    })
+}
+
+/// Writes the outcome of row `id`, written [`STARTED`].
+fn settle(conn: &mut DbConnection, id: i64, outcome: &Outcome) -> QueryResult<usize> {
+    let (result, detail) = outcome.parts();
+    diesel::update(audit::replicron_audit.filter(audit::id.eq(id)))
+        .set((
+            audit::result.eq(result),
+            audit::detail.eq((!detail.is_empty()).then_some(detail)),
+        ))
+        .execute(conn)
+}
+
+impl Outcome {
+    /// Its result and detail, as the table has them.
+    fn parts(&self) -> (&'static str, &str) {
+        match self {
+            Outcome::Done(detail) => ("done", detail),
+            Outcome::Refused(why) => ("refused", why),
+        }
+    }
+}
+
 /// Writes `entry`'s row for `actor`, at the database's now.
 pub(crate) fn record(
     conn: &mut DbConnection,
     actor: &Actor,
     entry: &Entry,
     outcome: &Outcome,
+    result: &str,
 ) -> QueryResult<usize> {
-    let (result, detail) = match outcome {
-        Outcome::Done(detail) => ("done", detail),
-        Outcome::Refused(why) => ("refused", why),
-    };
+    let (_, detail) = outcome.parts();
     let args = (!entry.args.is_empty()).then(|| Value::Object(entry.args.clone()).to_string());
     diesel::insert_into(audit::replicron_audit)
         .values((
@@ -459,7 +505,7 @@ impl Store {
         let (action, job) = (entry.action, entry.job.clone());
         if let Err(e) = self
             .call("recording an action in the audit log", move |conn| {
-                record(conn, &actor, &entry, &outcome)
+                record(conn, &actor, &entry, &outcome, outcome.parts().0)
             })
             .await
         {
@@ -467,6 +513,35 @@ impl Store {
                 action = action.as_str(),
                 job = job.as_deref().unwrap_or(""),
                 "not recorded in the audit log: {e}"
+            );
+        }
+    }
+
+    /// Writes `entry`'s row for `actor` before its action is carried out
+    /// ([`STARTED`]), so that an action whose row cannot be written is
+    /// not carried out; [`Store::audit_settle`] then writes its outcome.
+    pub(crate) async fn audit_ahead(&self, actor: &Actor, entry: &Entry) -> Result<i64, DbError> {
+        let (actor, entry) = (actor.clone(), entry.clone());
+        self.call("recording an action in the audit log", move |conn| {
+            record_ahead(conn, &actor, &entry)
+        })
+        .await
+    }
+
+    /// Writes the outcome of row `id`, written by [`Store::audit_ahead`];
+    /// one that cannot be written is logged (the row stays [`STARTED`]:
+    /// the action may have been carried out).
+    pub(crate) async fn audit_settle(&self, id: i64, outcome: Outcome) {
+        if let Err(e) = self
+            .call(
+                "recording an action's outcome in the audit log",
+                move |conn| settle(conn, id, &outcome),
+            )
+            .await
+        {
+            tracing::error!(
+                id,
+                "the outcome of an action is not recorded in the audit log (its row says it started): {e}"
             );
         }
     }

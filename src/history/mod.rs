@@ -1107,6 +1107,16 @@ pub(crate) fn find_run(conn: &mut DbConnection, id: i64) -> QueryResult<Option<R
         .optional()
 }
 
+/// The run with id `id` without its output (a finished run's may be
+/// `output_limit` long: what only asks how it stands need not read it).
+pub(crate) fn find_brief(conn: &mut DbConnection, id: i64) -> QueryResult<Option<RunBrief>> {
+    runs::replicron_runs
+        .select(RunBrief::as_select())
+        .filter(runs::id.eq(id))
+        .first(conn)
+        .optional()
+}
+
 /// The runs with these ids, in one statement (in no particular order).
 pub(crate) fn find_runs(conn: &mut DbConnection, ids: &[i64]) -> QueryResult<Vec<RunRow>> {
     if ids.is_empty() {

@@ -196,6 +196,14 @@ impl Store {
             .await
     }
 
+    /// [`super::find_brief`].
+    pub(crate) async fn find_brief(&self, id: i64) -> Result<Option<RunBrief>, DbError> {
+        self.call("reading the history", move |conn| {
+            super::find_brief(conn, id)
+        })
+        .await
+    }
+
     /// [`super::find_runs`].
     pub(crate) async fn find_runs(&self, ids: Vec<i64>) -> Result<Vec<RunRow>, DbError> {
         self.call("reading the history", move |conn| {

@@ -39,6 +39,12 @@ pub(crate) enum Refused {
     /// The database did not answer.
     #[error(transparent)]
     Db(#[from] DbError),
+    /// Its row of the audit log could not be written: it was not carried
+    /// out.
+    #[error(
+        "not done: it could not be recorded in the audit log ({0}), and an action is carried out only once recorded"
+    )]
+    Unaudited(DbError),
 }
 
 /// What the audit log says a trigger of `job` was given: `force`, and its
@@ -70,20 +76,27 @@ pub(crate) fn trigger_entry<'p>(
     }
 }
 
-/// Records `result` of `entry` for `actor` in the audit log, the text of
-/// a success made by `done`; returns `result`.
+/// Carries out `act` once `entry`'s row for `actor` is in the audit log,
+/// then records its result there, the text of a success made by `done`;
+/// returns its result. An action whose row cannot be written is not
+/// carried out ([`Refused::Unaudited`]).
 async fn audited<T>(
     store: &Store,
     actor: &Actor,
     entry: Entry,
-    result: Result<T, Refused>,
+    act: impl Future<Output = Result<T, Refused>>,
     done: impl FnOnce(&T) -> String,
 ) -> Result<T, Refused> {
+    let row = store
+        .audit_ahead(actor, &entry)
+        .await
+        .map_err(Refused::Unaudited)?;
+    let result = act.await;
     let outcome = match &result {
         Ok(value) => Outcome::Done(done(value)),
         Err(refused) => Outcome::Refused(refused.to_string()),
     };
-    store.audit(actor, entry, outcome).await;
+    store.audit_settle(row, outcome).await;
     result
 }
 
@@ -100,7 +113,7 @@ pub(crate) async fn pause(
     let entry = Entry::new(Action::Pause, job)
         .arg("until", until)
         .arg("reason", reason.clone());
-    let paused = pause_unaudited(store, actor, job, until, reason).await;
+    let paused = pause_unaudited(store, actor, job, until, reason);
     audited(store, actor, entry, paused, |until| match until {
         Some(until) => format!("paused until {}", rfc3339(until.naive_utc())),
         None => "paused until resumed".to_string(),
@@ -136,7 +149,7 @@ async fn pause_unaudited(
 
 /// Resumes `job` for `actor`; `false` if it was not paused.
 pub(crate) async fn resume(store: &Store, actor: &Actor, job: &str) -> Result<bool, Refused> {
-    let resumed = store.resume(job).await.map_err(Refused::from);
+    let resumed = async { store.resume(job).await.map_err(Refused::from) };
     audited(
         store,
         actor,
@@ -170,7 +183,7 @@ pub(crate) async fn unlock(
     job: &str,
     force: bool,
 ) -> Result<Unlocked, Refused> {
-    let unlocked = unlock_unaudited(store, job, force).await;
+    let unlocked = unlock_unaudited(store, job, force);
     let entry = Entry::new(Action::Unlock, job).arg("force", force);
     audited(store, actor, entry, unlocked, |unlocked| match unlocked {
         Unlocked::NotHeld => "not held".to_string(),

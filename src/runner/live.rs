@@ -6,8 +6,9 @@
 //! Its cost when nobody watches is the run's output tail, which is kept
 //! anyway, one entry in the table per run, and a notification (an atomic
 //! counter bumped, no allocation) per chunk read. Memory stays bounded by
-//! the job's `output_limit`: watchers read the tail itself, and one that
-//! falls behind by more than it is told which bytes it missed.
+//! the job's `output_limit`: watchers read the tail itself, a piece of at
+//! most [`MAX_READ`] bytes at a time, and one that falls behind by more
+//! than the tail is told which bytes it missed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -31,6 +32,10 @@ pub(crate) struct Live {
     tail: Mutex<Tail>,
     progress: watch::Sender<Progress>,
 }
+
+/// The most bytes one read of a run's output copies, whatever its
+/// `output_limit`: what a watcher holds at once.
+pub(crate) const MAX_READ: usize = 64 * 1024;
 
 /// What a watcher reads: the kept bytes from an offset on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -76,8 +81,8 @@ impl Live {
         self.progress.subscribe()
     }
 
-    /// The kept bytes from offset `from` on.
-    pub(crate) fn read(&self, from: u64) -> Read {
+    /// The kept bytes from offset `from` on, at most `max` of them.
+    pub(crate) fn read(&self, from: u64, max: usize) -> Read {
         let Ok(tail) = self.tail.lock() else {
             return Read::default();
         };
@@ -85,7 +90,7 @@ impl Live {
             from: from.max(tail.start()).min(tail.total),
             total: tail.total,
             limit: tail.limit as u64,
-            pieces: tail.since(from),
+            pieces: tail.since(from, max),
         }
     }
 
@@ -176,7 +181,7 @@ mod tests {
         progress.changed().await.expect("changed");
         assert_eq!(progress.borrow_and_update().total, 6);
         live.push(b"oops\n", Stream::Stderr);
-        let read = found.read(3);
+        let read = found.read(3, MAX_READ);
         assert_eq!(read.from, 3);
         assert_eq!(read.total, 11);
         assert_eq!(
@@ -188,7 +193,7 @@ mod tests {
         );
         // Past the limit: the read starts at the first byte still kept.
         live.push(&[b'z'; 20], Stream::Stdout);
-        assert_eq!(found.read(0).from, 15);
+        assert_eq!(found.read(0, MAX_READ).from, 15);
         drop(registered);
         assert!(find("live-test-a", -42).is_none());
         assert!(progress.wait_for(|p| p.ended).await.is_ok());

@@ -69,6 +69,9 @@ pub(crate) struct Process {
     /// The secret parameters whose default is read from a file at each
     /// run's start, for a run not given a value for them.
     pub(crate) secret_sources: Vec<(String, crate::config::params::SecretSource)>,
+    /// The job's `secret_params`: their values, given or default, are
+    /// masked in the run's output.
+    pub(crate) secret_params: Vec<String>,
 }
 
 impl Action for Process {
@@ -122,12 +125,17 @@ impl Process {
             job: ctx.job().to_string(),
             run_id: ctx.run_id(),
             command: self.command.clone(),
-            env,
             working_dir: self.working_dir.clone(),
             output_limit: self.output_limit,
             inherit_stdio: self.inherit_stdio,
             hidden_env: self.hidden_env.clone(),
             run_as: self.run_as.clone(),
+            secrets: self
+                .secret_params
+                .iter()
+                .filter_map(|name| env.get(name).cloned())
+                .collect(),
+            env,
         };
         let mut lease = ctx.lease.clone();
         let deadlines = |state: LeaseState| match state {
@@ -252,6 +260,8 @@ struct RunSpec {
     hidden_env: Vec<String>,
     /// The user to run as.
     run_as: Option<crate::config::RunAs>,
+    /// The values of its secret parameters, masked in its output.
+    secrets: Arc<[String]>,
 }
 
 /// A started run.
@@ -375,6 +385,7 @@ async fn spawn(
             spec.job.clone(),
             spec.run_id,
             live.clone(),
+            spec.secrets.clone(),
         )));
     }
     if let Some(stderr) = child.stderr.take() {
@@ -384,6 +395,7 @@ async fn spawn(
             spec.job.clone(),
             spec.run_id,
             live.clone(),
+            spec.secrets.clone(),
         )));
     }
     Ok(Running {
@@ -529,6 +541,7 @@ mod tests {
             hidden_env: Vec::new(),
             run_as: None,
             secret_sources: Vec::new(),
+            secret_params: Vec::new(),
         }
     }
 

@@ -98,17 +98,21 @@ impl Tail {
     }
 
     /// The bytes kept from offset `from` on (from the first one kept if
-    /// `from` is older), in runs of one stream each.
-    pub(crate) fn since(&self, from: u64) -> Vec<(Stream, Vec<u8>)> {
+    /// `from` is older), at most `max` of them, in runs of one stream each.
+    pub(crate) fn since(&self, from: u64, max: usize) -> Vec<(Stream, Vec<u8>)> {
         let skip = usize::try_from(from.saturating_sub(self.start())).unwrap_or(usize::MAX);
+        let stop = skip.saturating_add(max);
         let mut pieces = Vec::new();
         let mut at = 0_usize;
         for &(stream, len) in &self.streams {
-            let (begin, end) = (at.max(skip), at + len);
+            if at >= stop {
+                break;
+            }
+            let (begin, end) = (at.max(skip), (at + len).min(stop));
             if begin < end {
                 pieces.push((stream, self.bytes.range(begin..end).copied().collect()));
             }
-            at = end;
+            at += len;
         }
         pieces
     }
@@ -123,29 +127,108 @@ pub(crate) struct Output {
     pub(crate) total_bytes: u64,
 }
 
-/// Reads one stream of a run into its tail and its log lines.
+/// A stream's bytes with each of the run's secret values written
+/// [`crate::text::REDACTED`], before they are kept, watched or logged. A
+/// secret may be cut between two reads: the end of a read that could be
+/// the beginning of one is held back until the next read tells (or the
+/// stream ends).
+#[derive(Debug, Default)]
+pub(crate) struct Masker {
+    secrets: Arc<[Vec<u8>]>,
+    carry: Vec<u8>,
+}
+
+impl Masker {
+    /// Masks `secrets` ([`crate::text::MIN_MASKED`] bytes or more; shorter
+    /// ones are left).
+    pub(crate) fn new(secrets: &[String]) -> Masker {
+        Masker {
+            secrets: secrets
+                .iter()
+                .filter(|s| s.len() >= crate::text::MIN_MASKED)
+                .map(|s| s.as_bytes().to_vec())
+                .collect(),
+            carry: Vec::new(),
+        }
+    }
+
+    /// What of `chunk` (and what was held back) can be passed on.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        if self.secrets.is_empty() {
+            return chunk.to_vec();
+        }
+        let mut bytes = std::mem::take(&mut self.carry);
+        bytes.extend_from_slice(chunk);
+        for secret in self.secrets.iter() {
+            bytes = replace(&bytes, secret, crate::text::REDACTED.as_bytes());
+        }
+        // The longest end of it that begins a secret.
+        let held = self
+            .secrets
+            .iter()
+            .flat_map(|secret| {
+                (1..secret.len().min(bytes.len() + 1))
+                    .rev()
+                    .find(|&n| bytes.ends_with(&secret[..n]))
+            })
+            .max()
+            .unwrap_or(0);
+        self.carry = bytes.split_off(bytes.len() - held);
+        bytes
+    }
+
+    /// What was held back, at the stream's end.
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.carry)
+    }
+}
+
+/// `bytes` with every `what` written `with`.
+fn replace(bytes: &[u8], what: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at..].starts_with(what) {
+            out.extend_from_slice(with);
+            at += what.len();
+        } else {
+            out.push(bytes[at]);
+            at += 1;
+        }
+    }
+    out
+}
+
+/// Reads one stream of a run into its tail and its log lines, its
+/// `secrets` masked.
 pub(crate) async fn read_stream(
     mut stream: impl AsyncRead + Unpin,
     name: Stream,
     job: String,
     run_id: i64,
     live: Arc<Live>,
+    secrets: Arc<[String]>,
 ) {
     let mut buffer = vec![0_u8; 16 * 1024];
     let mut line: Vec<u8> = Vec::new();
+    let mut masker = Masker::new(&secrets);
     loop {
-        let n = match stream.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let (chunk, ended) = match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => (masker.finish(), true),
+            Ok(n) => (masker.feed(&buffer[..n]), false),
         };
-        let chunk = &buffer[..n];
-        live.push(chunk, name);
+        if !chunk.is_empty() {
+            live.push(&chunk, name);
+        }
         for piece in chunk.split_inclusive(|&b| b == b'\n') {
             line.extend_from_slice(piece);
             if line.ends_with(b"\n") || line.len() >= MAX_LOG_LINE {
                 log_line(&job, run_id, name.as_str(), &line);
                 line.clear();
             }
+        }
+        if ended {
+            break;
         }
     }
     if !line.is_empty() {
@@ -182,6 +265,27 @@ mod tests {
         assert_eq!(none.start(), 3);
     }
 
+    /// A printed secret is masked even when it comes cut in two reads,
+    /// and what only began like one is passed on in the end.
+    #[test]
+    fn secrets_are_masked_across_reads() {
+        let mut masker = Masker::new(&["hunter2".to_string(), "no".to_string()]);
+        let mut out = masker.feed(b"pw=hun");
+        assert_eq!(out, b"pw=", "the start of a secret is held back");
+        out.extend(masker.feed(b"ter2 no hunt"));
+        out.extend(masker.feed(b"er3 hunter2"));
+        out.extend(masker.finish());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "pw=[redacted] no hunter3 [redacted]"
+        );
+        let mut masker = Masker::new(&[]);
+        assert_eq!(masker.feed(b"hun"), b"hun");
+        let mut masker = Masker::new(&["abcd".to_string()]);
+        assert_eq!(masker.feed(b"xab"), b"x");
+        assert_eq!(masker.finish(), b"ab");
+    }
+
     /// Each kept byte stays tagged with its stream as older ones fall off
     /// the front, and the runs never outnumber or outgrow the bytes.
     #[test]
@@ -190,7 +294,7 @@ mod tests {
         tail.push(b"out1\n", Stream::Stdout);
         tail.push(b"err\n", Stream::Stderr);
         assert_eq!(
-            tail.since(0),
+            tail.since(0, usize::MAX),
             vec![
                 (Stream::Stdout, b"ut1\n".to_vec()),
                 (Stream::Stderr, b"err\n".to_vec())
@@ -198,12 +302,23 @@ mod tests {
         );
         assert_eq!(tail.start(), 1);
         // From an offset inside the kept bytes: only what follows it.
-        assert_eq!(tail.since(7), vec![(Stream::Stderr, b"r\n".to_vec())]);
-        assert_eq!(tail.since(9), Vec::new());
+        assert_eq!(
+            tail.since(7, usize::MAX),
+            vec![(Stream::Stderr, b"r\n".to_vec())]
+        );
+        assert_eq!(tail.since(9, usize::MAX), Vec::new());
+        // At most so many bytes.
+        assert_eq!(
+            tail.since(3, 3),
+            vec![
+                (Stream::Stdout, b"1\n".to_vec()),
+                (Stream::Stderr, b"e".to_vec())
+            ]
+        );
         tail.push(b"o2", Stream::Stdout);
         tail.push(b"o3", Stream::Stdout);
         assert_eq!(
-            tail.since(0),
+            tail.since(0, usize::MAX),
             vec![
                 (Stream::Stderr, b"err\n".to_vec()),
                 (Stream::Stdout, b"o2o3".to_vec())
@@ -241,9 +356,12 @@ mod tests {
             tail.push(b"x", stream);
         }
         assert_eq!(tail.streams.len(), MAX_STREAM_RUNS);
-        assert_eq!(tail.since(0).len(), MAX_STREAM_RUNS);
+        assert_eq!(tail.since(0, usize::MAX).len(), MAX_STREAM_RUNS);
         assert_eq!(
-            tail.since(0).iter().map(|p| p.1.len()).sum::<usize>(),
+            tail.since(0, usize::MAX)
+                .iter()
+                .map(|p| p.1.len())
+                .sum::<usize>(),
             3 * MAX_STREAM_RUNS
         );
         // As the front falls off, switches are recorded again.
@@ -251,6 +369,9 @@ mod tests {
             tail.push(b"o", Stream::Stdout);
         }
         tail.push(b"e", Stream::Stderr);
-        assert_eq!(tail.since(0).last(), Some(&(Stream::Stderr, b"e".to_vec())));
+        assert_eq!(
+            tail.since(0, usize::MAX).last(),
+            Some(&(Stream::Stderr, b"e".to_vec()))
+        );
     }
 }

@@ -65,6 +65,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             hidden_env: Vec::new(),
             run_as: None,
             secret_sources: Vec::new(),
+            secret_params: Vec::new(),
         }),
     }
 }

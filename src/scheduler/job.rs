@@ -340,6 +340,7 @@ impl Job {
                     .iter()
                     .filter_map(|p| Some((p.name.clone(), p.source.clone()?)))
                     .collect(),
+                secret_params: job.secret_params.clone(),
             },
         )
     }

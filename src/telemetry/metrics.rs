@@ -91,6 +91,10 @@ fn describe() {
         "Database calls that failed"
     );
     describe_gauge!(
+        "replicron_live_output_streams",
+        "Live output streams of running runs this replica serves now (GET /runs/ID/output)"
+    );
+    describe_gauge!(
         "replicron_history_pending_writes",
         "History writes (runs' ends) queued until the database takes them"
     );

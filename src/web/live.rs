@@ -14,7 +14,20 @@
 //! browser reconnects, and resumes where it was by `Last-Event-ID`), or at
 //! once when there is nothing to follow (`gone`); at most [`MAX_STREAMS`]
 //! are open at once on a replica, so long-lived streams never take the
-//! listener's connections from its pages.
+//! listener's connections from its pages. One client (by its address, as
+//! the audit log has it) holds at most [`PER_CLIENT`] of them, and the last
+//! [`RESERVED`] are kept for signed-in callers (a bearer token or a
+//! session, held to no per-client share), so that anonymous readers
+//! cannot take every one. A stream
+//! passed through from another replica is that replica's: its clients
+//! share its [`PER_CLIENT`] there, after their own cap on it.
+//!
+//! Each stream reads the run's output a piece of at most
+//! [`running::MAX_READ`] bytes at a time, and reads the next only once
+//! the client has taken the events of the last: a reader that never reads
+//! holds one piece, whatever the job's `output_limit`; one that falls
+//! behind the tail is told which bytes it missed (`skip`). The streams
+//! open are the gauge `replicron_live_output_streams`.
 //!
 //! Events: `start` (`{"from","total","limit"}`: the offset of the first
 //! byte sent, the bytes printed so far, the most kept), `out` and `err`
@@ -23,10 +36,12 @@
 //! it), `skip` (`{"from","to"}`: bytes the watcher fell too far behind to
 //! be sent), `end` and `gone` (a sentence: why nothing can be followed).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -38,10 +53,10 @@ use chrono::{DateTime, Utc};
 use hyper::body::Body as _;
 use maud::{Markup, html};
 use serde::Deserialize;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 
-use super::Shared;
 use super::ansi::{Ansi, Span};
+use super::{Shared, Web};
 use crate::history::{RunFilter, RunRecord, RunStatus};
 use crate::runner::live::{self as running, Live, Progress};
 use crate::runner::output::Stream;
@@ -50,6 +65,13 @@ use crate::runner::output::Stream;
 const HOP: &str = "x-replicron-hop";
 /// The most output streams a replica serves at once.
 pub(crate) const MAX_STREAMS: usize = 32;
+/// The most output streams one client is served at once.
+pub(crate) const PER_CLIENT: usize = 8;
+/// How many of [`MAX_STREAMS`] only signed-in callers are given.
+pub(crate) const RESERVED: usize = 4;
+/// The most of a running run's output a page shows as it loads (its
+/// script then follows from there).
+const PAGE_TAIL: usize = 256 * 1024;
 /// How long one stream lasts at most, well within the listener's
 /// connection lifetime; the browser then reconnects.
 const STREAM_LIFE: Duration = Duration::from_secs(90);
@@ -58,17 +80,103 @@ const HOLDER_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a passed-through stream may stay silent (its holder sends a
 /// comment every 15 s) before it is taken for lost and ended.
 const HOLDER_SILENCE: Duration = Duration::from_secs(40);
-/// The most of a holder's answer a page reads for the output so far.
-const MAX_SNAPSHOT: usize = 16 * 1024 * 1024;
+/// The most of a holder's answer a page reads for the output so far
+/// ([`PAGE_TAIL`] bytes, as events: escaped JSON, with their colours).
+const MAX_SNAPSHOT: usize = 8 * PAGE_TAIL;
 /// The data of an `end` event (an event without data is not dispatched
 /// by browsers).
 const ENDED: &str = "\"the run has ended\"";
 /// How many successful runs the usual duration is the median of.
 const USUAL_OF: i64 = 20;
 
-fn streams() -> &'static Arc<Semaphore> {
-    static STREAMS: OnceLock<Arc<Semaphore>> = OnceLock::new();
-    STREAMS.get_or_init(|| Arc::new(Semaphore::new(MAX_STREAMS)))
+/// The output streams a replica serves, by client.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    open: Mutex<HashMap<IpAddr, usize>>,
+    max: usize,
+    reserved: usize,
+    per_client: usize,
+}
+
+/// Why a stream was not given a slot.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// Every slot open to the caller is taken.
+    Full,
+    /// The client has its share already.
+    Client,
+}
+
+/// A stream's slot, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    slots: Arc<Slots>,
+    client: IpAddr,
+}
+
+impl Slots {
+    /// `max` slots, `reserved` of them for signed-in callers, at most
+    /// `per_client` to one client.
+    pub(crate) fn new(max: usize, reserved: usize, per_client: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            open: Mutex::default(),
+            max,
+            reserved,
+            per_client,
+        })
+    }
+
+    /// A slot for `client`: a signed-in one is held to no share of its
+    /// own, and may take the reserved slots.
+    pub(crate) fn take(self: &Arc<Self>, client: IpAddr, signed_in: bool) -> Result<Slot, Busy> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let all: usize = open.values().sum();
+        let limit = if signed_in {
+            self.max
+        } else {
+            self.max.saturating_sub(self.reserved)
+        };
+        if all >= limit {
+            return Err(Busy::Full);
+        }
+        let mine = open.entry(client).or_default();
+        if *mine >= self.per_client && !signed_in {
+            return Err(Busy::Client);
+        }
+        *mine += 1;
+        STREAMS_OPEN.fetch_add(1, Ordering::Relaxed);
+        Ok(Slot {
+            slots: self.clone(),
+            client,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mine) = open.get_mut(&self.client) {
+            *mine -= 1;
+            if *mine == 0 {
+                open.remove(&self.client);
+            }
+        }
+        STREAMS_OPEN.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn slots() -> &'static Arc<Slots> {
+    static SLOTS: OnceLock<Arc<Slots>> = OnceLock::new();
+    SLOTS.get_or_init(|| Slots::new(MAX_STREAMS, RESERVED, PER_CLIENT))
+}
+
+/// The streams open.
+static STREAMS_OPEN: AtomicU64 = AtomicU64::new(0);
+
+/// The live output gauge, as of now: how many streams are open.
+pub(crate) fn record_gauges() {
+    metrics::gauge!("replicron_live_output_streams")
+        .set(STREAMS_OPEN.load(Ordering::Relaxed) as f64);
 }
 
 /// Where the other replicas reach a listener bound to `addr`:
@@ -148,20 +256,27 @@ fn stream_event(stream: Stream, spans: &[Span], end: u64) -> Event {
 struct Follow {
     live: Arc<Live>,
     progress: watch::Receiver<Progress>,
+    /// The offset of the next byte to send.
     at: u64,
+    /// What the run had printed as of the last read.
+    total: u64,
     decoder: Decoder,
+    /// Events not yet taken.
     queue: VecDeque<Event>,
     started: bool,
-    snapshot: bool,
+    /// Send what was printed when the stream began (its last
+    /// [`PAGE_TAIL`] bytes), then end.
+    snapshot: Option<u64>,
+    ended: bool,
     done: bool,
     until: tokio::time::Instant,
-    _permit: OwnedSemaphorePermit,
+    _slot: Slot,
 }
 
 impl Follow {
-    /// Queues what was printed since the last read.
+    /// Queues the next piece of what was printed since the last read.
     fn read(&mut self, first: bool) {
-        let read = self.live.read(self.at);
+        let read = self.live.read(self.at, running::MAX_READ);
         if first {
             let start =
                 serde_json::json!({"from": read.from, "total": read.total, "limit": read.limit});
@@ -180,7 +295,8 @@ impl Follow {
                 self.queue.push_back(stream_event(*stream, &spans, end));
             }
         }
-        self.at = read.total.max(self.at);
+        self.at = end.max(self.at);
+        self.total = read.total;
     }
 
     async fn next(mut self) -> Option<(Result<Event, Infallible>, Follow)> {
@@ -191,26 +307,31 @@ impl Follow {
             if self.done {
                 return None;
             }
-            let (first, ended) = if self.started {
-                tokio::select! {
-                    changed = self.progress.changed() => {
-                        (false, changed.is_err() || self.progress.borrow_and_update().ended)
-                    }
-                    () = tokio::time::sleep_until(self.until) => {
-                        self.done = true;
-                        continue;
-                    }
-                }
-            } else {
+            if !self.started {
                 self.started = true;
-                (true, self.progress.borrow_and_update().ended)
-            };
-            self.read(first);
-            if ended {
+                self.ended = self.progress.borrow_and_update().ended;
+                if self.snapshot.is_some() {
+                    let total = self.live.read(u64::MAX, 0).total;
+                    self.at = self.at.max(total.saturating_sub(PAGE_TAIL as u64));
+                    self.snapshot = Some(total);
+                }
+                self.read(true);
+            } else if self.at < self.snapshot.unwrap_or(self.total) {
+                // Behind what was printed: the next piece at once.
+                self.read(false);
+            } else if self.ended {
                 self.queue.push_back(event("end", ENDED.to_string()));
                 self.done = true;
-            } else if self.snapshot {
+            } else if self.snapshot.is_some() {
                 self.done = true;
+            } else {
+                tokio::select! {
+                    changed = self.progress.changed() => {
+                        self.ended = changed.is_err() || self.progress.borrow_and_update().ended;
+                        self.read(false);
+                    }
+                    () = tokio::time::sleep_until(self.until) => self.done = true,
+                }
             }
         }
     }
@@ -249,13 +370,19 @@ fn gone(why: &str) -> Response {
     )])
 }
 
-fn busy() -> Response {
+fn busy(why: Busy) -> Response {
+    let error = match why {
+        Busy::Full => format!(
+            "this replica already serves every live output stream it serves at once ({MAX_STREAMS}, the last {RESERVED} to signed-in callers only); try again shortly"
+        ),
+        Busy::Client => format!(
+            "this replica already serves {PER_CLIENT} live output streams to your address, the most it serves one client; close one, or try again shortly"
+        ),
+    };
     (
         StatusCode::SERVICE_UNAVAILABLE,
         [(header::RETRY_AFTER, "5")],
-        axum::Json(serde_json::json!({
-            "error": format!("this replica already serves {MAX_STREAMS} live output streams; try again shortly")
-        })),
+        axum::Json(serde_json::json!({ "error": error })),
     )
         .into_response()
 }
@@ -290,11 +417,13 @@ pub(super) async fn output(
     Path(id): Path<String>,
     Query(query): Query<OutputQuery>,
     headers: HeaderMap,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
 ) -> Response {
     let Ok(id) = id.parse::<i64>() else {
         return (StatusCode::BAD_REQUEST, "not a run id\n").into_response();
     };
-    let mut response = output_of(web, id, query, headers).await;
+    let client = web.client(peer.map(|peer| peer.0.0.ip()), &headers);
+    let mut response = output_of(web, id, query, headers, client).await;
     if let Ok(value) = axum::http::HeaderValue::from_str(&id.to_string()) {
         response.headers_mut().insert(RUN_HEADER, value);
     }
@@ -302,9 +431,16 @@ pub(super) async fn output(
 }
 
 /// [`output`] of run `id`.
-async fn output_of(web: Shared, id: i64, query: OutputQuery, headers: HeaderMap) -> Response {
-    let run = match web.store.find_run(id).await {
-        Ok(Some(run)) => RunRecord::from(run),
+async fn output_of(
+    web: Shared,
+    id: i64,
+    query: OutputQuery,
+    headers: HeaderMap,
+    client: IpAddr,
+) -> Response {
+    // Without its output: a finished run's is not read to say "ended".
+    let run = match web.store.find_brief(id).await {
+        Ok(Some(run)) => RunRecord::from(&run),
         Ok(None) => return (StatusCode::NOT_FOUND, format!("no run {id}\n")).into_response(),
         Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     };
@@ -322,10 +458,11 @@ async fn output_of(web: Shared, id: i64, query: OutputQuery, headers: HeaderMap)
         if headers.contains_key(HOP) {
             return gone(&format!("run {id} is not running on this replica"));
         }
-        let Ok(permit) = streams().clone().try_acquire_owned() else {
-            return busy();
+        let slot = match take_slot(&web, &headers, client).await {
+            Ok(slot) => slot,
+            Err(why) => return busy(why),
         };
-        return pass_through(&web, &run, from, snapshot, permit).await;
+        return pass_through(&web, &run, from, snapshot, slot).await;
     }
     // A run's row is written as it is claimed, a moment before its process
     // starts: a stream asked for in between waits for it a little.
@@ -340,22 +477,54 @@ async fn output_of(web: Shared, id: i64, query: OutputQuery, headers: HeaderMap)
     let Some(live) = found else {
         return gone("no output of this run is captured while it runs");
     };
-    let Ok(permit) = streams().clone().try_acquire_owned() else {
-        return busy();
+    let slot = match take_slot(&web, &headers, client).await {
+        Ok(slot) => slot,
+        Err(why) => return busy(why),
     };
     let follow = Follow {
         progress: live.watch(),
         live,
         at: from,
+        total: 0,
         decoder: Decoder::default(),
         queue: VecDeque::new(),
         started: false,
-        snapshot,
+        snapshot: snapshot.then_some(0),
+        ended: false,
         done: false,
         until: tokio::time::Instant::now() + STREAM_LIFE,
-        _permit: permit,
+        _slot: slot,
     };
     sse(futures_util::stream::unfold(follow, Follow::next))
+}
+
+/// A stream's slot for `client`, who is signed in if `headers` carry a
+/// credential that may act.
+async fn take_slot(web: &Web, headers: &HeaderMap, client: IpAddr) -> Result<Slot, Busy> {
+    let slots = slots();
+    // Signed in or not, a client within its share and the anonymous
+    // slots needs no look-up of its session.
+    if let Ok(slot) = slots.take(client, false) {
+        return Ok(slot);
+    }
+    let signed_in = super::caller(web, headers).await.token_name().is_some();
+    slots.take(client, signed_in)
+}
+
+/// Whether `authority` (`HOST[:PORT]`) names this host's loopback
+/// interface (or any address of its own): dialled from one host, it
+/// reaches that host, not the one that advertised it.
+fn is_loopback(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.split(':').next().unwrap_or(authority),
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
 /// Asks the holder of `run` for `path`, as an anonymous client.
@@ -365,8 +534,8 @@ async fn ask_holder(
     path: &str,
     last_event: Option<u64>,
 ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
-    let url = match web.store.web_url_of(run.instance.clone()).await {
-        Ok(Some(url)) => url,
+    let (url, host) = match web.store.web_url_of(run.instance.clone()).await {
+        Ok(Some(found)) => found,
         Ok(None) => {
             return Err(format!(
                 "its replica, {}, is gone or serves no dashboard",
@@ -387,6 +556,12 @@ async fn ask_holder(
         .filter(|a| !a.is_empty() && !a.contains(['/', '@', ' ']))
         .ok_or_else(|| unreachable("not an http://HOST[:PORT] address".to_string()))?
         .to_string();
+    if is_loopback(&authority) && host != crate::registry::this_host() {
+        return Err(format!(
+            "its replica, {}, is not reachable from this host: it listens on a loopback address ({url}) of another host, {host}; set [web] advertise_url on it to an address the other hosts reach",
+            run.instance
+        ));
+    }
     let has_port = match authority.strip_prefix('[') {
         Some(v6) => v6.contains("]:"),
         None => authority.contains(':'),
@@ -440,7 +615,7 @@ async fn pass_through(
     run: &RunRecord,
     from: u64,
     snapshot: bool,
-    permit: OwnedSemaphorePermit,
+    slot: Slot,
 ) -> Response {
     let path = format!(
         "/runs/{}/output?from={from}{}",
@@ -452,8 +627,8 @@ async fn pass_through(
         Err(why) => return gone(&why),
     };
     let body = futures_util::stream::unfold(
-        (response.into_body(), permit),
-        |(mut body, permit)| async move {
+        (response.into_body(), slot),
+        |(mut body, slot)| async move {
             loop {
                 // The holder sends at least a comment every 15 s: a holder
                 // silent for longer is gone, and so is the stream.
@@ -466,7 +641,7 @@ async fn pass_through(
                 match frame {
                     Ok(frame) => {
                         if let Ok(data) = frame.into_data() {
-                            return Some((Ok::<Bytes, Infallible>(data), (body, permit)));
+                            return Some((Ok::<Bytes, Infallible>(data), (body, slot)));
                         }
                     }
                     Err(_) => return None,
@@ -530,7 +705,8 @@ async fn so_far(web: &Shared, run: &RunRecord) -> Shown {
                 ..Shown::default()
             };
         };
-        let read = live.read(0);
+        let total = live.read(u64::MAX, 0).total;
+        let read = live.read(total.saturating_sub(PAGE_TAIL as u64), PAGE_TAIL);
         let mut decoder = Decoder::default();
         return Shown {
             from: read.from,
@@ -900,6 +1076,55 @@ mod tests {
             advertised(Some("http://cron-2:9187"), at("0.0.0.0:9187")),
             "http://cron-2:9187"
         );
+    }
+
+    #[test]
+    fn a_loopback_address_is_told_apart() {
+        for local in [
+            "127.0.0.1:9187",
+            "127.0.0.2",
+            "localhost:80",
+            "LOCALHOST.",
+            "web.localhost:1",
+            "[::1]:9187",
+            "0.0.0.0:9187",
+        ] {
+            assert!(is_loopback(local), "{local}");
+        }
+        for remote in [
+            "10.0.0.7:9187",
+            "cron-2:9187",
+            "[fd00::7]:80",
+            "localhost.example",
+        ] {
+            assert!(!is_loopback(remote), "{remote}");
+        }
+    }
+
+    #[test]
+    fn slots_are_shared_out_by_client() {
+        let slots = Slots::new(6, 2, 3);
+        let (a, b, c) = (
+            IpAddr::from([10, 0, 0, 1]),
+            IpAddr::from([10, 0, 0, 2]),
+            IpAddr::from([10, 0, 0, 3]),
+        );
+        let mut held: Vec<Slot> = (0..3).map(|_| slots.take(a, false).expect("a's")).collect();
+        // One client has its share...
+        assert_eq!(slots.take(a, false).unwrap_err(), Busy::Client);
+        held.push(slots.take(b, false).expect("b's"));
+        // ...and anonymous callers leave the reserved slots.
+        assert_eq!(slots.take(c, false).unwrap_err(), Busy::Full);
+        // A signed-in caller gets one, even from a client with its share.
+        held.push(slots.take(c, true).expect("signed in"));
+        held.push(slots.take(a, true).expect("signed in, from a"));
+        assert_eq!(slots.take(c, true).unwrap_err(), Busy::Full);
+        // Each is given back when its stream ends.
+        held.truncate(2);
+        assert!(slots.take(c, false).is_ok());
+        drop(held);
+        let all: Vec<Slot> = (0..3).map(|_| slots.take(b, false).expect("b's")).collect();
+        assert_eq!(all.len(), 3);
     }
 
     #[test]

@@ -330,6 +330,7 @@ async fn security_headers(mut response: Response) -> Response {
 }
 
 async fn metrics(State(web): State<Shared>) -> Response {
+    live::record_gauges();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         web.metrics.render(),
@@ -466,7 +467,7 @@ fn refused(refused: Refused) -> (StatusCode, String) {
         Refused::Invalid(_) | Refused::Reserved(_) => StatusCode::BAD_REQUEST,
         Refused::NoRow(_) => StatusCode::NOT_FOUND,
         Refused::Running { .. } => StatusCode::CONFLICT,
-        Refused::Db(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Refused::Db(_) | Refused::Unaudited(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     (status, refused.to_string())
 }
@@ -612,19 +613,25 @@ pub(crate) async fn act(
     params: &ActionParams,
     actor: &audit::Actor,
 ) -> Acted {
-    let acted = act_unaudited(web, name, action, params, actor).await;
     // An unknown job is refused before the operations layer sees it
     // (but unlock, which ends lease rows of jobs no longer in the file).
     let recorded_by_ops = action == Action::Unlock
         || (matches!(action, Action::Pause | Action::Resume) && web.config().job(name).is_some());
-    if !recorded_by_ops {
-        let outcome = match &acted {
-            Ok((_, done)) => audit::Outcome::Done(web.auth.redact(done)),
-            Err((_, why)) => audit::Outcome::Refused(web.auth.redact(why)),
-        };
-        let entry = audit_entry(web, name, action, params);
-        web.store.audit(actor, entry, outcome).await;
+    if recorded_by_ops {
+        return act_unaudited(web, name, action, params, actor).await;
     }
+    // Carried out only once its row is written.
+    let entry = audit_entry(web, name, action, params);
+    let row = match web.store.audit_ahead(actor, &entry).await {
+        Ok(row) => row,
+        Err(e) => return Err(refused(Refused::Unaudited(e))),
+    };
+    let acted = act_unaudited(web, name, action, params, actor).await;
+    let outcome = match &acted {
+        Ok((_, done)) => audit::Outcome::Done(web.auth.redact(done)),
+        Err((_, why)) => audit::Outcome::Refused(web.auth.redact(why)),
+    };
+    web.store.audit_settle(row, outcome).await;
     acted
 }
 

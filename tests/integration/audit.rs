@@ -524,3 +524,103 @@ fn a_secret_default_is_read_from_its_file_at_each_run() {
         "{out}"
     );
 }
+
+/// Makes the audit table refuse every new row (a trigger of the test's own
+/// database, as a full disk or a revoked grant would).
+fn make_audit_unwritable(db: &TestDb) {
+    use crate::support::Kind;
+    use diesel::connection::SimpleConnection;
+    let sql = match db.kind {
+        Kind::Sqlite => {
+            "CREATE TRIGGER audit_read_only BEFORE INSERT ON replicron_audit \
+             BEGIN SELECT RAISE(ABORT, 'the audit table is read-only'); END;"
+        }
+        Kind::Mysql => {
+            "CREATE TRIGGER audit_read_only BEFORE INSERT ON replicron_audit FOR EACH ROW \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the audit table is read-only'"
+        }
+        Kind::Postgres => {
+            "CREATE FUNCTION audit_read_only() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'the audit table is read-only'; END $$; \
+             CREATE TRIGGER audit_read_only BEFORE INSERT ON replicron_audit \
+             FOR EACH ROW EXECUTE FUNCTION audit_read_only();"
+        }
+    };
+    db.raw()
+        .batch_execute(sql)
+        .expect("the audit table made read-only");
+}
+
+/// The status of `job` in `replicron status --format json`.
+fn status_of(config: &std::path::Path, job: &str) -> Value {
+    let (code, out, err) = as_alice(config, &["status", "--format", "json"]);
+    assert!(code == 0 || code == 1, "{err}");
+    let status: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("status: {out}{err}"));
+    status["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["job"] == job)
+        .unwrap_or_else(|| panic!("{job} in {status}"))
+        .clone()
+}
+
+backend_test! {
+    /// An action whose row cannot be written to the audit log is not
+    /// carried out: a pause and a trigger from the command line and from
+    /// the API are refused, saying why, and nothing is paused or run.
+    fn an_action_that_cannot_be_recorded_is_not_done(db: &TestDb) {
+        let port = free_port();
+        let config = db.config(&jobs(port));
+        let (code, _, err) = as_alice(&config, &["migrate"]);
+        assert_eq!(code, 0, "{err}");
+        // Recorded while the table takes rows.
+        let (code, out, err) = as_alice(&config, &["pause", "hourly"]);
+        assert_eq!(code, 0, "{out}{err}");
+        let (code, out, err) = as_alice(&config, &["resume", "hourly"]);
+        assert_eq!(code, 0, "{out}{err}");
+        make_audit_unwritable(db);
+
+        let refused = |args: &[&str]| {
+            let (code, out, err) = as_alice(&config, args);
+            assert_eq!(code, 1, "{args:?}: {out}{err}");
+            assert!(
+                err.contains("could not be recorded in the audit log")
+                    && err.contains("the audit table is read-only"),
+                "{args:?}: {err}"
+            );
+        };
+        refused(&["pause", "hourly"]);
+        assert!(status_of(&config, "hourly")["paused"].is_null(), "paused unrecorded");
+        refused(&["trigger", "printer", "--param=PASSWORD=abcdefgh"]);
+        assert!(history_json(&config, "printer").is_empty(), "run unrecorded");
+
+        // The API, likewise.
+        let replica = Replica::start(
+            &config,
+            "audit-unwritable",
+            None,
+            &[
+                ("REPLICRON_TEST_AUDIT_DEFAULT", DEFAULT_TOKEN),
+                ("REPLICRON_TEST_AUDIT_CI", CI_TOKEN),
+            ],
+        );
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        let bearer = format!("Bearer {CI_TOKEN}");
+        let (code, answer) = post_json(port, "/api/v1/jobs/hourly/pause", &[("authorization", &bearer)], "");
+        assert_eq!(code, 503, "{answer}");
+        assert!(answer.to_string().contains("could not be recorded in the audit log"), "{answer}");
+        let (code, answer) = post_json(port, "/api/v1/jobs/load/trigger", &[("authorization", &bearer)], r#"{"params":{"TENANT":"acme"}}"#);
+        assert_eq!(code, 503, "{answer}");
+        assert!(answer.to_string().contains("could not be recorded in the audit log"), "{answer}");
+        let (_, jobs) = get_json(port, "/api/v1/jobs");
+        assert!(jobs.to_string().contains("\"hourly\""), "{jobs}");
+        assert!(history_json(&config, "load").is_empty(), "run unrecorded");
+        assert!(status_of(&config, "hourly")["paused"].is_null(), "paused unrecorded");
+        // Only the rows written before.
+        let all = audit(&config, &[]);
+        assert_eq!(rows(&all, "cli", "pause").len(), 1, "{all:?}");
+        assert!(all.iter().all(|r| r["result"] == "done" && r["action"] != "trigger"), "{all:?}");
+        drop(replica);
+    }
+}

@@ -21,7 +21,8 @@ fn config(db: &TestDb, port: u16) -> std::path::PathBuf {
         &format!(
             "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
              [web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\n\n\
-             [[job]]\nname = \"talker\"\nschedule = \"@yearly\"\ncommand = {TALKER:?}\n"
+             [[job]]\nname = \"talker\"\nschedule = \"@yearly\"\ncommand = {TALKER:?}\n\n\
+             [[job]]\nname = \"long\"\nschedule = \"@yearly\"\ncommand = \"printf 'line 1\\\\n'; sleep 60\"\n"
         ),
     )
 }
@@ -79,6 +80,25 @@ fn events(port: u16, path: &str, within: Duration) -> Vec<(Instant, String, Stri
         }
     }
     seen
+}
+
+/// A stream of run `id`'s output from `port` (as client `forwarded`, from
+/// a trusted proxy), answered 200, of which nothing more is read.
+fn open_stream(port: u16, id: i64, forwarded: Option<&str>) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let forwarded = forwarded.map_or(String::new(), |ip| format!("X-Forwarded-For: {ip}\r\n"));
+    write!(
+        stream,
+        "GET /runs/{id}/output HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{forwarded}\r\n"
+    )
+    .expect("send");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut head = [0_u8; 12];
+    stream.read_exact(&mut head).expect("an answer");
+    assert_eq!(&head, b"HTTP/1.0 200", "{}", String::from_utf8_lossy(&head));
+    stream
 }
 
 fn text_of(data: &str) -> String {
@@ -186,53 +206,281 @@ backend_test! {
         let (code, _, _) = http(other_port, "GET", "/runs/999999999/output", &[], "");
         assert_eq!(code, 404);
 
-        // Streams are capped: with 32 open on the holder, the next is
-        // refused at once, and its pages still answer.
-        // (Once the first run's lease is released.)
-        wait_until("a second run is triggered", Duration::from_secs(10), || {
-            post_json(
-                holder_port,
-                "/api/v1/jobs/talker/trigger",
-                &[("authorization", &bearer)],
-                "",
-            )
-            .0 == 202
-        });
+        // Streams are capped per client, also through a pass-through: a
+        // client's 8 streams through the other replica are the other
+        // replica's 8 at the holder, and a 9th is refused at once.
+        let (code, answer) = post_json(
+            holder_port,
+            "/api/v1/jobs/long/trigger",
+            &[("authorization", &bearer)],
+            "",
+        );
+        assert_eq!(code, 202, "{answer}");
         let mut id = 0;
-        wait_until("the second run prints", Duration::from_secs(10), || {
-            let (_, page) = get_json(holder_port, "/api/v1/runs?job=talker&limit=1");
+        wait_until("the long run prints", Duration::from_secs(10), || {
+            let (_, page) = get_json(holder_port, "/api/v1/runs?job=long&limit=1");
             id = page["runs"][0]["id"].as_i64().unwrap_or(0);
             page["runs"][0]["status"] == "running"
                 && http(holder_port, "GET", &format!("/runs/{id}/output?snapshot=1"), &[], "")
                     .2
                     .contains("line 1")
         });
-        let open: Vec<TcpStream> = (0..32)
-            .map(|_| {
-                let mut stream = TcpStream::connect(("127.0.0.1", holder_port)).expect("connect");
-                write!(
-                    stream,
-                    "GET /runs/{id}/output HTTP/1.0\r\nHost: 127.0.0.1:{holder_port}\r\n\r\n"
-                )
-                .expect("send");
-                stream
-            })
-            .collect();
-        // Each has its answer, and so its place.
-        for mut stream in &open {
-            stream
-                .set_read_timeout(Some(Duration::from_secs(5)))
-                .expect("timeout");
-            let mut head = [0_u8; 12];
-            stream.read_exact(&mut head).expect("an answer");
-            assert_eq!(&head, b"HTTP/1.0 200", "{}", String::from_utf8_lossy(&head));
-        }
-        wait_until("the 33rd stream is refused", Duration::from_secs(5), || {
-            let (code, _, _) = http(holder_port, "GET", &format!("/runs/{id}/output"), &[], "");
-            code == 503
+        let open: Vec<TcpStream> = (0..8).map(|_| open_stream(other_port, id, None)).collect();
+        wait_until("the 9th stream of one client is refused", Duration::from_secs(5), || {
+            let (code, _, body) = http(holder_port, "GET", &format!("/runs/{id}/output"), &[], "");
+            code == 503 && body.contains("to your address")
         });
+        // A signed-in caller still gets one.
+        let (code, _, body) = http(
+            holder_port,
+            "GET",
+            &format!("/runs/{id}/output?snapshot=1"),
+            &[("authorization", &bearer)],
+            "",
+        );
+        assert!(code == 200 && body.contains("line 1"), "{code}: {body}");
         let (code, _, _) = http(holder_port, "GET", &format!("/runs/{id}"), &[], "");
-        assert_eq!(code, 200, "a page beside 32 streams");
+        assert_eq!(code, 200, "a page beside its streams");
         drop(open);
+    }
+}
+
+/// The resident memory of process `pid`, in bytes.
+#[cfg(feature = "sqlite")]
+fn rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// The value of gauge `name` in `/metrics`.
+#[cfg(feature = "sqlite")]
+fn gauge(port: u16, name: &str) -> f64 {
+    let (_, _, text) = http(port, "GET", "/metrics", &[], "");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Readers that never read hold a bounded piece of a run's output each,
+/// whatever its `output_limit` (16 MiB here); anonymous clients cannot take
+/// every stream of a replica, and a signed-in one still gets one. (On
+/// SQLite only: the database plays no part.)
+#[cfg(feature = "sqlite")]
+#[test]
+fn readers_that_never_read_hold_bounded_memory() {
+    let db = &TestDb::sqlite();
+    {
+        let [port] = free_ports();
+        let config = db.config_named(
+            &format!("live-memory-{port}.toml"),
+            &db.url,
+            &format!(
+                "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+                 [web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\ntrusted_proxies = [\"127.0.0.1\"]\n\n\
+                 [[job]]\nname = \"flood\"\nschedule = \"@yearly\"\noutput_limit = \"16MiB\"\n\
+                 command = \"head -c 16777216 /dev/zero | tr '\\\\0' x; sleep 120\"\n"
+            ),
+        );
+        let env = [("REPLICRON_TEST_WEB_TOKEN", TOKEN)];
+        let replica = Replica::start(&config, "live-memory", None, &env);
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        let bearer = format!("Bearer {TOKEN}");
+        let (code, answer) = post_json(
+            port,
+            "/api/v1/jobs/flood/trigger",
+            &[("authorization", &bearer)],
+            "",
+        );
+        assert_eq!(code, 202, "{answer}");
+        let mut id = 0;
+        wait_until(
+            "the run printed its 16 MiB",
+            Duration::from_secs(60),
+            || {
+                let (_, page) = get_json(port, "/api/v1/runs?job=flood&limit=1");
+                id = page["runs"][0]["id"].as_i64().unwrap_or(0);
+                id > 0
+                    && http(
+                        port,
+                        "GET",
+                        &format!("/runs/{id}/output?snapshot=1"),
+                        &[],
+                        "",
+                    )
+                    .2
+                    .contains("\"total\":16777216")
+            },
+        );
+        let before = rss(replica.pid());
+
+        // 28 streams, 7 for each of 4 clients, that are never read.
+        let clients = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"];
+        let open: Vec<TcpStream> = clients
+            .iter()
+            .flat_map(|client| (0..7).map(move |_| *client))
+            .map(|client| open_stream(port, id, Some(client)))
+            .collect();
+        wait_until("28 streams are served", Duration::from_secs(10), || {
+            gauge(port, "replicron_live_output_streams") == 28.0
+        });
+        // The replica's memory, sampled for 2 s while their clients'
+        // sockets fill up: a piece of 64 KiB each at most, and what the
+        // connections buffer (a reader that read the whole 16 MiB tail at
+        // once held it twice over, as bytes and as events: 28 of them,
+        // about 1 GiB).
+        let mut most = 0;
+        let until = std::time::Instant::now() + Duration::from_secs(2);
+        while std::time::Instant::now() < until {
+            most = most.max(rss(replica.pid()));
+            std::thread::yield_now();
+        }
+        eprintln!(
+            "28 readers that never read: resident memory {} MiB -> {} MiB",
+            before >> 20,
+            most >> 20
+        );
+        assert!(
+            most.saturating_sub(before) < 200 << 20,
+            "resident memory grew from {before} to {most} bytes"
+        );
+
+        // The anonymous slots are taken: a fifth client is refused, and a
+        // signed-in one is served.
+        let (code, _, body) = http(
+            port,
+            "GET",
+            &format!("/runs/{id}/output"),
+            &[("x-forwarded-for", "10.0.0.5")],
+            "",
+        );
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("signed-in callers only"), "{body}");
+        let (code, _, body) = http(
+            port,
+            "GET",
+            &format!("/runs/{id}/output?snapshot=1"),
+            &[("x-forwarded-for", "10.0.0.5"), ("authorization", &bearer)],
+            "",
+        );
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("event: out"), "{body}");
+        drop(open);
+        wait_until(
+            "the streams end with their clients",
+            Duration::from_secs(30),
+            || gauge(port, "replicron_live_output_streams") == 0.0,
+        );
+    }
+}
+
+backend_test! {
+    /// A job's printed secret values are masked as it prints them: in its
+    /// live output, in the replica's log and in the output its history
+    /// keeps, one given to the run and one read from its default's file
+    /// alike, and one printed in two pieces a second apart too.
+    fn printed_secrets_are_masked_live(db: &TestDb) {
+        let [port] = free_ports();
+        let secret = db.dir().join("password");
+        std::fs::write(&secret, "s3cret-from-file\n").expect("secret");
+        let command = "printf 'pw=%s\\\\n' \\\"$PASSWORD\\\"; printf 'tok=%.4s' \\\"$TOKEN\\\"; sleep 1; \
+                       printf '%s\\\\n' \\\"${TOKEN#????}\\\"; sleep 2; echo done";
+        let config = db.config_named(
+            &format!("live-secrets-{port}.toml"),
+            &db.url,
+            &format!(
+                "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\n\
+                 [web]\ntoken_env = \"REPLICRON_TEST_WEB_TOKEN\"\n\n\
+                 [[job]]\nname = \"leaky\"\nschedule = \"@manual\"\ncommand = \"{command}\"\n\
+                 params = [\"PASSWORD=file:{}\", \"TOKEN\"]\nsecret_params = [\"PASSWORD\", \"TOKEN\"]\n",
+                secret.display()
+            ),
+        );
+        let env = [("REPLICRON_TEST_WEB_TOKEN", TOKEN)];
+        let replica = Replica::start(&config, "live-secrets", None, &env);
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        let bearer = format!("Bearer {TOKEN}");
+        let (code, answer) = post_json(
+            port,
+            "/api/v1/jobs/leaky/trigger",
+            &[("authorization", &bearer)],
+            r#"{"params":{"TOKEN":"abcdefgh-token"}}"#,
+        );
+        assert_eq!(code, 202, "{answer}");
+        let mut id = 0;
+        wait_until("the run is recorded running", Duration::from_secs(10), || {
+            let (_, page) = get_json(port, "/api/v1/runs?job=leaky&limit=1");
+            id = page["runs"][0]["id"].as_i64().unwrap_or(0);
+            page["runs"][0]["status"] == "running"
+        });
+        let seen = events(port, &format!("/runs/{id}/output"), Duration::from_secs(20));
+        let live: String = seen
+            .iter()
+            .filter(|(_, name, _)| name == "out")
+            .map(|(_, _, data)| text_of(data))
+            .collect();
+        assert_eq!(seen.last().map(|e| e.1.as_str()), Some("end"), "{seen:?}");
+        assert!(
+            live.contains("pw=[redacted]\ntok=[redacted]\ndone"),
+            "{live:?}"
+        );
+        assert!(!live.contains("s3cret") && !live.contains("abcd"), "{live:?}");
+        wait_until("the run's row says it ended", Duration::from_secs(10), || {
+            get_json(port, &format!("/api/v1/runs/{id}")).1["status"] == "succeeded"
+        });
+        let (_, run) = get_json(port, &format!("/api/v1/runs/{id}"));
+        let kept = run["output"].as_str().unwrap_or_default();
+        assert!(kept.contains("pw=[redacted]\ntok=[redacted]"), "{run}");
+        let log = replica.log_text();
+        assert!(log.contains("tok=[redacted]"), "{log}");
+        assert!(!log.contains("s3cret") && !log.contains("abcdefgh"), "{log}");
+    }
+}
+
+backend_test! {
+    /// A replica of another host that advertised a loopback address is not
+    /// dialled (this host's own loopback would answer): the stream says
+    /// that replica is not reachable from here. A finished run's stream
+    /// just says it ended.
+    fn another_hosts_loopback_address_is_never_dialled(db: &TestDb) {
+        use diesel::connection::SimpleConnection;
+        let [port] = free_ports();
+        let config = config(db, port);
+        db.migrate();
+        // A replica of another host, alive, and its run; and a run that
+        // ended.
+        db.raw()
+            .batch_execute(&format!(
+                "INSERT INTO replicron_instances (id, host, pid, version, started_at, last_seen, web_url) \
+                 VALUES ('elsewhere', 'another-host.invalid', 1, '0', '2026-01-01 00:00:00', '2999-01-01 00:00:00', 'http://127.0.0.1:{port}'); \
+                 INSERT INTO replicron_runs (job, scheduled_at, attempt, instance, fence, started_at, finished_at, status, output) VALUES \
+                 ('talker', '2026-01-01 00:00:00', 1, 'elsewhere', 1, '2026-01-01 00:00:01', NULL, 'running', ''), \
+                 ('talker', '2026-01-01 00:01:00', 1, 'elsewhere', 2, '2026-01-01 00:01:01', '2026-01-01 00:01:02', 'succeeded', 'done\n')"
+            ))
+            .expect("seed");
+        let env = [("REPLICRON_TEST_WEB_TOKEN", TOKEN)];
+        let replica = Replica::start(&config, "live-here", None, &env);
+        replica.wait_for_log("replicron started", Duration::from_secs(30));
+        let (_, page) = get_json(port, "/api/v1/runs?job=talker");
+        let id_of = |status: &str| {
+            page["runs"]
+                .as_array()
+                .and_then(|runs| runs.iter().find(|r| r["status"] == status))
+                .and_then(|r| r["id"].as_i64())
+                .unwrap_or_else(|| panic!("a {status} run: {page}"))
+        };
+        let (code, _, body) = http(port, "GET", &format!("/runs/{}/output", id_of("running")), &[], "");
+        assert_eq!(code, 200, "{body}");
+        assert!(
+            body.contains("event: gone") && body.contains("not reachable from this host"),
+            "{body}"
+        );
+        let (_, _, ended) = http(port, "GET", &format!("/runs/{}/output", id_of("succeeded")), &[], "");
+        assert!(ended.contains("event: end") && !ended.contains("done"), "{ended}");
+        drop(replica);
     }
 }
