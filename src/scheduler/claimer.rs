@@ -35,7 +35,7 @@ use crate::schedule::Clock;
 /// How long past an instant a replica waits before it claims a job whose
 /// first claimant is another live replica: the longest a share of a burst
 /// waits for a replica that is down, slow or cut off from the database.
-pub(crate) const STEAL_AFTER: Duration = Duration::from_millis(250);
+pub(crate) const STEAL_AFTER: Duration = Duration::from_millis(500);
 
 /// How long no claim must have come before a batch is closed.
 const GATHER_QUIET: Duration = Duration::from_micros(150);
