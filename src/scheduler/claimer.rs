@@ -572,6 +572,48 @@ mod tests {
         assert!(names.iter().all(|name| left.first_here(name, instant())));
     }
 
+    /// Claimers of `claiming` (some of `ids`, every one live in the
+    /// registry, each defining `names` alike), each told of the fleet.
+    fn fleet_claimers(
+        db: &TestDb,
+        clock: &Arc<TokioClock>,
+        ids: &[&str],
+        claiming: &[&str],
+        names: &[String],
+    ) -> Vec<Claimer> {
+        let (digests, rows) = live(ids, names);
+        claiming
+            .iter()
+            .map(|id| {
+                let claimer = claimer(db, clock, id);
+                claimer.set_fleet(Fleet::of(id, &digests, &rows));
+                claimer
+            })
+            .collect()
+    }
+
+    /// Asserts that each job was won by exactly one of `answers` (each
+    /// replica's claims, by job); returns how many each won.
+    fn won_once(names: &[String], answers: &[&Vec<Claimed>]) -> Vec<usize> {
+        for (n, name) in names.iter().enumerate() {
+            let winners = answers
+                .iter()
+                .filter(|claims| matches!(claims[n], Claimed::Won { .. }))
+                .count();
+            let all: Vec<&Claimed> = answers.iter().map(|claims| &claims[n]).collect();
+            assert_eq!(winners, 1, "{name}: {all:?}");
+        }
+        answers
+            .iter()
+            .map(|claims| {
+                claims
+                    .iter()
+                    .filter(|c| matches!(c, Claimed::Won { .. }))
+                    .count()
+            })
+            .collect()
+    }
+
     /// Three replicas claim a burst of 90 jobs due at one instant, all at
     /// once: each job is won once, and each replica wins at least half its
     /// fair share (the jobs it claims first).
@@ -582,36 +624,13 @@ mod tests {
         let jobs = burst_jobs(90);
         let names: Vec<String> = jobs.iter().map(|j| j.name.to_string()).collect();
         let ids = ["app-1", "app-2", "app-3"];
-        let (digests, rows) = live(&ids, &names);
-        let claimers: Vec<Claimer> = ids
-            .iter()
-            .map(|id| {
-                let claimer = claimer(&db, &clock, id);
-                claimer.set_fleet(Fleet::of(id, &digests, &rows));
-                claimer
-            })
-            .collect();
+        let claimers = fleet_claimers(&db, &clock, &ids, &ids, &names);
         let (a, b, c) = tokio::join!(
             claim_all(&claimers[0], &jobs, instant()),
             claim_all(&claimers[1], &jobs, instant()),
             claim_all(&claimers[2], &jobs, instant())
         );
-        let won: Vec<usize> = [&a, &b, &c]
-            .iter()
-            .map(|claims| {
-                claims
-                    .iter()
-                    .filter(|c| matches!(c, Claimed::Won { .. }))
-                    .count()
-            })
-            .collect();
-        for n in 0..jobs.len() {
-            let winners = [&a, &b, &c]
-                .iter()
-                .filter(|claims| matches!(claims[n], Claimed::Won { .. }))
-                .count();
-            assert_eq!(winners, 1, "{}: {:?} {:?} {:?}", names[n], a[n], b[n], c[n]);
-        }
+        let won = won_once(&names, &[&a, &b, &c]);
         assert!(won.iter().all(|&n| n >= 15), "shares {won:?}");
         assert_eq!(rows_of(&db).len(), jobs.len());
     }
@@ -633,25 +652,12 @@ mod tests {
             .filter(|name| silent.first_here(name, instant()))
             .count();
         assert!(its_share > 0, "the silent replica is first for none");
-        let claimers: Vec<Claimer> = ids[..2]
-            .iter()
-            .map(|id| {
-                let claimer = claimer(&db, &clock, id);
-                claimer.set_fleet(Fleet::of(id, &digests, &rows));
-                claimer
-            })
-            .collect();
+        let claimers = fleet_claimers(&db, &clock, &ids, &ids[..2], &names);
         let (a, b) = tokio::join!(
             claim_all(&claimers[0], &jobs, instant()),
             claim_all(&claimers[1], &jobs, instant())
         );
-        for n in 0..jobs.len() {
-            let winners = [&a, &b]
-                .iter()
-                .filter(|claims| matches!(claims[n], Claimed::Won { .. }))
-                .count();
-            assert_eq!(winners, 1, "{}: {:?} {:?}", names[n], a[n], b[n]);
-        }
+        won_once(&names, &[&a, &b]);
         assert_eq!(rows_of(&db).len(), jobs.len());
     }
 
