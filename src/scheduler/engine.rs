@@ -64,7 +64,12 @@ impl Engine {
         let on_abandoned = abandoned_notices(notifier.clone());
         let journal = Journal::start(store.clone(), health.clone(), on_abandoned.clone());
         Arc::new(Engine {
-            claimer: Claimer::start(store.clone(), instance.clone(), on_abandoned.clone()),
+            claimer: Claimer::start(
+                store.clone(),
+                instance.clone(),
+                clock.clone(),
+                on_abandoned.clone(),
+            ),
             finisher: Finisher::start(store.clone()),
             notifier,
             store,

@@ -846,6 +846,11 @@ impl Registration {
                 self.said = true;
             }
             let names: Vec<String> = jobs.iter().map(|job| job.name.to_string()).collect();
+            engine.claimer.set_fleet(claimer::Fleet::of(
+                &self.me.id,
+                &beat.job_digests,
+                &instances,
+            ));
             let drifted = drift::assess(&self.me.id, &beat.job_digests, &instances);
             engine.drift.update(&names, drifted);
         }

@@ -48,6 +48,10 @@ fn describe() {
         "Claims of a job's instants by this replica, by result (won: it ran the instant; lost: another replica or a later instant had it)"
     );
     describe_counter!(
+        "replicron_claims_stolen_total",
+        "Instants this replica won as a stealer: claimed after the steal delay because the live replica the rendezvous hash gave them to had not claimed them"
+    );
+    describe_counter!(
         "replicron_overruns_total",
         "Instants not run because the job's previous run was still going when they came (or lock_at_least_for kept its lease)"
     );
@@ -254,6 +258,12 @@ pub(crate) fn missed(job: &str, count: usize) {
 pub(crate) fn claim(job: &str, won: bool) {
     let result = if won { "won" } else { "lost" };
     counter!("replicron_claims_total", "job" => job.to_string(), "result" => result).increment(1);
+}
+
+/// An instant won as a stealer: claimed after its first claimant, another
+/// live replica, let it pass.
+pub(crate) fn claim_stolen() {
+    counter!("replicron_claims_stolen_total").increment(1);
 }
 
 /// An instant skipped because the job's lease stayed held.

@@ -9,6 +9,7 @@ mod abandoned;
 mod audit;
 mod backends;
 mod backfill;
+mod burst;
 mod campaign;
 mod check;
 mod cluster;
