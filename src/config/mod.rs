@@ -39,6 +39,15 @@ pub(crate) const DATABASE_URL_ENV: &str = "REPLICRON_DATABASE_URL";
 /// The longest job name, so that it fits every backend's key column.
 pub(crate) const MAX_JOB_NAME_LEN: usize = 64;
 
+/// The lowest and highest `priority` a job may have.
+pub(crate) const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
+
+/// The default of `[daemon] max_backfill_instants`.
+pub(crate) const DEFAULT_MAX_BACKFILL_INSTANTS: u64 = 10_000;
+
+/// The default of `[daemon] max_starts_per_second`.
+pub(crate) const DEFAULT_STARTS_PER_SECOND: u32 = 50;
+
 /// A validated configuration.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {

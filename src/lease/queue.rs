@@ -16,6 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
 
+use crate::config::PRIORITY_RANGE;
 use crate::db::DbConnection;
 use crate::db::clock::{DbNow, DbNowPlus, to_db_time};
 use crate::db::schema::replicron_locks::dsl as locks;
@@ -26,9 +27,6 @@ pub(crate) const WAITER_ROW_PREFIX: &str = "replicron.q.";
 /// How long a waiter's place outlives its last keep-alive: a replica that
 /// died waiting holds up the line no longer.
 pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(10);
-
-/// The lowest and highest `priority` a job may have.
-pub(crate) const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 
 /// A waiter's place in a gate's line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

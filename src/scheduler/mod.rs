@@ -419,7 +419,7 @@ impl Scheduler {
             pool_size: config::DEFAULT_POOL_SIZE,
             shutdown_grace: config::DEFAULT_SHUTDOWN_GRACE,
             history_retention: config::DEFAULT_HISTORY_RETENTION,
-            starts_per_second: throttle::DEFAULT_STARTS_PER_SECOND,
+            starts_per_second: crate::config::DEFAULT_STARTS_PER_SECOND,
             migrate: true,
             clock: Arc::new(SystemClock),
             process_guard: false,

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The default of `[daemon] max_starts_per_second`.
-pub(crate) const DEFAULT_STARTS_PER_SECOND: u32 = 50;
+use crate::config::DEFAULT_STARTS_PER_SECOND;
 
 /// What a start the throttle paces is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

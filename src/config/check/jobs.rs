@@ -769,12 +769,12 @@ impl Checker<'_> {
         })
     }
 
-    /// `priority`: an integer in [`crate::lease::queue::PRIORITY_RANGE`].
+    /// `priority`: an integer in [`crate::config::PRIORITY_RANGE`].
     fn priority(&mut self, raw: Option<&Spanned<i64>>, scope: Scope<'_>) -> i32 {
         let Some(raw) = raw else {
             return 0;
         };
-        let range = crate::lease::queue::PRIORITY_RANGE;
+        let range = crate::config::PRIORITY_RANGE;
         match i32::try_from(*raw.get_ref()) {
             Ok(priority) if range.contains(&priority) => priority,
             _ => {

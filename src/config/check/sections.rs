@@ -388,13 +388,13 @@ impl Checker<'_> {
             raw.max_backfill_instants.as_ref(),
             "max_backfill_instants",
             100_000_000,
-            crate::scheduler::backfill::progress::DEFAULT_MAX_INSTANTS as i64,
+            crate::config::DEFAULT_MAX_BACKFILL_INSTANTS as i64,
         ) as u64;
         let max_starts_per_second = count(
             raw.max_starts_per_second.as_ref(),
             "max_starts_per_second",
             100_000,
-            i64::from(crate::scheduler::throttle::DEFAULT_STARTS_PER_SECOND),
+            i64::from(crate::config::DEFAULT_STARTS_PER_SECOND),
         ) as u32;
         DaemonConfig {
             shutdown_grace,

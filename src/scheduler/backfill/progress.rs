@@ -23,9 +23,6 @@ use crate::db::{DbError, Store};
 use crate::lease::LockRow;
 use crate::schedule::fmt_instant;
 
-/// The default of `[daemon] max_backfill_instants`.
-pub(crate) const DEFAULT_MAX_INSTANTS: u64 = 10_000;
-
 /// A row of `replicron_backfills`.
 #[derive(Clone, Debug, PartialEq, Eq, Queryable, Selectable)]
 #[diesel(table_name = crate::db::schema::replicron_backfills)]
