@@ -131,7 +131,12 @@ backend_test! {
             lines[0].starts_with("database time ") && lines[0].contains("this host's clock is "),
             "{out}"
         );
-        assert!(lines[2].starts_with("JOB"), "{out}");
+        // The clock line, the throttle's and the backfills' line, then the jobs.
+        assert!(
+            lines[2].starts_with("catch-up, backfill and retry runs start at most"),
+            "{out}"
+        );
+        assert!(lines[4].starts_with("JOB"), "{out}");
         let report = lines
             .iter()
             .find(|l| l.starts_with("report"))

@@ -56,7 +56,8 @@ backend_test! {
             "[daemon]\nshutdown_grace = \"20s\"\n\n\
              [[job]]\nname = \"leaves\"\nschedule = \"* * * * * *\"\n\
              command = '[ -e {dir}/left ] && exit 0; touch {dir}/left; \
-             setsid -f sh -c \"sleep 1; touch {dir}/orphan-ended\" </dev/null >/dev/null 2>&1'\n\n\
+             setsid -f sh -c \"touch {dir}/orphan-began; sleep 1; touch {dir}/orphan-ended\" </dev/null >/dev/null 2>&1; \
+             while [ ! -e {dir}/orphan-began ]; do sleep 0.05; done'\n\n\
              [[job]]\nname = \"drains\"\nschedule = \"* * * * * *\"\n\
              command = '[ -e {dir}/orphan-ended ] || exit 0; [ -e {dir}/started ] && exit 0; \
              touch {dir}/started; sleep 3; echo done'\n"
@@ -82,8 +83,9 @@ backend_test! {
             .expect("NSpid");
         assert_eq!(nspid, "1", "replicron is PID 1 of its namespace: {status}");
 
-        // The job's shell ends at once; its grandchild, reparented to PID
-        // 1, ends a second later.
+        // The job's shell ends once its grandchild is in a session of its
+        // own (out of the run's process group, which ends with the run);
+        // the grandchild, reparented to PID 1, ends a second later.
         let ended = db.dir().join("orphan-ended");
         wait_until("the orphan to end", Duration::from_secs(20), || ended.exists());
         let zombies = || -> Vec<(i32, char)> {
