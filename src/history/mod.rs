@@ -788,10 +788,30 @@ pub(crate) fn mark_rows_abandoned(
         )
         .execute(conn)?;
         if changed == 1 {
+            rewind_missed_check_to(conn, &row.job, row.confirmed_at.unwrap_or(row.started_at))?;
             marked.push(row);
         }
     }
     Ok(marked)
+}
+
+/// Takes `job`'s check for missed instants back to `at`, if it had gone
+/// past it. A round that read a run as going, its holder still holding the
+/// lease, counted every instant after its start as its overrun; once the
+/// run is marked `abandoned`, it held the lease only until its last
+/// confirmation plus `lock_at_most_for`, and the instants after that
+/// which nobody ran are to be recorded `missed`, as `verify` judges them.
+fn rewind_missed_check_to(
+    conn: &mut DbConnection,
+    job: &str,
+    at: NaiveDateTime,
+) -> QueryResult<usize> {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    diesel::update(locks::replicron_locks)
+        .filter(locks::name.eq(job))
+        .filter(locks::missed_checked_until.gt(at))
+        .set(locks::missed_checked_until.eq(at))
+        .execute(conn)
 }
 
 /// What is done with the runs a replica has just marked `abandoned`: they
