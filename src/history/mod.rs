@@ -710,7 +710,6 @@ pub(crate) fn rewind_missed_check_to_ended(
     job: &str,
     ids: &[i64],
 ) -> QueryResult<usize> {
-    use crate::db::schema::replicron_locks::dsl as locks;
     if ids.is_empty() {
         return Ok(0);
     }
@@ -722,11 +721,7 @@ pub(crate) fn rewind_missed_check_to_ended(
     let Some(end) = ends.into_iter().flatten().min() else {
         return Ok(0);
     };
-    diesel::update(locks::replicron_locks)
-        .filter(locks::name.eq(job))
-        .filter(locks::missed_checked_until.gt(to_db_time(end.and_utc()).nullable()))
-        .set(locks::missed_checked_until.eq(to_db_time(end.and_utc()).nullable()))
-        .execute(conn)
+    rewind_missed_check_to(conn, job, to_db_time(end.and_utc()).0)
 }
 
 /// Notes that run `id`'s holder has just confirmed its lease: were the
@@ -801,7 +796,7 @@ pub(crate) fn mark_rows_abandoned(
 /// run is marked `abandoned`, it held the lease only until its last
 /// confirmation plus `lock_at_most_for`, and the instants after that
 /// which nobody ran are to be recorded `missed`, as `verify` judges them.
-fn rewind_missed_check_to(
+pub(crate) fn rewind_missed_check_to(
     conn: &mut DbConnection,
     job: &str,
     at: NaiveDateTime,

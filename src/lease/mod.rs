@@ -1348,20 +1348,6 @@ pub(crate) fn set_missed_checked(
     }
 }
 
-/// Takes `job`'s `missed_checked_until` back to `before` if it is past
-/// it: the instants after it are checked again (recording is idempotent).
-pub(crate) fn rewind_missed_checked(
-    conn: &mut DbConnection,
-    job: &str,
-    before: DateTime<Utc>,
-) -> QueryResult<usize> {
-    let before = to_db_time(before).nullable();
-    diesel::update(locks::replicron_locks.filter(locks::name.eq(job)))
-        .filter(locks::missed_checked_until.gt(before))
-        .set(locks::missed_checked_until.eq(before))
-        .execute(conn)
-}
-
 #[cfg(test)]
 mod bench;
 #[cfg(test)]

@@ -129,11 +129,11 @@ async fn rewind_dependents(
             .is_some_and(|after| after.parents.iter().any(|p| p.name == parent))
         {
             let name = job.name.clone();
-            let before = first - TimeDelta::milliseconds(1);
+            let before = crate::db::clock::to_db_time(first - TimeDelta::milliseconds(1)).0;
             engine
                 .store
                 .call("taking a dependent job's missed mark back", move |conn| {
-                    crate::lease::rewind_missed_checked(conn, &name, before)
+                    crate::history::rewind_missed_check_to(conn, &name, before)
                 })
                 .await?;
         }
