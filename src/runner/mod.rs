@@ -38,8 +38,8 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tokio::task::JoinHandle;
 
-use self::live::Live;
-use self::output::{Output, Stream, read_stream};
+use self::live::{Live, read_stream};
+use self::output::{Output, Stream};
 use crate::config::Command;
 use crate::lease::keeper::{Deadlines, LeaseState};
 

@@ -8,13 +8,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
-
-use super::live::Live;
-
-/// The longest line logged as one event; longer lines are logged in pieces.
-const MAX_LOG_LINE: usize = 8 * 1024;
-
 /// The most runs of one stream the kept bytes are cut into. A job that
 /// switches streams more often within its tail has its later bytes counted
 /// in the stream before them, so that neither the tail nor a read of it
@@ -197,49 +190,6 @@ fn replace(bytes: &[u8], what: &[u8], with: &[u8]) -> Vec<u8> {
         }
     }
     out
-}
-
-/// Reads one stream of a run into its tail and its log lines, its
-/// `secrets` masked.
-pub(crate) async fn read_stream(
-    mut stream: impl AsyncRead + Unpin,
-    name: Stream,
-    job: String,
-    run_id: i64,
-    live: Arc<Live>,
-    secrets: Arc<[String]>,
-) {
-    let mut buffer = vec![0_u8; 16 * 1024];
-    let mut line: Vec<u8> = Vec::new();
-    let mut masker = Masker::new(&secrets);
-    loop {
-        let (chunk, ended) = match stream.read(&mut buffer).await {
-            Ok(0) | Err(_) => (masker.finish(), true),
-            Ok(n) => (masker.feed(&buffer[..n]), false),
-        };
-        if !chunk.is_empty() {
-            live.push(&chunk, name);
-        }
-        for piece in chunk.split_inclusive(|&b| b == b'\n') {
-            line.extend_from_slice(piece);
-            if line.ends_with(b"\n") || line.len() >= MAX_LOG_LINE {
-                log_line(&job, run_id, name.as_str(), &line);
-                line.clear();
-            }
-        }
-        if ended {
-            break;
-        }
-    }
-    if !line.is_empty() {
-        log_line(&job, run_id, name.as_str(), &line);
-    }
-}
-
-fn log_line(job: &str, run_id: i64, stream: &str, line: &[u8]) {
-    let text = String::from_utf8_lossy(line);
-    let text = crate::text::for_log(text.trim_end_matches(['\n', '\r']));
-    tracing::info!(target: "replicron::job", job, run_id, stream, "{text}");
 }
 
 #[cfg(test)]
