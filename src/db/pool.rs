@@ -9,7 +9,7 @@ use diesel::r2d2::{self, ManageConnection, PooledConnection};
 
 use super::{CALL_TIMEOUT, CONNECT_TIMEOUT, DbConnection, DbError, establish_with};
 use crate::db::DatabaseUrl;
-use crate::schedule::{Clock, SystemClock};
+use crate::schedule::Clock;
 
 /// Opens connections for the pool and prepares each session.
 #[derive(Clone)]
@@ -118,16 +118,6 @@ impl std::fmt::Debug for Pool {
 type PooledConn = PooledConnection<Manager>;
 
 impl Pool {
-    /// Opens a pool of at most `size` connections to `url` and checks that
-    /// one connection can be made, so that a wrong URL fails here, clearly
-    /// (and without its password). The backend must have been compiled in
-    /// (cargo features `sqlite`, `mysql`, `postgres`).
-    pub fn open(url: &str, size: u32) -> Result<Pool, crate::Error> {
-        let cwd = std::env::current_dir().unwrap_or_default();
-        let url = DatabaseUrl::parse(url, &cwd).map_err(crate::Error::Config)?;
-        Ok(Pool::connect(&url, size, Arc::new(SystemClock))?)
-    }
-
     /// [`Pool::open`] for a parsed URL, with SQLite's clock read from
     /// `clock` (the system's, or a test's virtual one).
     pub(crate) fn connect(

@@ -94,6 +94,20 @@ impl From<Pool> for Database {
     }
 }
 
+// The library's way to open a pool. It returns the library's error, so it
+// lives here, above the database layer, rather than beside the pool.
+impl Pool {
+    /// Opens a pool of at most `size` connections to `url` and checks that
+    /// one connection can be made, so that a wrong URL fails here, clearly
+    /// (and without its password). The backend must have been compiled in
+    /// (cargo features `sqlite`, `mysql`, `postgres`).
+    pub fn open(url: &str, size: u32) -> Result<Pool, crate::Error> {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let url = DatabaseUrl::parse(url, &cwd).map_err(crate::Error::Config)?;
+        Ok(Pool::connect(&url, size, Arc::new(SystemClock))?)
+    }
+}
+
 /// Where the scheduler is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
