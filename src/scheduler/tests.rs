@@ -835,6 +835,105 @@ async fn instants_after_an_abandoned_runs_lease_are_missed_not_overruns() {
     assert_eq!(missed, expected, "{rows:?}");
 }
 
+/// A check for missed instants that read a run as going, its holder still
+/// holding the lease, took the instants after it for its overruns and moved
+/// the job's mark past them. When the run is then marked `abandoned` (its
+/// holder gone), its lease covered only its last confirmation plus
+/// `lock_at_most_for`: marking it takes the mark back to that confirmation,
+/// so the instants after its lease, which nobody ran, are recorded
+/// `missed` (found by the suite's campaign: `verify` called two instants
+/// unaccounted). On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn marking_a_run_abandoned_takes_back_the_instants_taken_for_its_overruns() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = |id: &'static str| {
+        replica_of(
+            &db,
+            &clock,
+            id,
+            Job::new("minutely", "* * * * *")
+                .expect("job")
+                .lock_at_most_for(Duration::from_secs(120))
+                .run(|_| async { Ok::<(), String>(()) }),
+        )
+        .build()
+    };
+    replica("before")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    // 00:04 was claimed by a replica that then vanished, its run still
+    // recorded going, its last confirmation at 00:04:10.
+    let mut conn = connect_at(&db, &clock);
+    run_left_by(
+        &mut conn,
+        "minutely",
+        utc("2027-03-01T00:04:00Z"),
+        "vanished",
+        99,
+        None,
+    );
+    {
+        use crate::db::schema::replicron_runs::dsl as runs;
+        use diesel::prelude::*;
+        diesel::update(runs::replicron_runs.filter(runs::instance.eq("vanished")))
+            .set(runs::confirmed_at.eq(Some(utc("2027-03-01T00:04:10Z").naive_utc())))
+            .execute(&mut conn)
+            .expect("confirmation");
+    }
+    tokio::time::sleep(Duration::from_secs(16 * 60)).await;
+    // A check read the run as going and counted 00:05 to 00:20 as its
+    // overruns: the mark is at 00:20.
+    {
+        use crate::db::schema::replicron_locks::dsl as locks;
+        use diesel::prelude::*;
+        diesel::update(locks::replicron_locks.filter(locks::name.eq("minutely")))
+            .set(locks::missed_checked_until.eq(Some(utc("2027-03-01T00:20:00Z").naive_utc())))
+            .execute(&mut conn)
+            .expect("mark");
+    }
+    // The next claimant marks the run abandoned.
+    let marked = crate::history::mark_abandoned(&mut conn, "minutely", 100).expect("abandon");
+    assert_eq!(marked.len(), 1, "{marked:?}");
+    let mark = crate::lease::find_lock(&mut conn, "minutely")
+        .expect("read")
+        .expect("row")
+        .missed_checked_until
+        .expect("mark")
+        .and_utc();
+    assert_eq!(mark, utc("2027-03-01T00:04:10Z"), "the mark goes back to the last confirmation");
+    replica("after")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    let rows = runs_of(&db, "minutely");
+    let missed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.scheduled_at.format("%H:%M").to_string())
+        .collect();
+    // Its lease ran out at 00:06:10 at most: 00:05 and 00:06 were its
+    // overruns; 00:07 on, up to the first instant the replica ran, missed.
+    let first_after = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Succeeded && r.instance == "after")
+        .map(|r| r.scheduled_at.and_utc())
+        .min()
+        .expect("the second replica ran");
+    let expected: Vec<String> = (7..)
+        .map(|m| utc("2027-03-01T00:00:00Z") + TimeDelta::minutes(m))
+        .take_while(|t| *t < first_after)
+        .map(|t| t.format("%H:%M").to_string())
+        .collect();
+    assert!(expected.len() >= 13, "{expected:?}");
+    assert_eq!(missed, expected, "{rows:?}");
+}
+
 /// Pausing a job that is paused already (a new reason or end), or pausing
 /// it again soon after a resume, never turns an instant of an earlier pause
 /// into a miss: no `missed` row, and nothing run, for any instant paused.
