@@ -240,7 +240,10 @@ impl<'e> RunRows<'e> {
     /// `ended` is when the run ended, on the monotonic clock. The check for
     /// missed instants only judges instants `missed_after` old, so an end
     /// written well within that of the run's end cannot be behind the
-    /// check's mark, and is written in one statement.
+    /// check's mark, and is written with the ends of other runs in one
+    /// statement. One that lands later (a batch held up by a stalled
+    /// database, or written alone after a batch failed) takes the mark back
+    /// to the run's end, if a check went past it meanwhile.
     pub(crate) async fn finish(&self, id: i64, mut finish: RunFinish, ended: Instant) {
         let engine = self.engine;
         if self.first == Some(id) {
@@ -254,12 +257,35 @@ impl<'e> RunRows<'e> {
         {
             finish.output = masked;
         }
-        let may_be_late = ended.elapsed() >= self.missed_after / 2;
         // With the ends of the runs that end with it, unless it may be late
         // (its missed-instant check is its own); alone if that fails.
-        if !may_be_late {
+        if ended.elapsed() < self.missed_after / 2 {
             match engine.finisher.end(id, finish.clone()).await {
-                Ok(()) => return,
+                Ok(()) if ended.elapsed() < self.missed_after / 2 => return,
+                Ok(()) => {
+                    // The batch landed late (a stalled database): a check
+                    // for missed instants may have taken the instants after
+                    // the run's end for its overruns meanwhile.
+                    let job = self.row.job.clone();
+                    let deadline = Instant::now() + END_RECORD_RETRIES;
+                    if let Err(e) = engine
+                        .store
+                        .call_until("taking the missed mark back to a run's end", deadline, move |conn| {
+                            crate::history::rewind_missed_check_to_ended(conn, &job, &[id])
+                        })
+                        .await
+                    {
+                        // Written again through the journal, which takes
+                        // the mark back with it.
+                        debug!(job = %self.row.job, run_id = id, "the run's end goes to the journal again: {e}");
+                        engine.journal.push(Write::Finished {
+                            job: self.row.job.clone(),
+                            id,
+                            finish,
+                        });
+                    }
+                    return;
+                }
                 Err(e) => {
                     debug!(job = %self.row.job, run_id = id, "the run's end is written alone: {e}")
                 }
@@ -276,7 +302,10 @@ impl<'e> RunRows<'e> {
         if let Err(e) = engine
             .store
             .call_until("recording a run's end", deadline, move |conn| {
-                crate::history::record_run_finished(conn, id, &finish, may_be_late)
+                // Alone, it may land late whatever it was when the run ended
+                // (the batch it was in failed on a stalled database): it
+                // takes back a mark that went past its end.
+                crate::history::record_run_finished(conn, id, &finish, true)
             })
             .await
         {

@@ -1076,6 +1076,95 @@ async fn a_claim_that_commits_after_its_caller_gave_up_still_runs_once() {
     assert!(last >= started + TimeDelta::seconds(5), "{ran:?}");
 }
 
+/// A run ends while the database is locked past the replica's wait for an
+/// answer: the batch carrying its end fails, and the end is written alone
+/// once the lock is gone. Meanwhile a check for missed instants took the
+/// instants after the run for its overruns and moved the job's mark past
+/// them (here, the lock's own transaction moves it). The end written alone
+/// takes the mark back to the run's end, so those instants are judged
+/// again (found by the fault campaign: two instants of a limited job after
+/// a partition, neither run nor recorded). On the real clock, with SQLite
+/// locked by another connection, and a replica that waits 300 ms for an
+/// answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_written_after_its_batch_failed_takes_the_missed_mark_back() {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    use diesel::connection::SimpleConnection;
+    use diesel::prelude::*;
+    let db = TestDb::sqlite();
+    let far = utc("2099-01-01T00:00:00Z").naive_utc();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let path = db.url.trim_start_matches("sqlite://").to_string();
+    let locker: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    let pool = db.pool(4).with_call_timeout(Duration::from_millis(300));
+    let scheduler = Scheduler::builder(pool)
+        .instance_id("solo")
+        .job(
+            Job::new("tick", "* * * * * *")
+                .expect("job")
+                .lock_at_most_for(Duration::from_secs(30))
+                .run({
+                    let (runs, locker) = (runs.clone(), locker.clone());
+                    move |_| {
+                        let first = runs.fetch_add(1, Ordering::SeqCst) == 0;
+                        let (path, locker) = (path.clone(), locker.clone());
+                        async move {
+                            if first {
+                                // Lock the database as the run ends, and
+                                // move the mark far ahead meanwhile.
+                                let (locked, wait) = std::sync::mpsc::channel();
+                                let thread = std::thread::spawn(move || {
+                                    let mut conn = diesel::SqliteConnection::establish(&path)
+                                        .expect("connect");
+                                    conn.batch_execute("PRAGMA busy_timeout = 5000; BEGIN IMMEDIATE")
+                                        .expect("lock");
+                                    diesel::update(locks::replicron_locks.filter(locks::name.eq("tick")))
+                                        .set(locks::missed_checked_until.eq(Some(far)))
+                                        .execute(&mut conn)
+                                        .expect("mark");
+                                    locked.send(()).expect("tell");
+                                    std::thread::sleep(Duration::from_millis(1500));
+                                    conn.batch_execute("COMMIT").expect("unlock");
+                                });
+                                wait.recv().expect("locked");
+                                *locker.lock().expect("locker") = Some(thread);
+                            }
+                            Ok::<(), String>(())
+                        }
+                    }
+                }),
+        )
+        .build()
+        .await
+        .expect("build");
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(5)))
+        .await
+        .expect("runs");
+    locker
+        .lock()
+        .expect("locker")
+        .take()
+        .expect("the first run locked the database")
+        .join()
+        .expect("locker");
+    let rows = runs_of(&db, "tick");
+    let first = rows
+        .iter()
+        .min_by_key(|r| r.scheduled_at)
+        .expect("a run");
+    assert_eq!(first.status, RunStatus::Succeeded, "{rows:?}");
+    let end = first.finished_at.expect("its end");
+    let mut conn = db.connect();
+    let mark = crate::lease::find_lock(&mut conn, "tick")
+        .expect("read")
+        .expect("row")
+        .missed_checked_until
+        .expect("mark");
+    assert!(mark < far, "the mark stayed past the run's end: {mark}");
+    assert_eq!(mark, end, "the mark goes back to the run's end: {rows:?}");
+}
+
 /// A run whose end is recorded late (its replica was cut off when the run
 /// ended) held the lease meanwhile, so the job's next instants were its
 /// overruns while its end was unknown. Once the end lands, the instants
