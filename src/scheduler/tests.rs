@@ -2594,6 +2594,63 @@ async fn a_queued_instant_is_left_to_the_replica_that_goes_on() {
     assert!(spans[0].2 <= spans[1].1, "overlapped: {spans:?}");
 }
 
+/// `overlap = "queue"` on two replicas. The holder of a run stops while
+/// its run goes on (to its end, within the shutdown grace), before its
+/// ticks reach the next instant; the other replica queues that instant
+/// behind the run, then stops too, leaving it to the holder. The holder,
+/// once its run has ended, decides it: recorded `skipped`, saying why, not
+/// left unsaid (found by the fault campaign at its final stop, the holder's
+/// ticks running late). On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn an_instant_queued_by_another_replica_is_decided_by_the_holder_at_a_stop() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+    let spans: Starts = Arc::default();
+    let replica = |id: &str| {
+        let mut job = recording_job(
+            "queued",
+            "0 * * * * *",
+            Duration::from_secs(90),
+            &clock,
+            &spans,
+        );
+        job.settings.overlap = crate::config::Overlap::Queue;
+        replica_of(&db, &clock, id, job)
+            .shutdown_grace(Duration::from_secs(120))
+            .build()
+    };
+    // `holder` runs 00:01 to 00:02:30 and stops at 00:01:59; `waiter`
+    // starts at 00:01:05, queues 00:02 and stops at 00:02:02.
+    let (holder, waiter) = (
+        replica("holder").await.expect("build"),
+        replica("waiter").await.expect("build"),
+    );
+    let (a, b) = tokio::join!(
+        holder.run_until(tokio::time::sleep(Duration::from_secs(69))),
+        async {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            waiter
+                .run_until(tokio::time::sleep(Duration::from_secs(57)))
+                .await
+        }
+    );
+    a.expect("holder runs");
+    b.expect("waiter runs");
+    let rows = endings(&db, "queued");
+    let ran: Vec<(&str, RunStatus)> = rows.iter().map(|r| (&*r.0, r.2)).collect();
+    assert_eq!(
+        ran,
+        [
+            ("00:01", RunStatus::Succeeded),
+            ("00:02", RunStatus::Skipped)
+        ],
+        "{rows:?}"
+    );
+    assert_eq!(rows[1].3, LEFT_BY_A_STOP, "{rows:?}");
+    assert_eq!(runs_of(&db, "queued")[0].instance, "holder", "{rows:?}");
+    assert_eq!(spans.lock().expect("spans").len(), 1);
+}
+
 /// A run stopped (gracefully) in the pause before its retry: the failed
 /// attempt stays its outcome, and the retry that was due is recorded
 /// `skipped`, saying why, rather than never mentioned. On a paused clock.

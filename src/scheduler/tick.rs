@@ -296,9 +296,32 @@ pub(crate) async fn job_loop(
     }
     if let Some(run) = current {
         let _ = run.task.await;
+        if waits_for_the_run(&job) && *engine.phase.borrow() != Phase::Running {
+            decide_waiting_of_others(&engine, &job).await;
+        }
     }
     for task in others {
         let _ = task.await;
+    }
+}
+
+/// At a stop, once this replica's run of `job` has ended: an instant that
+/// another replica queued behind that run, and that this replica's own
+/// ticks had not reached (it ran behind), was left to this replica by the
+/// other when it stopped ("left to the replica whose run it waits for").
+/// It is decided here as the replica that queued it would: run by another
+/// replica that claims it, or else recorded `skipped`, never left unsaid.
+async fn decide_waiting_of_others(engine: &Engine, job: &Job) {
+    match engine.store.find_lock(&job.name).await {
+        Ok(Some(row)) => {
+            if let Some(waiting) = row.waiting() {
+                leave_waiting(engine, job, waiting.and_utc()).await;
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            warn!(job = %job.name, "an instant that waited for this replica's run may be left unrecorded: the job's lease could not be read: {e}");
+        }
     }
 }
 
