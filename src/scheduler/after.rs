@@ -80,8 +80,9 @@ pub(crate) enum Decision {
     /// A parent has no row of it yet, but has rows of later instants that
     /// started [`OVERTAKEN_AFTER`] ago or more (it skipped the instant in
     /// an outage, or claims it late): the job's loop passes over it rather
-    /// than hold every later instant back, while the check for missed
-    /// instants and `verify` still wait for its row, as for `Pending`.
+    /// than hold every later instant back, and the check for missed
+    /// instants judges the later ones, while it and `verify` still wait
+    /// for its row, as for `Pending`.
     Overtaken,
 }
 

@@ -316,6 +316,8 @@ async fn dependent_instants(
     let complete = (rows.len() as i64) < PAGE;
     let mut instants = Vec::new();
     let mut mark = to;
+    // The first instant passed over while its parent's row is awaited.
+    let mut awaited: Option<DateTime<Utc>> = None;
     for (instant, decision) in super::after::decide(after, &job.schedule, &rows, complete, now) {
         if instant > to {
             break;
@@ -329,15 +331,22 @@ async fn dependent_instants(
             Decision::Ready { due, .. } | Decision::Upstream { due, .. } if due <= to => {
                 instants.push((instant, due))
             }
-            Decision::Ready { .. }
-            | Decision::Upstream { .. }
-            | Decision::Pending
-            | Decision::Overtaken => {
+            // A parent has no row of it but has runs of later instants (its
+            // instant was an overrun, or its row is late): the job's loop
+            // passed over it and decides the later ones, so they are checked
+            // as any other, while the mark stays before it until its row
+            // comes or the wait for it ends (`PARENT_PATIENCE`). An instant
+            // checked again is not recorded twice.
+            Decision::Overtaken => {
+                awaited.get_or_insert(instant - TimeDelta::milliseconds(1));
+            }
+            Decision::Ready { .. } | Decision::Upstream { .. } | Decision::Pending => {
                 mark = instant - TimeDelta::milliseconds(1);
                 break;
             }
         }
     }
+    let mark = awaited.map_or(mark, |awaited| awaited.min(mark));
     // A parent's run may be recorded up to LATE_LIMIT after its instant (a
     // replica that claimed it late, a node that stalled its write), after
     // the runs of its later instants: the mark stays behind what may still

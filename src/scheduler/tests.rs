@@ -2223,6 +2223,85 @@ async fn a_fan_ins_backlog_of_ends_that_came_together_runs_in_order() {
     );
 }
 
+/// A fan-in (a, b) → c where b's 00:02 was an overrun of its own (it has no
+/// row, ever), and both parents' 00:03 were recorded `missed` after c's
+/// loop had passed over 00:03: the check for missed instants records c's
+/// 00:03 `missed` in time, not only once the wait for b's 00:02 row ends
+/// five minutes later (found by the fault campaign: a fan-in's instants
+/// unaccounted at its end). On a paused clock, the parents' rows written by
+/// the test as the replicas that ran them would.
+#[tokio::test(start_paused = true)]
+async fn a_parents_overrun_does_not_hold_back_the_check_of_later_instants() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"* * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nschedule = \"* * * * *\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"c\"\nafter = [\"a\", \"b\"]\ncommand = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let at = |hms: &str| utc(&format!("2027-03-01T{hms}Z"));
+    let ended = |conn: &mut crate::db::DbConnection, job: &str, instant: &str| {
+        let t = at(instant);
+        parent_ended(
+            conn,
+            job,
+            t,
+            t + TimeDelta::milliseconds(100),
+            t + TimeDelta::milliseconds(400),
+            RunStatus::Succeeded,
+        );
+    };
+    let writes = async {
+        let mut conn = connect_at(&db, &clock);
+        tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_secs(31)).await;
+        ended(&mut conn, "a", "00:01:00");
+        ended(&mut conn, "b", "00:01:00");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        // 00:02: a ran; b's was an overrun.
+        ended(&mut conn, "a", "00:02:00");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        // 00:03: nobody ran it; 00:04 runs.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        ended(&mut conn, "a", "00:04:00");
+        ended(&mut conn, "b", "00:04:00");
+        // The parents' 00:03 are recorded missed after c passed it over.
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        for job in ["a", "b"] {
+            crate::history::record_missed(&mut conn, job, at("00:03:00"), "elsewhere")
+                .expect("missed");
+        }
+    };
+    let busy = Duration::from_millis(200);
+    let (ran, ()) = tokio::join!(
+        async {
+            children_replica(&db, &clock, "one", &config, &["c"], busy)
+                .build()
+                .await
+                .expect("build")
+                .run_until(tokio::time::sleep(Duration::from_secs(6 * 60)))
+                .await
+        },
+        writes
+    );
+    ran.expect("runs");
+    // Up to 00:06:30: the wait for b's 00:02 would end only at 00:07.
+    let c: Vec<(String, RunStatus)> = rows_by_instant(&db, "c")
+        .into_iter()
+        .map(|r| (r.0, r.1))
+        .collect();
+    assert_eq!(
+        c,
+        [
+            ("00:01:00".to_string(), RunStatus::Succeeded),
+            ("00:03:00".to_string(), RunStatus::Missed),
+            ("00:04:00".to_string(), RunStatus::Succeeded),
+        ],
+    );
+}
+
 /// Writes `job`'s run of each second of `range` as it ends, 100 ms after
 /// its instant, `succeeded` unless `fails` says otherwise; returns their
 /// ids by instant.
