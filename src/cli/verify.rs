@@ -146,6 +146,10 @@ pub(super) fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
                 crate::config::Overlap::Allow(max) => max,
                 _ => 1,
             },
+            waits: matches!(
+                job.overlap,
+                crate::config::Overlap::Queue | crate::config::Overlap::Replace
+            ),
             after: job.after.clone(),
         };
         let (tally, found) = judge(&promise, &evidence, args.from, last);

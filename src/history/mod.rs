@@ -949,7 +949,9 @@ pub(crate) fn accounted_between(
         ))
         .filter(runs::job.eq(job))
         .filter(runs::attempt.gt(0))
-        .filter(runs::started_at.le(to_db_time(to)))
+        // Its instant, not its start: a run of `queue` or `replace` that
+        // waited held the job from its instant.
+        .filter(runs::scheduled_at.le(to_db_time(to)))
         .filter(
             runs::finished_at
                 .is_null()

@@ -48,6 +48,9 @@ pub(crate) struct Promise {
     /// `max_concurrent` (whose runs hold leases of their instants', not
     /// the job's).
     pub(crate) concurrent: u32,
+    /// Whether an instant that comes while a run goes waits for it
+    /// (`overlap = "queue"` or `"replace"`).
+    pub(crate) waits: bool,
     /// A dependent job's parents, and the endings it runs on.
     pub(crate) after: Option<crate::config::After>,
 }
@@ -393,7 +396,16 @@ pub(crate) fn judge(
                     confirmed + lease
                 }
             };
-            (chain.start, until)
+            // An instant that waited for the run before it (`queue`,
+            // `replace`) held the job from its instant on: the instants
+            // that came meanwhile, up to its run's start, found it waiting
+            // (or the lease not yet given back) and are its overruns.
+            let start = if promise.waits && promise.after.is_none() {
+                chain.start.min(instant.and_utc())
+            } else {
+                chain.start
+            };
+            (start, until)
         })
         .collect();
     let by_instant: BTreeMap<NaiveDateTime, Vec<&Chain>> =
@@ -648,6 +660,7 @@ mod tests {
             missed_after: Duration::from_secs(60),
             check_every: Duration::from_secs(30),
             concurrent: 1,
+            waits: false,
             after: None,
         }
     }
@@ -939,6 +952,32 @@ mod tests {
             "{tally:?}"
         );
         assert_eq!(found.len(), 2);
+    }
+
+    /// `queue`: the run of 00:01 waited behind a run of 00:00 that went on
+    /// to 00:01:30, and started at 00:02:10; 00:02 came in between, found
+    /// 00:01 waiting, and is its overrun, not unaccounted. Without waiting
+    /// (`skip`), 00:02 is unaccounted.
+    #[test]
+    fn an_instant_that_came_while_one_waited_is_an_overrun_of_the_waiting_one() {
+        let mut first = row(1, 0, 1, 1, RunStatus::Succeeded);
+        first.finished_at = Some(first.scheduled_at + TimeDelta::seconds(90));
+        let mut waited = row(2, 1, 1, 2, RunStatus::Succeeded);
+        waited.started_at = waited.scheduled_at + TimeDelta::seconds(70);
+        waited.finished_at = Some(waited.scheduled_at + TimeDelta::seconds(100));
+        let runs = vec![first, waited];
+        let judge_with = |waits: bool| {
+            let promise = Promise { waits, ..promise() };
+            let (tally, _) = judge(
+                &promise,
+                &evidence(runs.clone()),
+                utc("2027-01-01T00:00:00Z"),
+                utc("2027-01-01T00:02:00Z"),
+            );
+            (tally.overrun, tally.unaccounted)
+        };
+        assert_eq!(judge_with(true), (1, 0));
+        assert_eq!(judge_with(false), (0, 1));
     }
 
     /// An `allow` job's runs may overlap up to `max_concurrent`: three runs

@@ -219,11 +219,21 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<(usize, Option<DateTime
         .filter(|run| run.finished_at.is_none())
         .map(|run| run.id)
         .collect();
+    // An instant that waited for the run before it (`queue`, `replace`)
+    // held the job from its instant on: the instants that came meanwhile,
+    // up to its run's start, found it waiting (or the lease not yet given
+    // back) and are its overruns, as `verify` judges them.
+    let waited = super::tick::waits_for_the_run(job) && job.after.is_none();
     let mut spans: BTreeMap<DateTime<Utc>, Span> = BTreeMap::new();
     for run in going {
         let end = run.held_until(lease_for, holds_now(&run));
-        let span = spans.entry(run.instant).or_insert((run.started_at, end));
-        span.0 = span.0.min(run.started_at);
+        let start = if waited {
+            run.started_at.min(run.instant)
+        } else {
+            run.started_at
+        };
+        let span = spans.entry(run.instant).or_insert((start, end));
+        span.0 = span.0.min(start);
         span.1 = match (span.1, end) {
             (Some(a), Some(b)) => Some(a.max(b)),
             _ => None,

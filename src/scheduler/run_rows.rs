@@ -270,9 +270,13 @@ impl<'e> RunRows<'e> {
                     let deadline = Instant::now() + END_RECORD_RETRIES;
                     if let Err(e) = engine
                         .store
-                        .call_until("taking the missed mark back to a run's end", deadline, move |conn| {
-                            crate::history::rewind_missed_check_to_ended(conn, &job, &[id])
-                        })
+                        .call_until(
+                            "taking the missed mark back to a run's end",
+                            deadline,
+                            move |conn| {
+                                crate::history::rewind_missed_check_to_ended(conn, &job, &[id])
+                            },
+                        )
                         .await
                     {
                         // Written again through the journal, which takes

@@ -904,7 +904,11 @@ async fn marking_a_run_abandoned_takes_back_the_instants_taken_for_its_overruns(
         .missed_checked_until
         .expect("mark")
         .and_utc();
-    assert_eq!(mark, utc("2027-03-01T00:04:10Z"), "the mark goes back to the last confirmation");
+    assert_eq!(
+        mark,
+        utc("2027-03-01T00:04:10Z"),
+        "the mark goes back to the last confirmation"
+    );
     replica("after")
         .await
         .expect("build")
@@ -1116,12 +1120,16 @@ async fn an_end_written_after_its_batch_failed_takes_the_missed_mark_back() {
                                 let thread = std::thread::spawn(move || {
                                     let mut conn = diesel::SqliteConnection::establish(&path)
                                         .expect("connect");
-                                    conn.batch_execute("PRAGMA busy_timeout = 5000; BEGIN IMMEDIATE")
-                                        .expect("lock");
-                                    diesel::update(locks::replicron_locks.filter(locks::name.eq("tick")))
-                                        .set(locks::missed_checked_until.eq(Some(far)))
-                                        .execute(&mut conn)
-                                        .expect("mark");
+                                    conn.batch_execute(
+                                        "PRAGMA busy_timeout = 5000; BEGIN IMMEDIATE",
+                                    )
+                                    .expect("lock");
+                                    diesel::update(
+                                        locks::replicron_locks.filter(locks::name.eq("tick")),
+                                    )
+                                    .set(locks::missed_checked_until.eq(Some(far)))
+                                    .execute(&mut conn)
+                                    .expect("mark");
                                     locked.send(()).expect("tell");
                                     std::thread::sleep(Duration::from_millis(1500));
                                     conn.batch_execute("COMMIT").expect("unlock");
@@ -1149,10 +1157,7 @@ async fn an_end_written_after_its_batch_failed_takes_the_missed_mark_back() {
         .join()
         .expect("locker");
     let rows = runs_of(&db, "tick");
-    let first = rows
-        .iter()
-        .min_by_key(|r| r.scheduled_at)
-        .expect("a run");
+    let first = rows.iter().min_by_key(|r| r.scheduled_at).expect("a run");
     assert_eq!(first.status, RunStatus::Succeeded, "{rows:?}");
     let end = first.finished_at.expect("its end");
     let mut conn = db.connect();
@@ -2728,6 +2733,65 @@ async fn an_instant_queued_by_another_replica_is_decided_by_the_holder_at_a_stop
     assert_eq!(rows[1].3, LEFT_BY_A_STOP, "{rows:?}");
     assert_eq!(runs_of(&db, "queued")[0].instance, "holder", "{rows:?}");
     assert_eq!(spans.lock().expect("spans").len(), 1);
+}
+
+/// `overlap = "queue"`: an instant that came after the run before the
+/// waiting one ended, but before the waiting one's run started (its claim
+/// waited for the lease to be given back), found the job's place taken
+/// and is an overrun of the waiting run, which held the job from its
+/// instant: not recorded `missed` (found by the fault campaign: a `queue`
+/// instant recorded missed while one waited). On a paused clock, the two
+/// runs written by the test as the replicas that ran them would.
+#[tokio::test(start_paused = true)]
+async fn an_instant_after_a_queued_one_waits_behind_it_and_is_not_missed() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    drop(db.pool(1));
+    let mut conn = connect_at(&db, &clock);
+    crate::lease::ensure_rows(&mut conn, &["q"]).expect("row");
+    let at = |hms: &str| utc(&format!("2027-03-01T{hms}Z"));
+    // 00:01:00 ran until 00:01:25; 00:01:10 waited for it and ran from
+    // 00:01:35; 00:01:30 came in between.
+    parent_ended(
+        &mut conn,
+        "q",
+        at("00:01:00"),
+        at("00:01:00.100"),
+        at("00:01:25"),
+        RunStatus::Succeeded,
+    );
+    parent_ended(
+        &mut conn,
+        "q",
+        at("00:01:10"),
+        at("00:01:35"),
+        at("00:01:55"),
+        RunStatus::Succeeded,
+    );
+    tokio::time::sleep(Duration::from_secs(150)).await;
+    let mut job = Job::new("q", "*/10 * * * * *")
+        .expect("job")
+        .missed_after(Duration::from_secs(20))
+        .run(|_| async { Ok::<(), String>(()) });
+    job.settings.overlap = crate::config::Overlap::Queue;
+    replica_of(&db, &clock, "here", job)
+        .build()
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(60)))
+        .await
+        .expect("runs");
+    let missed: Vec<String> = rows_by_instant(&db, "q")
+        .into_iter()
+        .filter(|r| r.1 == RunStatus::Missed)
+        .map(|r| r.0)
+        .collect();
+    let overruns = ["00:01:20", "00:01:30", "00:01:40", "00:01:50"];
+    assert!(
+        overruns.iter().all(|t| !missed.contains(&t.to_string())),
+        "an overrun was recorded missed: {missed:?}"
+    );
+    assert!(missed.contains(&"00:02:00".to_string()), "{missed:?}");
 }
 
 /// A run stopped (gracefully) in the pause before its retry: the failed

@@ -720,7 +720,7 @@ async fn attempt_allowed(
 
 /// Whether an instant that comes while the job's run is going waits for
 /// it (`queue`), or for it to be stopped (`replace`).
-fn waits_for_the_run(job: &Job) -> bool {
+pub(super) fn waits_for_the_run(job: &Job) -> bool {
     matches!(job.settings.overlap, Overlap::Queue | Overlap::Replace)
 }
 
