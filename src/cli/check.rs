@@ -23,6 +23,7 @@ pub(crate) struct CheckArgs {
 
 pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(&args.config, &crate::config::Environment::from_process())?;
+    super::refuse_past_instants(&config)?;
     for warning in &config.warnings {
         eprintln!("warning: {}", warning.located(&config.path));
     }
@@ -160,6 +161,31 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         }
         if job.schedule.is_at_start() {
             println!("  runs once at each start of a replica");
+            continue;
+        }
+        if let Some(instant) = job.schedule.once_at() {
+            let local = instant.with_timezone(&job.schedule.zone());
+            let mut line = format!(
+                "  once at   {}  {}",
+                instant.to_rfc3339_opts(SecondsFormat::Secs, false),
+                local.to_rfc3339_opts(SecondsFormat::Secs, false)
+            );
+            if let Some(excluded) = job.schedule.excluded(instant) {
+                line.push_str(&format!("  excluded: {excluded}: it never runs"));
+            } else if instant <= from {
+                line.push_str(&format!(
+                    "  ended: its one instant came before {}",
+                    from.to_rfc3339_opts(SecondsFormat::Millis, true)
+                ));
+            } else if !jitter.is_zero() {
+                line.push_str(&format!(
+                    "  starts {}",
+                    job.schedule
+                        .start_of(instant)
+                        .to_rfc3339_opts(SecondsFormat::Millis, true)
+                ));
+            }
+            println!("{line}");
             continue;
         }
         println!(

@@ -370,6 +370,30 @@ fn load_for_database(path: &std::path::Path) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// Refuses `config` where a job of it is written `at` an instant already
+/// past by more than its `catch_up` and the database does not show that
+/// the fleet had the job before it ([`Config::refuse_past_instants`]). A
+/// database that cannot be read shows nothing: the instant is refused.
+fn refuse_past_instants(config: &Config) -> anyhow::Result<()> {
+    if config.past_instants.is_empty() {
+        return Ok(());
+    }
+    let url = &config.database.url;
+    // `check` creates no SQLite file: none is a database that knows nothing.
+    let absent = url.backend() == crate::db::Backend::Sqlite
+        && !std::path::Path::new(url.connection_string()).exists();
+    let mut conn = if absent {
+        None
+    } else {
+        crate::db::establish(url).ok()
+    };
+    config.refuse_past_instants(|job, instant| {
+        conn.as_mut()
+            .is_some_and(|conn| crate::lease::knew_before(conn, job, instant).unwrap_or(false))
+    })?;
+    Ok(())
+}
+
 /// Logs the config's warnings, each with its file and line.
 pub(crate) fn warn_of(config: &Config) {
     for warning in &config.warnings {

@@ -31,6 +31,7 @@ pub(crate) struct RunArgs {
 pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     crate::runner::users::check_host(&config)?;
+    super::refuse_past_instants(&config)?;
     let tokens = config.web.tokens(&config.path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -224,6 +225,10 @@ async fn reload_on(
         info!(config = %path.display(), "SIGHUP: reloading the config");
         let loaded = Config::load(&path, &crate::config::Environment::from_process())
             .and_then(|new| crate::runner::users::check_host(&new).map(|()| new));
+        let loaded = match loaded {
+            Ok(new) => past_instants_known(&store, new).await,
+            Err(e) => Err(e),
+        };
         match loaded {
             Ok(new) => {
                 super::warn_of(&new);
@@ -277,6 +282,30 @@ async fn reload_on(
             }
         }
     }
+}
+
+/// `new`, unless a job of it is written `at` an instant already past by
+/// more than its `catch_up` that the fleet did not have before
+/// ([`Config::refuse_past_instants`]), as the database tells.
+async fn past_instants_known(
+    store: &crate::db::Store,
+    new: Config,
+) -> Result<Config, crate::config::ConfigError> {
+    let mut known = Vec::new();
+    for past in &new.past_instants {
+        let (job, instant) = (past.job.clone(), past.instant);
+        let knew = store
+            .call("reading whether the fleet had the job", move |conn| {
+                crate::lease::knew_before(conn, &job, instant)
+            })
+            .await
+            .unwrap_or(false);
+        if knew {
+            known.push((past.job.clone(), past.instant));
+        }
+    }
+    new.refuse_past_instants(|job, instant| known.iter().any(|k| k.0 == job && k.1 == instant))?;
+    Ok(new)
 }
 
 /// The engine of a command that runs one job now (`trigger`, `exec`): the

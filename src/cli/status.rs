@@ -97,9 +97,11 @@ struct JobStatus {
     /// Why it is held (a calendar it names cannot be read here), if it is:
     /// no next instant, and no run.
     held: Option<String>,
-    /// Whether its window has closed (`not_after` has passed): no next
-    /// instant.
+    /// Whether its window has closed (`not_after` has passed), or its one
+    /// instant (`at`) has come: no next instant.
     ended: bool,
+    /// The one instant of a job written `at`, whether to come or past.
+    once: Option<String>,
     /// The jobs whose runs' ends start its runs (`after`).
     after: Vec<String>,
     /// What an instant that comes while its run is going does.
@@ -133,6 +135,16 @@ struct Throttle {
     backfill_instants_left: i64,
 }
 
+/// A one-time run planned with `trigger --at`, not yet claimed.
+#[derive(Debug, serde::Serialize)]
+struct PlannedRun {
+    id: i64,
+    job: String,
+    at: String,
+    requested_by: String,
+    requested_at: String,
+}
+
 /// All `status` says, as its JSON gives it.
 #[derive(Debug, serde::Serialize)]
 struct Report {
@@ -141,6 +153,8 @@ struct Report {
     locks: Vec<LockStatus>,
     limits: Vec<LimitStatus>,
     backfills: Vec<fleet::BackfillMark>,
+    /// The one-time runs planned (`trigger --at`), oldest instant first.
+    planned: Vec<PlannedRun>,
     /// `[daemon]`'s bounds on backfills and catch-up, as this file sets
     /// them.
     throttle: Throttle,
@@ -153,18 +167,20 @@ struct Report {
 pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let config = super::load_for_database(&args.config)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
-    let (fleet, offset, lasts, durability) = super::command_runtime()?.block_on(async {
-        let fleet = fleet::read(&store, &config, 1, None).await?;
-        let offset = fleet::clock_offset(&store, 5).await?;
-        let lasts = fleet::with_output(&store, &fleet).await?;
-        let durability = store
-            .call(
-                "reading the server's durability settings",
-                crate::db::durability::risks,
-            )
-            .await?;
-        anyhow::Ok((fleet, offset, lasts, durability))
-    })?;
+    let (fleet, offset, lasts, durability, planned) =
+        super::command_runtime()?.block_on(async {
+            let fleet = fleet::read(&store, &config, 1, None).await?;
+            let offset = fleet::clock_offset(&store, 5).await?;
+            let lasts = fleet::with_output(&store, &fleet).await?;
+            let durability = store
+                .call(
+                    "reading the server's durability settings",
+                    crate::db::durability::risks,
+                )
+                .await?;
+            let planned = crate::scheduler::planned::list(&store).await?;
+            anyhow::Ok((fleet, offset, lasts, durability, planned))
+        })?;
     let report = Report {
         clock: ClockStatus {
             host_ahead_seconds: -(offset.offset.num_microseconds().unwrap_or(0) as f64) / 1e6,
@@ -175,6 +191,16 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         locks: fleet.locks.iter().map(LockStatus::of).collect(),
         limits: fleet.limits.iter().map(LimitStatus::of).collect(),
         backfills: fleet.backfills.clone(),
+        planned: planned
+            .into_iter()
+            .map(|row| PlannedRun {
+                id: row.id,
+                job: row.job,
+                at: rfc3339(row.run_at),
+                requested_by: row.requested_by,
+                requested_at: rfc3339(row.requested_at),
+            })
+            .collect(),
         throttle: Throttle {
             max_starts_per_second: config.daemon.max_starts_per_second,
             max_backfill_instants: config.daemon.max_backfill_instants,
@@ -206,6 +232,15 @@ pub(super) fn status(args: &StatusArgs) -> anyhow::Result<ExitCode> {
                 report.throttle.backfill_instants_left,
                 report.throttle.max_backfill_instants
             );
+            for run in &report.planned {
+                println!(
+                    "one-time run {} of {} planned at {} by {}",
+                    run.id, run.job, run.at, run.requested_by
+                );
+            }
+            if !report.planned.is_empty() {
+                println!();
+            }
             if !report.durability.is_empty() {
                 println!(
                     "WARNING: the database may lose a commit it acknowledged, a claim among them:"
@@ -250,6 +285,9 @@ fn job_rows(
                 manual: job.is_some_and(|j| j.schedule.is_manual()),
                 held: job.filter(|j| j.enabled).and_then(crate::config::Job::held),
                 ended: job.is_some_and(|j| j.schedule.has_ended(now)),
+                once: job
+                    .and_then(|j| j.schedule.once_at())
+                    .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
                 after: job
                     .and_then(|j| j.after.as_ref())
                     .map(|a| a.names())
@@ -324,7 +362,11 @@ fn print_tables(report: &Report) {
                 (Some(false), _) => "disabled".to_string(),
                 (Some(true), _) if r.held.is_some() => "HELD".to_string(),
                 (Some(true), None) if r.manual => "manual (trigger)".to_string(),
-                (Some(true), None) if r.ended => "ended (its not_after has passed)".to_string(),
+                (Some(true), None) if r.ended => match &r.once {
+                    Some(once) => format!("ended (once, at {once})"),
+                    None => "ended (its not_after has passed)".to_string(),
+                },
+                (Some(true), Some(next)) if r.once.is_some() => format!("{next} (once)"),
                 (Some(true), None) if !r.after.is_empty() => {
                     format!("after {}", r.after.join(", "))
                 }

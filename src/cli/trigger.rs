@@ -21,6 +21,11 @@ pub(crate) struct JobArgs {
     /// Run it even though it is paused (`replicron pause`).
     #[arg(long)]
     pub(crate) force: bool,
+    /// Run it once at TIME (RFC 3339 with an offset, to come) instead of
+    /// now: stored in the database, so that whichever replica runs then
+    /// claims it at TIME, once across the fleet; the command returns at once.
+    #[arg(long, value_name = "TIME", value_parser = super::parse_rfc3339, conflicts_with = "force")]
+    pub(crate) at: Option<chrono::DateTime<chrono::Utc>>,
     /// A parameter the job declares (`params`), passed to the run as an
     /// environment variable; repeat for each.
     #[arg(long = "param", value_name = "NAME=VALUE")]
@@ -111,6 +116,28 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
     };
     let pool = open_for_command(&config)?;
     let runtime = command_runtime()?;
+    if let Some(at) = args.at {
+        let store = crate::db::Store::new(pool);
+        let planned = runtime.block_on(crate::ops::actions::trigger_at(
+            &store,
+            &Actor::cli(),
+            &job,
+            at,
+            &params,
+        ));
+        return match planned {
+            Ok(id) => {
+                println!(
+                    "{}: planned once at {} (one-time run {id}): the replica that runs then claims it, once across the fleet",
+                    args.job,
+                    crate::schedule::fmt_instant(at)
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(crate::ops::actions::Refused::Invalid(why)) => Err(UsageError(why).into()),
+            Err(e) => Err(e.into()),
+        };
+    }
     let grace = config.daemon.shutdown_grace;
     let entry = crate::ops::actions::trigger_entry(&job, args.force, &params);
     let ran = runtime.block_on(async {

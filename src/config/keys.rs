@@ -351,7 +351,13 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "schedule",
             None,
-            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). @manual: never on its own, only through trigger, the API or the dashboard. An array of expressions, [\"0 9 * * 1-5\", \"0 12 * * 6\"], fires at the union of their instants, an instant two share once. See SCHEDULES. Required.",
+            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). @manual: never on its own, only through trigger, the API or the dashboard. An array of expressions, [\"0 9 * * 1-5\", \"0 12 * * 6\"], fires at the union of their instants, an instant two share once. See SCHEDULES. Exactly one of schedule, at and after.",
+        ),
+        key(
+            "job",
+            "at",
+            None,
+            "One instant the job runs at, once across the fleet, instead of a schedule: RFC 3339 with its offset, whole seconds (\"2027-01-15T03:00:00+01:00\"); a time without an offset is refused. Claimed, caught up (catch_up), recorded missed and notified as any scheduled instant; once it has run or been recorded, check and status say the job has ended. An instant already past by more than catch_up when the fleet first reads the job is refused by check and run. Not for run_on = \"every\" jobs.",
         ),
         key(
             "job",

@@ -72,6 +72,11 @@ pub(crate) struct Config {
     /// What is wrong but stops nothing, in file order: a calendar that
     /// cannot be read (its jobs are held), a job that can never fire.
     pub(crate) warnings: Vec<Diagnostic>,
+    /// The jobs written `at` an instant already past by more than their
+    /// `catch_up`: refused by `check` and `run` unless the database shows
+    /// the fleet had the job before its instant, or ran or recorded it
+    /// ([`Config::refuse_past_instants`]).
+    pub(crate) past_instants: Vec<PastInstant>,
     /// Whether the file has errors, and this is only the part of it that
     /// could be read ([`Config::load_for_database`]).
     pub(crate) broken: bool,
@@ -643,6 +648,18 @@ pub(crate) struct Diagnostic {
     pub(crate) message: String,
 }
 
+/// A job written `at` an instant already past by more than its `catch_up`
+/// when the file was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PastInstant {
+    /// The job.
+    pub(crate) job: String,
+    /// Its instant.
+    pub(crate) instant: chrono::DateTime<chrono::Utc>,
+    /// The error it is, where the database does not excuse it.
+    pub(crate) problem: Diagnostic,
+}
+
 /// Everything wrong with a config file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ConfigError {
@@ -774,6 +791,32 @@ impl Config {
     /// The job called `name`.
     pub(crate) fn job(&self, name: &str) -> Option<&Job> {
         self.jobs.iter().find(|job| job.name == name)
+    }
+
+    /// Refuses the file if an enabled job is written `at` an instant
+    /// already past by more than its `catch_up`, unless `seen` says the
+    /// fleet knew the job before that instant or has a run of it recorded
+    /// (the instant ran, or was recorded missed, and the job has ended):
+    /// such a job would never run. `seen` answers from the database.
+    pub(crate) fn refuse_past_instants(
+        &self,
+        mut seen: impl FnMut(&str, chrono::DateTime<chrono::Utc>) -> bool,
+    ) -> Result<(), ConfigError> {
+        let mut diagnostics: Vec<Diagnostic> = self
+            .past_instants
+            .iter()
+            .filter(|past| self.job(&past.job).is_some_and(|job| job.enabled))
+            .filter(|past| !seen(&past.job, past.instant))
+            .map(|past| past.problem.clone())
+            .collect();
+        if diagnostics.is_empty() {
+            return Ok(());
+        }
+        diagnostics.sort_by(Diagnostic::order);
+        Err(ConfigError {
+            path: self.path.clone(),
+            diagnostics,
+        })
     }
 }
 

@@ -165,6 +165,7 @@ pub(super) enum RawCommand {
 pub(super) struct RawJob {
     pub name: Option<S<String>>,
     pub schedule: Option<S<RawSchedule>>,
+    pub at: Option<S<String>>,
     pub after: Option<S<RawAfter>>,
     pub command: Option<S<String>>,
     pub args: Option<S<Vec<String>>>,

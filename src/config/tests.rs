@@ -1801,3 +1801,145 @@ fn priority() {
         "invalid type",
     );
 }
+
+/// `at`: one instant, RFC 3339 with its offset, instead of a schedule; a
+/// time without an offset, a fraction of a second, `at` beside `schedule`
+/// or `after`, and `at` for a job run on every replica are each an error
+/// naming the line, the job and the key.
+#[test]
+fn at_is_one_instant_instead_of_a_schedule() {
+    let config = parse(&job(
+        "at = \"2099-01-15T03:00:00+01:00\"\ncommand = \"true\"\ntimezone = \"Europe/Berlin\"",
+    ))
+    .expect("valid");
+    let schedule = &config.jobs[0].schedule;
+    let instant = chrono::DateTime::parse_from_rfc3339("2099-01-15T02:00:00Z")
+        .expect("time")
+        .with_timezone(&chrono::Utc);
+    assert_eq!(schedule.once_at(), Some(instant));
+    assert_eq!(schedule.expression(), "at 2099-01-15T03:00:00+01:00");
+    assert_eq!(
+        schedule.upcoming(instant - chrono::TimeDelta::days(1), 5),
+        [instant]
+    );
+    assert!(!schedule.has_ended(instant - chrono::TimeDelta::seconds(1)));
+    assert!(schedule.has_ended(instant));
+    assert!(config.past_instants.is_empty());
+
+    one_error(
+        &job("at = \"2099-01-15T03:00:00\"\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "at",
+        "has no offset",
+    );
+    one_error(
+        &job("at = \"next tuesday\"\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "at",
+        "is not an RFC 3339 time",
+    );
+    one_error(
+        &job("at = \"2099-01-15T03:00:00.5Z\"\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "at",
+        "whole seconds",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\nat = \"2099-01-15T03:00:00Z\"\ncommand = \"true\""),
+        7,
+        Some("\"j\""),
+        "at",
+        "at and schedule are exclusive",
+    );
+    let both = format!(
+        "{DB}\n[[job]]\nname = \"parent\"\nschedule = \"@daily\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"j\"\nafter = [\"parent\"]\nat = \"2099-01-15T03:00:00Z\"\ncommand = \"true\"\n"
+    );
+    one_error(&both, 11, Some("\"j\""), "at", "at and after are exclusive");
+    one_error(
+        &job("at = \"2099-01-15T03:00:00Z\"\nrun_on = \"every\"\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "at",
+        "run once across the fleet",
+    );
+    one_error(
+        &job("command = \"true\""),
+        4,
+        Some("\"j\""),
+        "schedule",
+        "or at, the one instant it runs at",
+    );
+}
+
+/// An `at` instant already past by more than `catch_up` is refused, naming
+/// the file, line, job and key, unless the database shows the fleet had the
+/// job before it (or ran it); one `catch_up` covers is accepted.
+#[test]
+fn a_past_at_instant_is_refused_unless_catch_up_covers_it_or_the_fleet_had_it() {
+    let config = parse(&job(
+        "at = \"2020-01-15T03:00:00+01:00\"\ncommand = \"true\"",
+    ))
+    .expect("the file itself is valid");
+    assert_eq!(config.past_instants.len(), 1);
+    let refused = config
+        .refuse_past_instants(|_, _| false)
+        .expect_err("a past instant the fleet never had");
+    assert_eq!(refused.diagnostics.len(), 1, "{refused:#?}");
+    let d = &refused.diagnostics[0];
+    assert_eq!(
+        (d.line, d.job.as_deref(), d.key.as_deref()),
+        (Some(6), Some("\"j\""), Some("at"))
+    );
+    assert!(
+        d.message.contains("is past") && d.message.contains("catch_up (0s) does not cover it"),
+        "{d:?}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("jobs.toml:6: job \"j\", key \"at\""),
+        "{refused}"
+    );
+    let mut asked = Vec::new();
+    config
+        .refuse_past_instants(|job, instant| {
+            asked.push((job.to_string(), instant));
+            true
+        })
+        .expect("the fleet had the job before its instant");
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].0, "j");
+    assert_eq!(
+        crate::schedule::fmt_instant(asked[0].1),
+        "2020-01-15T02:00:00.000Z"
+    );
+    // A disabled job is never run: its past instant stops nothing.
+    let disabled = parse(&job(
+        "at = \"2020-01-15T03:00:00Z\"\ncommand = \"true\"\nenabled = false",
+    ))
+    .expect("valid");
+    disabled
+        .refuse_past_instants(|_, _| false)
+        .expect("disabled");
+    // catch_up reaches it: it runs once, when a replica starts.
+    let recent = (chrono::Utc::now() - chrono::TimeDelta::minutes(10))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let covered = parse(&job(&format!(
+        "at = \"{recent}\"\ncommand = \"true\"\ncatch_up = \"1h\""
+    )))
+    .expect("valid");
+    assert!(covered.past_instants.is_empty());
+    let uncovered = parse(&job(&format!(
+        "at = \"{recent}\"\ncommand = \"true\"\ncatch_up = \"5m\""
+    )))
+    .expect("valid");
+    assert!(
+        uncovered.refuse_past_instants(|_, _| false).is_err(),
+        "catch_up of 5m does not reach 10m back"
+    );
+}

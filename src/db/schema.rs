@@ -235,6 +235,25 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// The one-time runs asked for (`trigger --at`), one row each until
+    /// its instant is claimed or recorded missed.
+    replicron_planned_runs (id) {
+        /// Auto-increment key.
+        id -> BigInt,
+        /// Its job.
+        job -> Text,
+        /// Its instant.
+        run_at -> Timestamp,
+        /// The parameters given, as a JSON object; NULL for none.
+        params -> Nullable<Text>,
+        /// Who asked (user and host, or the API's token name).
+        requested_by -> Text,
+        /// Database time it was asked.
+        requested_at -> Timestamp,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     replicron_locks,
     replicron_runs,

@@ -396,6 +396,15 @@ pub(crate) fn set_trigger(
         .execute(conn)
 }
 
+/// Writes the parameters of run `id` (as [`params_column`] gives them):
+/// attempt 1 of a one-time run (`trigger --at`), recorded by the claim
+/// batch without them.
+pub(crate) fn set_params(conn: &mut DbConnection, id: i64, params: &str) -> QueryResult<usize> {
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
+        .set(runs::params.eq(Some(params)))
+        .execute(conn)
+}
+
 /// Links run `id` to the parents' runs `parents` whose ends started it.
 pub(crate) fn link_parents(
     conn: &mut DbConnection,

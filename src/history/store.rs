@@ -61,6 +61,14 @@ impl Store {
         .await
     }
 
+    /// [`super::set_params`].
+    pub(crate) async fn set_params(&self, id: i64, params: String) -> Result<usize, DbError> {
+        self.call("recording the run's parameters", move |conn| {
+            super::set_params(conn, id, &params)
+        })
+        .await
+    }
+
     /// [`super::runs_after`].
     pub(crate) async fn runs_after(
         &self,

@@ -1307,6 +1307,34 @@ pub(crate) fn find_lock(conn: &mut DbConnection, job: &str) -> QueryResult<Optio
         .optional()
 }
 
+/// Whether the fleet knew `job` before `instant` (its lease row was created
+/// at or before it, or before creation times were kept), or has a run of
+/// `instant` recorded (run, or recorded missed): a job written `at` an
+/// instant the fleet already had is no mistake once the instant is past.
+pub(crate) fn knew_before(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+) -> QueryResult<bool> {
+    use crate::db::schema::replicron_runs::dsl as runs;
+    let created: Option<Option<NaiveDateTime>> = locks::replicron_locks
+        .filter(locks::name.eq(job))
+        .select(locks::created_at)
+        .first(conn)
+        .optional()?;
+    match created {
+        Some(None) => return Ok(true),
+        Some(Some(created)) if created.and_utc() <= instant => return Ok(true),
+        _ => {}
+    }
+    diesel::select(diesel::dsl::exists(
+        runs::replicron_runs
+            .filter(runs::job.eq(job))
+            .filter(runs::scheduled_at.eq(to_db_time(instant))),
+    ))
+    .get_result(conn)
+}
+
 /// Every lease row, by name.
 pub(crate) fn list_locks(conn: &mut DbConnection) -> QueryResult<Vec<LockRow>> {
     locks::replicron_locks

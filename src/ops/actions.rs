@@ -76,6 +76,93 @@ pub(crate) fn trigger_entry<'p>(
     }
 }
 
+/// Plans a one-time run of `job` at `at` with `params` (checked against
+/// its declaration by the caller), for `actor`: a row that any replica
+/// running then sees and claims at its instant, as a scheduled one, so it
+/// runs once across the fleet. Recorded in the audit log as a trigger with
+/// `at`. Refused for a time not after the database's now, a job run on
+/// every replica, a secret parameter given a value (it would be stored in
+/// the database), and an instant already planned for the job. Returns the
+/// row's id.
+pub(crate) async fn trigger_at(
+    store: &Store,
+    actor: &Actor,
+    job: &crate::config::Job,
+    at: DateTime<Utc>,
+    params: &crate::history::Params,
+) -> Result<i64, Refused> {
+    let entry = trigger_entry(job, false, params).arg("at", crate::schedule::fmt_instant(at));
+    let planned = trigger_at_unaudited(store, actor, job, at, params);
+    audited(store, actor, entry, planned, |id| {
+        format!(
+            "planned once at {} (one-time run {id})",
+            crate::schedule::fmt_instant(at)
+        )
+    })
+    .await
+}
+
+pub(crate) async fn trigger_at_unaudited(
+    store: &Store,
+    actor: &Actor,
+    job: &crate::config::Job,
+    at: DateTime<Utc>,
+    params: &crate::history::Params,
+) -> Result<i64, Refused> {
+    let name = &*job.name;
+    if job.run_on == crate::config::RunOn::Every {
+        return Err(Refused::Invalid(format!(
+            "{name} runs on every replica (run_on = \"every\"): a one-time run is for a job run once across the fleet"
+        )));
+    }
+    if !job.enabled {
+        return Err(Refused::Invalid(format!(
+            "{name} is disabled (enabled = false): no replica runs it, so a one-time run of it would never start"
+        )));
+    }
+    crate::db::clock::storable(at).map_err(Refused::Invalid)?;
+    if at.timestamp_subsec_nanos() != 0 {
+        return Err(Refused::Invalid(format!(
+            "--at {}: instants are whole seconds",
+            crate::schedule::fmt_instant(at)
+        )));
+    }
+    // A secret's value would be stored in the database until its run: only
+    // its declared default (which the replica that runs it has) may stand.
+    let given_secret = job.params.iter().find(|param| {
+        job.secret_params.contains(&param.name)
+            && params
+                .get(&param.name)
+                .is_some_and(|value| param.default.as_ref() != Some(value))
+    });
+    if let Some(param) = given_secret {
+        return Err(Refused::Invalid(format!(
+            "{} is a secret parameter: its value is not stored in the database for a later run; trigger {name} now, without --at, to give it one",
+            param.name
+        )));
+    }
+    let now = store.database_now().await?;
+    if at <= now {
+        return Err(Refused::Invalid(format!(
+            "{} is not after the database's now ({}): a one-time run is for a time to come; trigger {name} without --at to run it now",
+            crate::schedule::fmt_instant(at),
+            crate::schedule::fmt_instant(now)
+        )));
+    }
+    let stored: crate::history::Params = params
+        .iter()
+        .filter(|(param, _)| !job.secret_params.contains(param))
+        .map(|(param, value)| (param.clone(), value.clone()))
+        .collect();
+    match crate::scheduler::planned::plan(store, name, at, &stored, &actor.label()).await? {
+        Some(id) => Ok(id),
+        None => Err(Refused::Invalid(format!(
+            "a one-time run of {name} at {} is planned already",
+            crate::schedule::fmt_instant(at)
+        ))),
+    }
+}
+
 /// Carries out `act` once `entry`'s row for `actor` is in the audit log,
 /// then records its result there, the text of a success made by `done`;
 /// returns its result. An action whose row cannot be written is not

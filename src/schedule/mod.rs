@@ -48,6 +48,8 @@ const AT_START: &str = "@reboot";
 const MANUAL: &str = "@manual";
 /// How the schedule of a job that runs after others starts.
 const AFTER: &str = "after ";
+/// How the schedule of a job that runs once, at one instant, starts.
+const AT: &str = "at ";
 
 /// A parsed cron expression in a time zone, and the job's jitter: how a
 /// run's start follows its instant.
@@ -55,10 +57,13 @@ const AFTER: &str = "after ";
 pub(crate) struct Schedule {
     expression: String,
     zone: Tz,
-    /// `None` for `@reboot` (no instant but the replica's start) and
-    /// `@manual` (none at all). Shared by the schedule's clones: a parsed
-    /// expression is some kilobytes.
+    /// `None` for `@reboot` (no instant but the replica's start),
+    /// `@manual` (none at all) and `at` (one instant). Shared by the
+    /// schedule's clones: a parsed expression is some kilobytes.
     cron: Option<Arc<Cron>>,
+    /// The one instant of a job written `at = "..."` (whole seconds): its
+    /// only instant, whatever the zone.
+    once: Option<DateTime<Utc>>,
     timeline: Timeline,
     jitter: Option<Jitter>,
     /// A job's other expressions (`schedule = [...]`), each with its own
@@ -181,6 +186,7 @@ impl Schedule {
             expression: expression.trim().to_string(),
             zone,
             cron: Some(Arc::new(cron)),
+            once: None,
             timeline,
             jitter: None,
             more: Arc::default(),
@@ -258,9 +264,11 @@ impl Schedule {
         &self.rules
     }
 
-    /// Whether its window has closed by `now`: no instant after it.
+    /// Whether its window has closed by `now`, or its one instant (`at`)
+    /// has come: no instant after it.
     pub(crate) fn has_ended(&self, now: DateTime<Utc>) -> bool {
-        self.rules.not_after.is_some_and(|end| end < now) && self.next_after(now).is_none()
+        let closed = self.once.is_some() || self.rules.not_after.is_some_and(|end| end < now);
+        closed && self.next_after(now).is_none()
     }
 
     /// Whether its instants follow the local clock (fixed times), where
@@ -319,12 +327,49 @@ impl Schedule {
         Schedule::without_instants(format!("{AFTER}{}", parents.join(", ")), zone)
     }
 
+    /// The schedule of a job that runs once, at `text` (RFC 3339 with an
+    /// offset, whole seconds), shown in `zone`. The instant is the same
+    /// whatever the zone: the offset says which it is.
+    pub(crate) fn once(text: &str, zone: Tz) -> Result<Self, String> {
+        let text = text.trim();
+        let instant = DateTime::parse_from_rfc3339(text).map_err(|e| {
+            let local = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S").is_ok()
+                || NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S").is_ok();
+            if local {
+                format!(
+                    "at {text:?} has no offset: write the instant with its offset to UTC, as \
+                     \"2027-01-15T03:00:00+01:00\" or \"2027-01-15T02:00:00Z\" (a local time is \
+                     not read in the job's timezone, where it may happen twice or never)"
+                )
+            } else {
+                format!(
+                    "at {text:?} is not an RFC 3339 time ({e}): write it as \
+                     \"2027-01-15T03:00:00+01:00\" or \"2027-01-15T02:00:00Z\""
+                )
+            }
+        })?;
+        if instant.timestamp_subsec_nanos() != 0 {
+            return Err(format!(
+                "at {text:?} has a fraction of a second: instants are whole seconds"
+            ));
+        }
+        let mut schedule = Schedule::without_instants(format!("{AT}{text}"), zone);
+        schedule.once = Some(instant.with_timezone(&Utc));
+        Ok(schedule)
+    }
+
+    /// The one instant of a job that runs once (`at`).
+    pub(crate) fn once_at(&self) -> Option<DateTime<Utc>> {
+        self.once
+    }
+
     /// A schedule with no instant of its own, written `expression`.
     fn without_instants(expression: String, zone: Tz) -> Self {
         Schedule {
             expression,
             zone,
             cron: None,
+            once: None,
             timeline: Timeline::Real,
             jitter: None,
             more: Arc::default(),
@@ -334,7 +379,7 @@ impl Schedule {
 
     /// Whether this is a dependent job's: its instants are its parents'.
     pub(crate) fn is_after(&self) -> bool {
-        self.cron.is_none() && self.expression.starts_with(AFTER)
+        self.cron.is_none() && self.once.is_none() && self.expression.starts_with(AFTER)
     }
 
     /// The expression as written in the config.
@@ -412,10 +457,13 @@ impl Schedule {
 
     /// [`Schedule::next_after`] of this expression alone.
     fn next_after_one(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let cron = self.cron.as_ref()?;
         // Instants are whole seconds: the second `after` is in is itself not
         // after it, and the search from it is exclusive.
         let after = after.duration_trunc(TimeDelta::seconds(1)).ok()?;
+        if let Some(once) = self.once {
+            return (once > after).then_some(once);
+        }
+        let cron = self.cron.as_ref()?;
         match self.timeline {
             Timeline::Real => {
                 let start = after.with_timezone(&self.zone);
@@ -494,8 +542,11 @@ impl Schedule {
 
     /// [`Schedule::latest_at_or_before`] of this expression alone.
     fn latest_one(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let cron = self.cron.as_ref()?;
         let at = at.duration_trunc(TimeDelta::seconds(1)).ok()?;
+        if let Some(once) = self.once {
+            return (once <= at).then_some(once);
+        }
+        let cron = self.cron.as_ref()?;
         match self.timeline {
             Timeline::Real => {
                 let start = at.with_timezone(&self.zone);
@@ -2170,5 +2221,49 @@ RRULE:FREQ=YEARLY\nSUMMARY:Christmas\nEND:VEVENT\nEND:VCALENDAR\n";
             Some(Some(Excluded::AfterWindow))
         );
         assert_eq!(marked.len(), 6);
+    }
+
+    /// `at`: one instant whatever the zone (its offset says which), the
+    /// only one before and after it, and a schedule that has ended once it
+    /// has come; a time without an offset, or with a fraction of a second,
+    /// is refused.
+    #[test]
+    fn one_instant_is_its_only_instant() {
+        let once = Schedule::once(
+            "2027-01-15T03:00:00+01:00",
+            "Asia/Tokyo".parse().expect("zone"),
+        )
+        .expect("valid");
+        let instant = utc("2027-01-15T02:00:00Z");
+        assert_eq!(once.once_at(), Some(instant));
+        assert_eq!(once.next_after(utc("2020-01-01T00:00:00Z")), Some(instant));
+        assert_eq!(
+            once.next_after(instant - TimeDelta::milliseconds(500)),
+            Some(instant)
+        );
+        assert_eq!(once.next_after(instant), None);
+        assert_eq!(
+            once.latest_at_or_before(instant - TimeDelta::seconds(1)),
+            None
+        );
+        assert_eq!(
+            once.latest_at_or_before(utc("2030-01-01T00:00:00Z")),
+            Some(instant)
+        );
+        assert_eq!(once.interval_after(utc("2020-01-01T00:00:00Z")), None);
+        assert!(!once.has_ended(instant - TimeDelta::seconds(1)));
+        assert!(once.has_ended(instant));
+        assert!(!once.is_manual() && !once.is_at_start() && !once.is_after());
+        assert_eq!(once.next_transition(utc("2027-01-01T00:00:00Z")), None);
+        for bad in [
+            "2027-01-15T03:00:00",
+            "2027-01-15 03:00",
+            "2027-01-15T03:00:00.250Z",
+        ] {
+            assert!(
+                Schedule::once(bad, Tz::UTC).is_err(),
+                "{bad:?} was accepted"
+            );
+        }
     }
 }

@@ -347,6 +347,7 @@ pub(crate) async fn dependent_loop(
                 due: Some(due),
                 parent_runs,
                 not_run: None,
+                params: None,
             };
             let mut instants = Instants {
                 engine: &engine,

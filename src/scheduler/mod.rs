@@ -24,6 +24,7 @@ pub(crate) mod execute;
 mod finisher;
 mod job;
 mod missed;
+pub(crate) mod planned;
 mod retention;
 mod run_lease;
 mod run_rows;
@@ -586,6 +587,11 @@ impl Scheduler {
         );
         let pauses = tokio::spawn(watch_pauses(engine.clone(), watched.clone()));
         let heartbeats = tokio::spawn(registration.beat_forever(engine.clone(), watched.clone()));
+        let planned = tokio::spawn(planned::serve_forever(
+            engine.clone(),
+            watched.clone(),
+            stop(),
+        ));
         let mut missed = tokio::spawn(missed::check_forever(engine.clone(), watched, stop()));
         if notify_systemd {
             telemetry::notify_systemd(telemetry::SystemdState::Ready);
@@ -620,6 +626,7 @@ impl Scheduler {
         for run in triggered {
             let _ = run.await;
         }
+        let _ = planned.await;
         pauses.abort();
         heartbeats.abort();
         if tokio::time::timeout(MISSED_ROUND_TIMEOUT, &mut missed)

@@ -155,13 +155,23 @@ impl<'e> RunRows<'e> {
     }
 
     /// Attempt 1, recorded by the claim batch as the schedule's, says what
-    /// started it when that was something else (catch-up).
+    /// started it when that was something else (catch-up, a one-time run),
+    /// and a one-time run's parameters.
     pub(crate) async fn record_trigger(&self) {
         let Some(id) = self.first.filter(|_| self.row.trigger != Trigger::Schedule) else {
             return;
         };
         if let Err(e) = self.engine.store.set_trigger(id, self.row.trigger).await {
             warn!(job = %self.row.job, run_id = id, "what started the run could not be recorded: {e}");
+        }
+        if let Some(params) = self
+            .row
+            .params
+            .clone()
+            .filter(|_| self.row.trigger == Trigger::Manual)
+            && let Err(e) = self.engine.store.set_params(id, params).await
+        {
+            warn!(job = %self.row.job, run_id = id, "the run's parameters could not be recorded: {e}");
         }
     }
 

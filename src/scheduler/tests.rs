@@ -3208,3 +3208,186 @@ async fn a_limits_waiters_go_by_priority_and_a_backfill_waits_behind_the_schedul
         "{order:?}"
     );
 }
+
+/// The runs of a test's jobs, by replica and instant.
+type RanOn = Arc<Mutex<Vec<(String, DateTime<Utc>)>>>;
+
+/// A replica `id` running `config`'s first job, its runs recorded in `ran`.
+fn once_replica(
+    db: &TestDb,
+    clock: &Arc<TokioClock>,
+    config: &crate::config::Config,
+    id: &str,
+    ran: &RanOn,
+) -> SchedulerBuilder {
+    let (record, me) = (ran.clone(), id.to_string());
+    let job = Job::from_config(&config.jobs[0]).run(move |ctx| {
+        record
+            .lock()
+            .expect("ran")
+            .push((me.clone(), ctx.instant()));
+        async { Ok::<(), String>(()) }
+    });
+    replica_of(db, clock, id, job)
+}
+
+/// A job written `at` one instant, on two replicas and a paused clock: it
+/// runs once, at its instant, on one of them, recorded as a scheduled run
+/// and not missed; two replicas started afterwards (its `catch_up` still
+/// covers the instant) do not run it again, and its schedule has ended.
+#[tokio::test(start_paused = true)]
+async fn a_job_at_one_instant_runs_once_across_the_fleet_and_never_again() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[[job]]\nname = \"once\"\n\
+         at = \"2027-03-01T01:05:00+01:00\"\ntimezone = \"Europe/Berlin\"\n\
+         command = \"true\"\ncatch_up = \"1h\"\nmissed_after = \"5s\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let ran: RanOn = Arc::default();
+    side_by_side(
+        once_replica(&db, &clock, &config, "one", &ran),
+        once_replica(&db, &clock, &config, "two", &ran),
+        Duration::from_secs(20 * 60),
+    )
+    .await;
+    let instants: Vec<DateTime<Utc>> = ran.lock().expect("ran").iter().map(|r| r.1).collect();
+    assert_eq!(instants, [utc("2027-03-01T00:05:00Z")]);
+    let rows = runs_of(&db, "once");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].status, rows[0].triggered_by),
+        (RunStatus::Succeeded, Trigger::Schedule)
+    );
+    assert!(config.jobs[0].schedule.has_ended(clock.now()));
+    // The fleet restarts within the instant's catch_up: caught up, the
+    // claim refuses an instant that ran.
+    side_by_side(
+        once_replica(&db, &clock, &config, "three", &ran),
+        once_replica(&db, &clock, &config, "four", &ran),
+        Duration::from_secs(10 * 60),
+    )
+    .await;
+    assert_eq!(ran.lock().expect("ran").len(), 1, "ran again: {ran:?}");
+    assert_eq!(runs_of(&db, "once").len(), 1);
+}
+
+/// A job written `at` an instant that came while no replica ran: the first
+/// replica to start within its `catch_up` runs it once, although its lease
+/// row is newer than the instant; with no catch-up it is recorded missed.
+#[tokio::test(start_paused = true)]
+async fn a_job_at_an_instant_nobody_ran_is_caught_up_once() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:10:00Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[[job]]\nname = \"late\"\n\
+         at = \"2027-03-01T00:05:00Z\"\ncommand = \"true\"\ncatch_up = \"1h\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let ran: RanOn = Arc::default();
+    side_by_side(
+        once_replica(&db, &clock, &config, "one", &ran),
+        once_replica(&db, &clock, &config, "two", &ran),
+        Duration::from_secs(5 * 60),
+    )
+    .await;
+    let instants: Vec<DateTime<Utc>> = ran.lock().expect("ran").iter().map(|r| r.1).collect();
+    assert_eq!(instants, [utc("2027-03-01T00:05:00Z")]);
+    let rows = runs_of(&db, "late");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].triggered_by, Trigger::CatchUp);
+}
+
+/// A one-time run planned ahead (`trigger --at`) of a `@manual` job, on two
+/// replicas and a paused clock: it runs once, at its instant, with the
+/// parameters given over the job's defaults, recorded `manual`, and its row
+/// is gone; one whose instant came while no replica ran, beyond the job's
+/// `catch_up`, is recorded missed once.
+#[tokio::test(start_paused = true)]
+async fn a_one_time_run_planned_ahead_runs_once_across_the_fleet() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[[job]]\nname = \"asked\"\nschedule = \"@manual\"\n\
+         command = \"true\"\nparams = [\"DAYS=7\", \"MODE=full\"]\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let ran: RanOn = Arc::default();
+    let (one, two) = (
+        once_replica(&db, &clock, &config, "one", &ran)
+            .build()
+            .await
+            .expect("build"),
+        once_replica(&db, &clock, &config, "two", &ran)
+            .build()
+            .await
+            .expect("build"),
+    );
+    let pool = crate::db::Pool::connect(&db.database_url(), 1, clock.clone()).expect("pool");
+    let store = crate::db::Store::new(pool);
+    let params: crate::history::Params = [("DAYS".to_string(), "30".to_string())].into();
+    let at = utc("2027-03-01T00:07:00Z");
+    let id = super::planned::plan(&store, "asked", at, &params, "tester@host")
+        .await
+        .expect("planned");
+    assert!(id.is_some());
+    // The same instant again is refused.
+    assert_eq!(
+        super::planned::plan(&store, "asked", at, &params, "tester@host")
+            .await
+            .expect("asked again"),
+        None
+    );
+    // One whose instant is long past: nobody ran it, it is recorded missed.
+    super::planned::plan(
+        &store,
+        "asked",
+        utc("2027-02-28T00:00:00Z"),
+        &params,
+        "tester@host",
+    )
+    .await
+    .expect("planned")
+    .expect("a new row");
+    let until = || tokio::time::sleep(Duration::from_secs(15 * 60));
+    let (a, b) = tokio::join!(one.run_until(until()), two.run_until(until()));
+    a.expect("one");
+    b.expect("two");
+    let instants: Vec<DateTime<Utc>> = ran.lock().expect("ran").iter().map(|r| r.1).collect();
+    assert_eq!(instants, [at]);
+    let rows = runs_of(&db, "asked");
+    let seen: Vec<(String, RunStatus, Trigger)> = rows
+        .iter()
+        .map(|r| {
+            (
+                crate::schedule::fmt_instant(r.scheduled_at.and_utc()),
+                r.status,
+                r.triggered_by,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "2027-02-28T00:00:00.000Z".to_string(),
+                RunStatus::Missed,
+                Trigger::Schedule
+            ),
+            (
+                "2027-03-01T00:07:00.000Z".to_string(),
+                RunStatus::Succeeded,
+                Trigger::Manual
+            ),
+        ]
+    );
+    let given = crate::history::params_of(rows[1].params.as_deref());
+    assert_eq!(given.get("DAYS").map(String::as_str), Some("30"));
+    assert_eq!(given.get("MODE").map(String::as_str), Some("full"));
+    let left = super::planned::list(&store).await.expect("rows");
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -88,6 +88,8 @@ pub(crate) async fn job_loop(
     // Instants skipped while the database was unreachable: first, last,
     // how many; said in one line when it answers again.
     let mut skipped_down: Option<(DateTime<Utc>, DateTime<Utc>, usize)> = None;
+    // Whether the schedule has no instant left (a job written `at`).
+    let mut ended = false;
     let mut health = engine.health.subscribe();
     let mut ticker = Ticker::new(job.schedule.clone(), engine.clock.clone());
     let stop = |retired: &mut watch::Receiver<bool>| stopping(&engine, retired);
@@ -140,8 +142,15 @@ pub(crate) async fn job_loop(
                 }
                 continue;
             }
-            instant = ticker.tick() => match instant {
+            instant = ticker.tick(), if !ended => match instant {
                 Some(instant) => instant,
+                // A job written `at` one instant: its loop stays, so that
+                // catch-up still takes the instant when the database
+                // comes back from an outage that came over it.
+                None if job.schedule.once_at().is_some() => {
+                    ended = true;
+                    continue;
+                }
                 None => break,
             },
         };
@@ -383,13 +392,17 @@ async fn catch_up(
     }
     let instant = catch_up_instant(job, engine.clock.now())?;
     // A job the fleet has just been given has missed nothing: only instants
-    // after its lease row was created are caught up.
+    // after its lease row was created are caught up. A job written `at` an
+    // instant is the exception: the file was accepted because its
+    // `catch_up` covers the instant, so that it runs.
     let row = engine.store.find_lock(&job.name).await;
+    let once = job.schedule.once_at().is_some();
     match row {
         Ok(Some(row))
-            if row
-                .created_at
-                .is_some_and(|created| instant < created.and_utc()) =>
+            if !once
+                && row
+                    .created_at
+                    .is_some_and(|created| instant < created.and_utc()) =>
         {
             debug!(job = %job.name, instant = %fmt_instant(instant), "no catch-up: the instant came before the job was added");
             return None;
@@ -448,6 +461,9 @@ pub(super) struct Cause {
     /// Why the instant, once claimed, is recorded `skipped` instead of
     /// run.
     pub(super) not_run: Option<String>,
+    /// Its parameters, if not the job's defaults: a one-time run's
+    /// (`trigger --at`).
+    pub(super) params: Option<Arc<crate::history::Params>>,
 }
 
 impl From<Trigger> for Cause {
@@ -959,7 +975,10 @@ fn start(
                         .unwrap_or_else(|| job.schedule.start_of(hold.instant())),
                 ),
                 trigger: cause.trigger,
-                params: job.default_params.clone(),
+                params: cause
+                    .params
+                    .clone()
+                    .unwrap_or_else(|| job.default_params.clone()),
                 parent_runs: cause.parent_runs.clone(),
                 not_run: cause.not_run.clone(),
                 ..Recording::default()

@@ -299,8 +299,9 @@ pub(super) async fn act(
 }
 
 /// The keys a JSON body of an action may have.
-const BODY_KEYS: [&str; 9] = [
+const BODY_KEYS: [&str; 10] = [
     "params",
+    "at",
     "force",
     "until",
     "reason",

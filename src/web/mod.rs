@@ -406,6 +406,10 @@ pub(crate) struct ActionParams {
     /// progress, whichever it is).
     #[serde(default, deserialize_with = "optional_id")]
     pub(crate) id: Option<String>,
+    /// `trigger`: run it once at this time (RFC 3339 with an offset, to
+    /// come) instead of now.
+    #[serde(default)]
+    pub(crate) at: Option<String>,
     /// `trigger`: the run's parameters, as `NAME=VALUE` pairs: a form's
     /// and a query string's `param.NAME` fields, a JSON body's `params`
     /// object.
@@ -570,6 +574,7 @@ fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> 
         Action::Trigger => match web.config().job(name) {
             Some(job) => {
                 actions::trigger_entry(job, params.force, params.params.iter().map(|(n, v)| (n, v)))
+                    .arg("at", params.at.clone())
             }
             None => entry,
         },
@@ -661,6 +666,36 @@ async fn act_unaudited(
                     Ok(run_params) => run_params,
                     Err(e) => return Err((StatusCode::BAD_REQUEST, format!("{name}: {e}"))),
                 };
+            if let Some(at) = &params.at {
+                let at = chrono::DateTime::parse_from_rfc3339(at.trim())
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .map_err(|e| {
+                        (
+                            StatusCode::BAD_REQUEST,
+                            format!(
+                                "at {at:?}: {e}: expected RFC 3339, such as 2027-03-28T00:00:00Z"
+                            ),
+                        )
+                    })?;
+                if params.force {
+                    return Err((
+                        StatusCode::BAD_REQUEST,
+                        "at and force are exclusive: a one-time run is claimed at its instant as a scheduled one, and a paused job's is not run".to_string(),
+                    ));
+                }
+                return match actions::trigger_at_unaudited(&web.store, actor, job, at, &run_params)
+                    .await
+                {
+                    Ok(id) => Ok((
+                        StatusCode::ACCEPTED,
+                        format!(
+                            "{name}: planned once at {} (one-time run {id})",
+                            crate::schedule::fmt_instant(at)
+                        ),
+                    )),
+                    Err(e) => Err(refused(e)),
+                };
+            }
             if !job.enabled && !params.force {
                 return conflict(format!(
                     "{name} is disabled (enabled = false in {}); trigger it with force to run it anyway",

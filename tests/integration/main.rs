@@ -33,6 +33,7 @@ mod limits;
 mod live;
 mod nginx;
 mod notify;
+mod once;
 mod operate;
 mod pid1;
 mod proxy;

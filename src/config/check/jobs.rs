@@ -361,6 +361,56 @@ impl Checker<'_> {
         );
     }
 
+    /// `at`: the one instant the job runs at, in its zone. An instant
+    /// already past by more than the job's `catch_up` is refused unless the
+    /// fleet had the job before it (its lease row is older) or ran or
+    /// recorded it: that only the database tells, so it is kept in
+    /// [`Config::past_instants`] for `check` and `run` to decide.
+    fn one_instant(
+        &mut self,
+        at: &Spanned<String>,
+        name: Option<&str>,
+        settings: &Settings,
+        scope: Scope<'_>,
+    ) -> Option<Schedule> {
+        let schedule = match Schedule::once(at.get_ref(), settings.timezone) {
+            Ok(schedule) => schedule,
+            Err(message) => {
+                self.report(Some(at.span()), Some(scope), Some("at"), message);
+                return None;
+            }
+        };
+        let instant = schedule.once_at()?;
+        let now = chrono::Utc::now();
+        let catch_up =
+            chrono::TimeDelta::from_std(settings.catch_up).unwrap_or(chrono::TimeDelta::MAX);
+        if let Some(name) = name
+            && instant
+                .checked_add_signed(catch_up)
+                .is_some_and(|covered| covered < now)
+        {
+            let message = format!(
+                "at {:?} is past ({} ago) and catch_up ({}) does not cover it: the job would \
+                 never run; write an instant to come, or a catch_up that reaches it",
+                at.get_ref().trim(),
+                humantime::format_duration(Duration::from_secs(
+                    u64::try_from((now - instant).num_seconds()).unwrap_or_default()
+                )),
+                humantime::format_duration(settings.catch_up),
+            );
+            let problem = self.diagnostic(Some(at.span()), Some(scope), Some("at"), message);
+            self.past.push(PastInstant {
+                job: name.to_string(),
+                instant,
+                problem,
+            });
+        }
+        if settings.jitter.is_zero() {
+            return Some(schedule);
+        }
+        Some(schedule.with_jitter(name.unwrap_or_default(), settings.jitter))
+    }
+
     /// `schedule` with the job's jitter, which must be shorter than its
     /// shortest interval (so that runs keep their instants' order and never
     /// start at or after the next instant).
@@ -369,7 +419,7 @@ impl Checker<'_> {
         schedule: Schedule,
         name: Option<&str>,
         settings: &Settings,
-        expression: &Spanned<RawSchedule>,
+        expression: Range<usize>,
         scope: Scope<'_>,
     ) -> Option<Schedule> {
         if settings.jitter.is_zero() {
@@ -378,7 +428,7 @@ impl Checker<'_> {
         let shortest = schedule.shortest_interval(chrono::Utc::now());
         if let Some(shortest) = shortest.filter(|shortest| settings.jitter >= *shortest) {
             self.report(
-                Some(settings.jitter_at.clone().unwrap_or_else(|| expression.span())),
+                Some(settings.jitter_at.clone().unwrap_or(expression)),
                 Some(scope),
                 Some("jitter"),
                 format!(
@@ -558,7 +608,38 @@ impl Checker<'_> {
                  replica's, and its parents' instants are the fleet's",
             );
         }
+        let at = raw.at.take();
+        if let Some(at) = &at {
+            let other = match (&raw.schedule, &after) {
+                (Some(_), _) => Some("schedule"),
+                (None, Some(_)) => Some("after"),
+                (None, None) => None,
+            };
+            if let Some(other) = other {
+                self.report(
+                    Some(at.span()),
+                    Some(scope),
+                    Some("at"),
+                    format!(
+                        "at and {other} are exclusive: a job runs once at one instant (at), on a \
+                         schedule, or after other jobs; write only one of them"
+                    ),
+                );
+            } else if run_on == RunOn::Every {
+                self.report(
+                    Some(at.span()),
+                    Some(scope),
+                    Some("at"),
+                    "at is for jobs run once across the fleet: a run_on = \"every\" job's runs are \
+                     each replica's",
+                );
+            }
+        }
         let schedule = match (&raw.schedule, &after) {
+            _ if at.is_some() => at
+                .as_ref()
+                .filter(|_| raw.schedule.is_none() && after.is_none() && run_on == RunOn::One)
+                .and_then(|at| self.one_instant(at, name.as_deref(), &settings, scope)),
             (Some(expression), Some(_)) => {
                 self.report(
                     Some(expression.span()),
@@ -578,7 +659,8 @@ impl Checker<'_> {
                     Some(span.clone()),
                     Some(scope),
                     Some("schedule"),
-                    "a job needs a schedule (or after, the jobs it runs after)",
+                    "a job needs a schedule (or at, the one instant it runs at, or after, the jobs \
+                     it runs after)",
                 );
                 None
             }
@@ -603,9 +685,13 @@ impl Checker<'_> {
                     );
                     None
                 }
-                Ok(schedule) => {
-                    self.jittered(schedule, name.as_deref(), &settings, expression, scope)
-                }
+                Ok(schedule) => self.jittered(
+                    schedule,
+                    name.as_deref(),
+                    &settings,
+                    expression.span(),
+                    scope,
+                ),
                 Err(mut message) => {
                     if message.ends_with("never fires") {
                         message

@@ -26,8 +26,8 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
 use super::raw::{
-    RawAfter, RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule,
-    RawSettings, RawTelemetry, RawWeb,
+    RawAfter, RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSettings,
+    RawTelemetry, RawWeb,
 };
 use super::*;
 use crate::schedule::{DstGap, DstRepeat, Rules};
@@ -52,6 +52,7 @@ pub(super) fn check(
         current: 0,
         diagnostics: Vec::new(),
         warnings: Vec::new(),
+        past: Vec::new(),
         declared_after: Vec::new(),
         declared_names: HashMap::new(),
     };
@@ -66,6 +67,7 @@ pub(super) fn check(
     let config = config.map(|mut config| {
         checker.warnings.sort_by(Diagnostic::order);
         config.warnings = checker.warnings;
+        config.past_instants = checker.past;
         config
     });
     (config, checker.diagnostics)
@@ -164,6 +166,8 @@ pub(super) struct Checker<'t> {
     diagnostics: Vec<Diagnostic>,
     /// What is wrong but stops nothing ([`Config::warnings`]).
     warnings: Vec<Diagnostic>,
+    /// The `at` instants already past ([`Config::past_instants`]).
+    past: Vec<PastInstant>,
     /// The jobs' `after`, resolved once every job is read.
     declared_after: Vec<after::Declared>,
     /// Each name a job, limit or calendar was declared with (by its
@@ -399,6 +403,7 @@ impl<'t> Checker<'t> {
             limits,
             calendars,
             warnings: Vec::new(),
+            past_instants: Vec::new(),
             broken: false,
             included: self.sources[1..].iter().map(|(p, _)| p.clone()).collect(),
             job_files,

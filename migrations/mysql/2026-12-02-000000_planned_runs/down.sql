@@ -1,0 +1,1 @@
+DROP TABLE replicron_planned_runs;
