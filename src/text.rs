@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 /// The bidirectional formatting characters: embeddings, overrides,
 /// isolates and marks.
-fn is_bidi_control(c: char) -> bool {
+pub(crate) fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'

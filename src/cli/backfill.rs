@@ -67,11 +67,20 @@ pub(crate) struct BackfillArgs {
     #[arg(long, value_name = "N", num_args = 0..=1, allow_negative_numbers = true,
           value_parser = clap::value_parser!(i32).range(-1000..=1000))]
     pub(crate) priority: Option<Option<i32>>,
+    /// Why: recorded in the audit log and in each of its runs' history,
+    /// and given to each run as REPLICRON_REASON (at most 500 characters,
+    /// one line).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
 }
 
 pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
     let config = load(&args.config)?;
     let usage = |text: String| -> anyhow::Result<ExitCode> { Err(UsageError(text).into()) };
+    let reason = match crate::ops::actions::check_reason(args.reason.as_deref()) {
+        Ok(reason) => reason,
+        Err(refused) => return usage(refused.to_string()),
+    };
     if let Some(id) = &args.cancel {
         let id = match id.trim() {
             "" => None,
@@ -87,7 +96,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         if id.is_none() && args.job.is_none() {
             return usage("--cancel needs a JOB, or a backfill's id".to_string());
         }
-        return cancel(&config, args.job.as_deref(), id);
+        return cancel(&config, args.job.as_deref(), id, reason);
     }
     let Some(name) = &args.job else {
         return usage("a backfill needs a JOB".to_string());
@@ -109,7 +118,9 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
         .arg("rerun_succeeded", args.rerun_succeeded)
         .arg("with_dependents", args.with_dependents)
         .arg("force", args.force)
-        .arg("yes", args.yes);
+        .arg("yes", args.yes)
+        .arg("reason", reason.clone());
+    let reason: Option<std::sync::Arc<str>> = reason.map(std::sync::Arc::from);
     // A refusal from here on is recorded in the audit log (a dry run is
     // no action).
     let refuse = |text: String| -> anyhow::Result<ExitCode> {
@@ -263,7 +274,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
                 break;
             }
             in_progress.running(&engine, *instant).await;
-            let step = backfill::run_instant(&engine, &scheduled, *instant, &key, options, Vec::new()).await?;
+            let step = backfill::run_instant(&engine, &scheduled, *instant, &key, options, Vec::new(), reason.clone()).await?;
             let succeeded = step.succeeded();
             let mut what = match &step {
                 Step::Ran(before, outcome) => {
@@ -283,7 +294,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
                     what.push_str(&format!("; {}: not run: not every parent of it succeeded", child.name));
                     continue;
                 };
-                let step = backfill::run_instant(&engine, child, *instant, &key, options, parent_runs).await?;
+                let step = backfill::run_instant(&engine, child, *instant, &key, options, parent_runs, reason.clone()).await?;
                 let done = match &step {
                     Step::Ran(_, outcome) => {
                         if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
@@ -331,6 +342,7 @@ fn cancel(
     config: &crate::config::Config,
     job: Option<&str>,
     id: Option<i64>,
+    reason: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let pool = open_for_command(config)?;
     let runtime = command_runtime()?;
@@ -349,7 +361,8 @@ fn cancel(
         };
         let entry = Entry::new(Action::Backfill, cancelled.job.as_deref().unwrap_or(""))
             .arg("cancel", true)
-            .arg("id", id);
+            .arg("id", id)
+            .arg("reason", reason);
         store.audit(&Actor::cli(), entry, outcome).await;
         Ok(code)
     })

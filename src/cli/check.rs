@@ -120,6 +120,18 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
             let params: Vec<String> = job.params.iter().map(ToString::to_string).collect();
             println!("  params    {}", params.join(" "));
         }
+        if !job.secret_env.is_empty() {
+            // Where each is read from: the values are never printed.
+            let sources: Vec<String> = job
+                .secret_env
+                .iter()
+                .map(|(name, source)| format!("{name}={source}"))
+                .collect();
+            println!(
+                "  secrets   {} (read at each run's start)",
+                sources.join(" ")
+            );
+        }
         if let Some(why) = job.held() {
             println!("  HELD      {why}: the daemon does not run it");
             continue;

@@ -45,6 +45,7 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| crate::db::DbError::query("reading the run history", e))?;
     let mut records: Vec<RunRecord> = rows.into_iter().map(RunRecord::from).collect();
     history::with_parents(&mut *pool.get()?, &mut records);
+    history::with_reasons(&mut *pool.get()?, &mut records);
     match args.format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&records)?),
         OutputFormat::Table => {
@@ -52,6 +53,7 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
             // PARAMS column only where some run was given parameters.
             let keys = records.iter().any(|r| r.once_key.is_some());
             let params = records.iter().any(|r| !r.params.is_empty());
+            let reasons = records.iter().any(|r| r.reason.is_some());
             let mut headers = vec![
                 "ID",
                 "JOB",
@@ -68,6 +70,9 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
             }
             if params {
                 headers.push("PARAMS");
+            }
+            if reasons {
+                headers.push("REASON");
             }
             print_table(
                 &headers,
@@ -88,6 +93,9 @@ pub(super) fn history(args: &HistoryArgs) -> anyhow::Result<ExitCode> {
                     }
                     if params {
                         row.push(params_text(&r.params));
+                    }
+                    if reasons {
+                        row.push(r.reason.clone().unwrap_or_default());
                     }
                     row
                 }),

@@ -15,7 +15,8 @@ pub(crate) struct PauseArgs {
     pub(crate) config: ConfigArg,
     /// The job to pause on every replica.
     pub(crate) job: String,
-    /// Why, shown by `status` (at most 500 characters).
+    /// Why, shown by `status` and recorded in the audit log (at most 500
+    /// characters, one line).
     #[arg(long, value_name = "TEXT")]
     pub(crate) reason: Option<String>,
     /// Resume by itself at this time: RFC 3339 (`2026-12-01T06:00:00Z`) or
@@ -32,6 +33,9 @@ pub(crate) struct ResumeArgs {
     pub(crate) config: ConfigArg,
     /// The paused job.
     pub(crate) job: String,
+    /// Why, recorded in the audit log (at most 500 characters, one line).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
 }
 
 pub(super) fn pause(args: &PauseArgs) -> anyhow::Result<ExitCode> {
@@ -66,7 +70,18 @@ pub(super) fn resume(args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let config = super::load_for_database(&args.config)?;
     super::expect_job(&config, &args.job)?;
     let store = crate::db::Store::new(open_for_command(&config)?);
-    if super::command_runtime()?.block_on(actions::resume(&store, &Actor::cli(), &args.job))? {
+    let resumed = super::command_runtime()?.block_on(actions::resume(
+        &store,
+        &Actor::cli(),
+        &args.job,
+        args.reason.clone(),
+    ));
+    let resumed = match resumed {
+        Ok(resumed) => resumed,
+        Err(refused @ Refused::Invalid(_)) => return Err(UsageError(refused.to_string()).into()),
+        Err(refused) => return Err(refused.into()),
+    };
+    if resumed {
         println!(
             "{}: resumed; its next instant runs (the instants of the pause do not)",
             args.job

@@ -35,6 +35,10 @@ pub(crate) struct JobArgs {
     /// is not in the command line that `ps` shows.
     #[arg(long = "param-file", value_name = "FILE")]
     pub(crate) param_file: Option<std::path::PathBuf>,
+    /// Why: recorded in the audit log and the run's history, and given to
+    /// the run as REPLICRON_REASON (at most 500 characters, one line).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
 }
 
 /// The `NAME=VALUE` lines of `--param-file`.
@@ -91,17 +95,24 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
         .collect::<Result<Vec<_>, _>>();
     let params = given
         .clone()
-        .and_then(|given| crate::config::params::resolve(&job.name, &job.params, &given));
-    let params = match params {
-        Ok(params) => params,
-        Err(e) => {
+        .and_then(|given| crate::config::params::resolve(&job.name, &job.params, &given))
+        .map_err(|e| e.to_string())
+        .and_then(|params| {
+            crate::ops::actions::check_reason(args.reason.as_deref())
+                .map(|reason| (params, reason))
+                .map_err(|e| e.to_string())
+        });
+    let (params, reason) = match params {
+        Ok(checked) => checked,
+        Err(why) => {
             let pairs = given.unwrap_or_default();
+            // A reason refused is not written (nor is one given with
+            // refused parameters: the trigger did not happen).
             let entry = crate::ops::actions::trigger_entry(
                 &job,
                 args.force,
                 pairs.iter().map(|(name, value)| (name, value)),
             );
-            let why = e.to_string();
             // The refusal stands whether or not its row can be written.
             if let Ok(pool) = open_for_command(&config) {
                 let store = crate::db::Store::new(pool);
@@ -139,7 +150,8 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
         };
     }
     let grace = config.daemon.shutdown_grace;
-    let entry = crate::ops::actions::trigger_entry(&job, args.force, &params);
+    let entry =
+        crate::ops::actions::trigger_entry(&job, args.force, &params).arg("reason", reason.clone());
     let ran = runtime.block_on(async {
         let engine = super::one_off_engine_for(pool, grace, &job)?;
         // Started only once its row is in the audit log.
@@ -155,6 +167,7 @@ pub(super) fn trigger(args: &JobArgs) -> anyhow::Result<ExitCode> {
             &Job::from_config(&job),
             args.force,
             params,
+            reason.map(std::sync::Arc::from),
         )
         .await;
         let outcome = match &started {

@@ -17,6 +17,9 @@ pub(crate) struct UnlockArgs {
     /// (the holder then loses the lease and stops that run).
     #[arg(long)]
     pub(crate) force: bool,
+    /// Why, recorded in the audit log (at most 500 characters, one line).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
 }
 
 pub(super) fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
@@ -30,6 +33,7 @@ pub(super) fn unlock(args: &UnlockArgs) -> anyhow::Result<ExitCode> {
         &Actor::cli(),
         &args.job,
         args.force,
+        args.reason.clone(),
     )) {
         Ok(Unlocked::NotHeld) => println!("{}: not held", args.job),
         Ok(Unlocked::Ended { holder, fence }) => println!(

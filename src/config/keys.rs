@@ -385,6 +385,12 @@ pub(crate) fn all() -> Vec<Key> {
         ),
         key(
             "job",
+            "secret_env",
+            None,
+            "Environment variables whose values are secrets kept out of the job file, as { API_TOKEN = \"file:/etc/replicron/secrets/api-token\", DB_PASS = \"credential:db-pass\" }: file:/PATH (absolute) or credential:NAME, the file NAME of $CREDENTIALS_DIRECTORY (systemd's LoadCredential=, a mounted Kubernetes Secret), read by replicron at each run's start, one trailing newline left out, at most 64 KiB. The run gets the value; its printed output has it masked, and history, the audit log, the API, the dashboard (which show the source, never the value), logs and notifications never hold it. check refuses a file it cannot read, naming the job, the key and the file, and warns of one its group or others may read; a run that cannot read it at its start is not started, recorded error with the file named, and notified. A name must not also be in env or params, nor be REPLICRON_*.",
+        ),
+        key(
+            "job",
             "working_dir",
             None,
             "The run's working directory; the user's home if user is set and it exists, else the daemon's.",

@@ -338,6 +338,9 @@ pub(crate) struct Job {
     pub(crate) command: Command,
     /// Extra environment variables.
     pub(crate) env: BTreeMap<String, String>,
+    /// Environment variables read from files at each run's start
+    /// (`secret_env`): where each is read from, never its value.
+    pub(crate) secret_env: BTreeMap<String, params::SecretSource>,
     /// The working directory of its process, if set.
     pub(crate) working_dir: Option<PathBuf>,
     /// A disabled job is validated but never scheduled.
@@ -455,7 +458,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}{}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -500,6 +503,17 @@ impl Job {
                 String::new()
             } else {
                 format!(" priority={}", self.priority)
+            },
+            // Where each secret is read from, never its value.
+            if self.secret_env.is_empty() {
+                String::new()
+            } else {
+                let sources: Vec<String> = self
+                    .secret_env
+                    .iter()
+                    .map(|(name, source)| format!("{name}={source}"))
+                    .collect();
+                format!(" secret_env={sources:?}")
             },
         )
     }

@@ -12,6 +12,9 @@ use crate::run::Params;
 /// The longest value a parameter may have, in bytes.
 pub(crate) const MAX_VALUE_LEN: usize = 4096;
 
+/// The largest value a `secret_env` file may hold, in bytes.
+pub(crate) const MAX_SECRET_ENV: u64 = 64 * 1024;
+
 /// One declared parameter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Param {
@@ -75,6 +78,62 @@ impl SecretSource {
                     )
                 }),
         }
+    }
+
+    /// The value for `secret_env` variable `name`, read now: the file's
+    /// text without one trailing newline, at most [`MAX_SECRET_ENV`] bytes
+    /// and without a NUL byte. The error names the variable and the file,
+    /// never what it holds.
+    pub(crate) fn read_env(&self, name: &str) -> Result<String, String> {
+        use std::io::Read as _;
+        let path = self.path().map_err(|e| format!("secret_env {name}: {e}"))?;
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|file| file.take(MAX_SECRET_ENV + 1).read_to_end(&mut bytes))
+            .map_err(|e| {
+                format!(
+                    "secret_env {name}: {self} cannot be read ({}): {e}",
+                    path.display()
+                )
+            })?;
+        if bytes.len() as u64 > MAX_SECRET_ENV {
+            return Err(format!(
+                "secret_env {name}: {self} ({}) is larger than {MAX_SECRET_ENV} bytes",
+                path.display()
+            ));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| {
+            format!(
+                "secret_env {name}: {self} ({}) is not UTF-8 text",
+                path.display()
+            )
+        })?;
+        let value = text
+            .strip_suffix('\n')
+            .map(|v| v.strip_suffix('\r').unwrap_or(v))
+            .unwrap_or(&text);
+        if value.contains('\0') {
+            return Err(format!(
+                "secret_env {name}: {self} ({}) holds a NUL byte, which no environment variable can",
+                path.display()
+            ));
+        }
+        Ok(value.to_string())
+    }
+
+    /// Why its file is a risk, if it is one: readable by its group or by
+    /// others, who need not be the daemon's user.
+    pub(crate) fn exposed(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = self.path().ok()?;
+        let mode = std::fs::metadata(&path).ok()?.permissions().mode();
+        (mode & 0o044 != 0).then(|| {
+            format!(
+                "{} is readable by its group or by others (mode {:04o}): only replicron's user needs to read it (chmod 600)",
+                path.display(),
+                mode & 0o7777
+            )
+        })
     }
 
     /// The value for parameter `name`, read now; the error names the file,
@@ -413,5 +472,43 @@ mod tests {
             ..Param::parse(&format!("PASSWORD={spec}")).unwrap()
         }];
         assert!(resolve("load", &declared, &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_secret_env_file_is_read_bounded_and_its_value_never_in_an_error() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api-token");
+        std::fs::write(&path, "s3cr3t-token\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let source = SecretSource::File(path.clone());
+        assert_eq!(source.read_env("API_TOKEN").unwrap(), "s3cr3t-token");
+        assert_eq!(source.exposed(), None);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let exposed = source.exposed().expect("group-readable");
+        assert!(exposed.contains("0640"), "{exposed}");
+        // Only one newline is left out.
+        std::fs::write(&path, "two\n\n").unwrap();
+        assert_eq!(source.read_env("API_TOKEN").unwrap(), "two\n");
+        std::fs::write(&path, "x".repeat(MAX_SECRET_ENV as usize)).unwrap();
+        assert_eq!(
+            source.read_env("API_TOKEN").unwrap().len(),
+            MAX_SECRET_ENV as usize
+        );
+        std::fs::write(&path, "s3cr3t".repeat(20_000)).unwrap();
+        let e = source.read_env("API_TOKEN").unwrap_err();
+        assert!(
+            e.contains("larger than 65536 bytes") && !e.contains("s3cr3t"),
+            "{e}"
+        );
+        std::fs::write(&path, "s3cr3t\0x").unwrap();
+        let e = source.read_env("API_TOKEN").unwrap_err();
+        assert!(e.contains("NUL") && !e.contains("s3cr3t"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        let e = source.read_env("API_TOKEN").unwrap_err();
+        assert!(
+            e.contains("secret_env API_TOKEN") && e.contains(&path.display().to_string()),
+            "{e}"
+        );
     }
 }

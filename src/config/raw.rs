@@ -170,6 +170,7 @@ pub(super) struct RawJob {
     pub command: Option<S<String>>,
     pub args: Option<S<Vec<String>>>,
     pub env: Option<S<BTreeMap<String, String>>>,
+    pub secret_env: Option<S<BTreeMap<String, String>>>,
     pub working_dir: Option<S<String>>,
     pub enabled: Option<S<bool>>,
     pub timezone: Option<S<String>>,

@@ -1941,5 +1941,114 @@ fn a_past_at_instant_is_refused_unless_catch_up_covers_it_or_the_fleet_had_it() 
     assert!(
         uncovered.refuse_past_instants(|_, _| false).is_err(),
         "catch_up of 5m does not reach 10m back"
+#[test]
+fn secret_env_names_where_each_secret_is_read_from_never_its_value() {
+    use crate::config::params::SecretSource;
+    use std::os::unix::fs::PermissionsExt as _;
+    let folder = tempfile::tempdir().expect("a folder");
+    let token = folder.path().join("api-token");
+    std::fs::write(&token, "tok-3f9a77\n").expect("written");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let with = |extra: &str, spec: &str| {
+        job(&format!(
+            "schedule = \"@daily\"\ncommand = \"true\"\n{extra}secret_env = {{ API_TOKEN = \"{spec}\" }}"
+        ))
+    };
+    let source = format!("file:{}", token.display());
+    let config = parse(&with("", &source)).expect("valid");
+    assert_eq!(
+        config.jobs[0].secret_env["API_TOKEN"],
+        SecretSource::File(token.clone())
+    );
+    assert!(config.warnings.is_empty(), "{:#?}", config.warnings);
+    // The definition replicas compare names the source, not the value.
+    let definition = config.jobs[0].definition();
+    assert!(definition.contains(&source), "{definition}");
+    assert!(!definition.contains("tok-3f9a77"), "{definition}");
+
+    // A value that names no file may be the secret itself: not echoed.
+    let rendered = one_error(
+        &with("", "hunter2-inline"),
+        8,
+        Some("\"j\""),
+        "secret_env",
+        "expected file:/PATH or credential:NAME",
+    );
+    assert!(!rendered.contains("hunter2"), "{rendered}");
+    one_error(
+        &with("", "file:relative/token"),
+        8,
+        Some("\"j\""),
+        "secret_env",
+        "must be absolute",
+    );
+    one_error(
+        &with("", "credential:../token"),
+        8,
+        Some("\"j\""),
+        "secret_env",
+        "expected the name of a systemd credential",
+    );
+
+    // A file that cannot be read is refused, by name.
+    let missing = folder.path().join("no-such-token");
+    let rendered = one_error(
+        &with("", &format!("file:{}", missing.display())),
+        8,
+        Some("\"j\""),
+        "secret_env",
+        &missing.display().to_string(),
+    );
+    assert!(rendered.contains("API_TOKEN"), "{rendered}");
+
+    // Names: a variable's, not replicron's own, not also in env or params.
+    one_error(
+        &job(&format!(
+            "schedule = \"@daily\"\ncommand = \"true\"\nsecret_env = {{ \"API-TOKEN\" = \"{source}\" }}"
+        )),
+        8,
+        Some("\"j\""),
+        "secret_env",
+        "invalid environment variable name \"API-TOKEN\"",
+    );
+    one_error(
+        &job(&format!(
+            "schedule = \"@daily\"\ncommand = \"true\"\nsecret_env = {{ REPLICRON_JOB = \"{source}\" }}"
+        )),
+        8,
+        Some("\"j\""),
+        "secret_env",
+        "replicron's own",
+    );
+    one_error(
+        &with("env = { API_TOKEN = \"x\" }\n", &source),
+        9,
+        Some("\"j\""),
+        "secret_env",
+        "also set in env",
+    );
+    one_error(
+        &with("params = [\"API_TOKEN=x\"]\n", &source),
+        9,
+        Some("\"j\""),
+        "secret_env",
+        "also one of the job's params",
+    );
+
+    // Readable by its group or by others: valid, with a warning naming it.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let config = parse(&with("", &source)).expect("valid, with a warning");
+    let [warning] = &config.warnings[..] else {
+        panic!("{:#?}", config.warnings);
+    };
+    assert_eq!(warning.line, Some(8), "{warning:#?}");
+    assert_eq!(warning.job.as_deref(), Some("\"j\""), "{warning:#?}");
+    assert_eq!(warning.key.as_deref(), Some("secret_env"), "{warning:#?}");
+    assert!(
+        warning.message.contains("API_TOKEN")
+            && warning.message.contains(&token.display().to_string())
+            && warning.message.contains("0644")
+            && !warning.message.contains("tok-3f9a77"),
+        "{warning:#?}"
     );
 }

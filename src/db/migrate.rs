@@ -68,6 +68,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-30-000002_web_url",
     "2026-12-01-000300_backfill_progress",
     "2026-12-02-000000_planned_runs",
+    "2026-12-02-000100_run_reasons",
 );
 
 #[cfg(feature = "sqlite")]
@@ -89,6 +90,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-30-000002_web_url",
     "2026-12-01-000300_backfill_progress",
     "2026-12-02-000000_planned_runs",
+    "2026-12-02-000100_run_reasons",
 );
 
 /// The row of the migration lock.

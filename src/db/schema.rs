@@ -116,6 +116,18 @@ diesel::table! {
 }
 
 diesel::table! {
+    /// Why an operator started a run (`trigger` or `backfill --reason`,
+    /// the API's and the dashboard's `reason`): one row per such run.
+    replicron_run_reasons (run_id) {
+        /// The run.
+        run_id -> BigInt,
+        /// What the operator said (at most 500 characters, no control
+        /// character).
+        reason -> Text,
+    }
+}
+
+diesel::table! {
     /// The replicas running now, kept fresh by their heartbeats.
     replicron_instances (id) {
         /// Instance id.
@@ -259,5 +271,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     replicron_runs,
     replicron_instances,
     replicron_pauses,
-    replicron_run_parents
+    replicron_run_parents,
+    replicron_run_reasons
 );

@@ -129,6 +129,10 @@ pub(crate) struct RunRecord {
     /// The ids of the parents' runs that started it (`dependency`; empty
     /// for any other run).
     pub parent_runs: Vec<i64>,
+    /// Why an operator started it (a trigger's or a backfill's reason),
+    /// where it was read and given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A run's parameters as recorded: a JSON object of strings (empty for
@@ -185,6 +189,7 @@ impl From<&RunBrief> for RunRecord {
             triggered_by: run.triggered_by,
             params: params_of(run.params.as_deref()),
             parent_runs: Vec::new(),
+            reason: None,
         }
     }
 }
@@ -442,6 +447,65 @@ pub(crate) fn parents_of(
         found.entry(run).or_default().push(parent);
     }
     Ok(found)
+}
+
+/// Records why an operator started run `id`.
+pub(crate) fn record_reason(conn: &mut DbConnection, id: i64, reason: &str) -> QueryResult<usize> {
+    use crate::db::schema::replicron_run_reasons::dsl as reasons;
+    diesel::insert_into(reasons::replicron_run_reasons)
+        .values((reasons::run_id.eq(id), reasons::reason.eq(reason)))
+        .execute(conn)
+}
+
+/// Why an operator started each of `ids` that has a reason.
+pub(crate) fn reasons_of(
+    conn: &mut DbConnection,
+    ids: &[i64],
+) -> QueryResult<std::collections::HashMap<i64, String>> {
+    use crate::db::schema::replicron_run_reasons::dsl as reasons;
+    if ids.is_empty() {
+        return Ok(std::collections::HashMap::new());
+    }
+    let pairs: Vec<(i64, String)> = reasons::replicron_run_reasons
+        .filter(reasons::run_id.eq_any(ids))
+        .select((reasons::run_id, reasons::reason))
+        .load(conn)?;
+    Ok(pairs.into_iter().collect())
+}
+
+/// The ids of the records an operator may have given a reason for (a
+/// trigger's, a backfill's, and their retries).
+pub(crate) fn reasoned_ids(records: &[RunRecord]) -> Vec<i64> {
+    records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.triggered_by,
+                Trigger::Manual | Trigger::Backfill | Trigger::Retry
+            )
+        })
+        .map(|r| r.id)
+        .collect()
+}
+
+/// Fills each record's `reason` from `reasons` (by run id).
+pub(crate) fn attach_reasons(
+    records: &mut [RunRecord],
+    mut reasons: std::collections::HashMap<i64, String>,
+) {
+    for record in records {
+        if let Some(reason) = reasons.remove(&record.id) {
+            record.reason = Some(reason);
+        }
+    }
+}
+
+/// Fills each record's `reason` (none where they cannot be read: a
+/// listing is not refused for them).
+pub(crate) fn with_reasons(conn: &mut DbConnection, records: &mut [RunRecord]) {
+    if let Ok(reasons) = reasons_of(conn, &reasoned_ids(records)) {
+        attach_reasons(records, reasons);
+    }
 }
 
 /// The ids of the records a dependency (or a backfill, which runs
@@ -1215,6 +1279,9 @@ pub(crate) fn prune_runs(
     {
         use crate::db::schema::replicron_run_parents::dsl as links;
         diesel::delete(links::replicron_run_parents.filter(links::run_id.eq_any(&ids)))
+            .execute(conn)?;
+        use crate::db::schema::replicron_run_reasons::dsl as reasons;
+        diesel::delete(reasons::replicron_run_reasons.filter(reasons::run_id.eq_any(&ids)))
             .execute(conn)?;
     }
     diesel::delete(runs::replicron_runs.filter(runs::id.eq_any(&ids))).execute(conn)

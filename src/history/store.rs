@@ -99,6 +99,35 @@ impl Store {
         }
     }
 
+    /// Fills each record's `reason` (none where they cannot be read: a
+    /// listing is not refused for them).
+    pub(crate) async fn with_reasons(&self, records: &mut [super::RunRecord]) {
+        let ids = super::reasoned_ids(records);
+        if ids.is_empty() {
+            return;
+        }
+        if let Ok(reasons) = self
+            .call("reading why runs were started", move |conn| {
+                super::reasons_of(conn, &ids)
+            })
+            .await
+        {
+            super::attach_reasons(records, reasons);
+        }
+    }
+
+    /// [`super::record_reason`].
+    pub(crate) async fn record_reason(
+        &self,
+        id: i64,
+        reason: std::sync::Arc<str>,
+    ) -> Result<usize, DbError> {
+        self.call("recording why the run was started", move |conn| {
+            super::record_reason(conn, id, &reason)
+        })
+        .await
+    }
+
     /// [`super::link_parents`].
     pub(crate) async fn link_parents(&self, id: i64, parents: Vec<i64>) -> Result<usize, DbError> {
         self.call(

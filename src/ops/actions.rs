@@ -11,8 +11,44 @@ use crate::db::audit::{Action, Actor, Entry, Outcome, REDACTED};
 use crate::db::{DbError, Store};
 use crate::history::{RunRow, rfc3339};
 
-/// The longest pause reason taken, in characters.
-const MAX_REASON: usize = 500;
+/// The longest reason taken, in characters.
+pub(crate) const MAX_REASON: usize = 500;
+
+/// The reason an operator gave an action (`--reason`, the API's and the
+/// dashboard's `reason`), checked: at most [`MAX_REASON`] characters, on
+/// one line, without control characters, bidirectional ones included (it
+/// is printed in tables and pages and given to a run as
+/// `REPLICRON_REASON`). A blank one is none.
+pub(crate) fn check_reason(given: Option<&str>) -> Result<Option<String>, Refused> {
+    let Some(reason) = given.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Ok(None);
+    };
+    let length = reason.chars().count();
+    if length > MAX_REASON {
+        return Err(Refused::Invalid(format!(
+            "the reason is {length} characters long: at most {MAX_REASON}"
+        )));
+    }
+    if let Some(control) = reason
+        .chars()
+        .find(|&c| c.is_control() || crate::text::is_bidi_control(c))
+    {
+        return Err(Refused::Invalid(format!(
+            "the reason holds a control character (U+{:04X}): write it on one line, without tabs or escapes",
+            u32::from(control)
+        )));
+    }
+    Ok(Some(reason.to_string()))
+}
+
+/// Records that `entry`'s action was refused before it was carried out,
+/// and returns the refusal.
+async fn refused_at_once(store: &Store, actor: &Actor, entry: Entry, refused: Refused) -> Refused {
+    store
+        .audit(actor, entry, Outcome::Refused(refused.to_string()))
+        .await;
+    refused
+}
 
 /// Why an action was not carried out.
 #[derive(Debug, thiserror::Error)]
@@ -197,9 +233,14 @@ pub(crate) async fn pause(
     until: Option<&str>,
     reason: Option<String>,
 ) -> Result<Option<DateTime<Utc>>, Refused> {
-    let entry = Entry::new(Action::Pause, job)
-        .arg("until", until)
-        .arg("reason", reason.clone());
+    let entry = Entry::new(Action::Pause, job).arg("until", until);
+    // A reason refused is not written: it may hold what a terminal would
+    // act on.
+    let reason = match check_reason(reason.as_deref()) {
+        Ok(reason) => reason,
+        Err(refused) => return Err(refused_at_once(store, actor, entry, refused).await),
+    };
+    let entry = entry.arg("reason", reason.clone());
     let paused = pause_unaudited(store, actor, job, until, reason);
     audited(store, actor, entry, paused, |until| match until {
         Some(until) => format!("paused until {}", rfc3339(until.naive_utc())),
@@ -215,14 +256,6 @@ async fn pause_unaudited(
     until: Option<&str>,
     reason: Option<String>,
 ) -> Result<Option<DateTime<Utc>>, Refused> {
-    if let Some(reason) = &reason
-        && reason.chars().count() > MAX_REASON
-    {
-        return Err(Refused::Invalid(format!(
-            "the reason is {} characters long: at most {MAX_REASON}",
-            reason.chars().count()
-        )));
-    }
     let until = match until {
         Some(text) => {
             let now = store.database_now().await?;
@@ -234,13 +267,24 @@ async fn pause_unaudited(
     Ok(until)
 }
 
-/// Resumes `job` for `actor`; `false` if it was not paused.
-pub(crate) async fn resume(store: &Store, actor: &Actor, job: &str) -> Result<bool, Refused> {
+/// Resumes `job` for `actor`, who says why in `reason` (recorded in the
+/// audit log); `false` if it was not paused.
+pub(crate) async fn resume(
+    store: &Store,
+    actor: &Actor,
+    job: &str,
+    reason: Option<String>,
+) -> Result<bool, Refused> {
+    let entry = Entry::new(Action::Resume, job);
+    let reason = match check_reason(reason.as_deref()) {
+        Ok(reason) => reason,
+        Err(refused) => return Err(refused_at_once(store, actor, entry, refused).await),
+    };
     let resumed = async { store.resume(job).await.map_err(Refused::from) };
     audited(
         store,
         actor,
-        Entry::new(Action::Resume, job),
+        entry.arg("reason", reason),
         resumed,
         |resumed| if *resumed { "resumed" } else { "not paused" }.to_string(),
     )
@@ -261,17 +305,24 @@ pub(crate) enum Unlocked {
     },
 }
 
-/// Ends the lease of `job` (a job's, or an `exec` lock's) for `actor`. A
-/// lease whose run is recorded running is ended only with `force` (its
-/// holder then stops that run).
+/// Ends the lease of `job` (a job's, or an `exec` lock's) for `actor`, who
+/// says why in `reason` (recorded in the audit log). A lease whose run is
+/// recorded running is ended only with `force` (its holder then stops
+/// that run).
 pub(crate) async fn unlock(
     store: &Store,
     actor: &Actor,
     job: &str,
     force: bool,
+    reason: Option<String>,
 ) -> Result<Unlocked, Refused> {
-    let unlocked = unlock_unaudited(store, job, force);
     let entry = Entry::new(Action::Unlock, job).arg("force", force);
+    let reason = match check_reason(reason.as_deref()) {
+        Ok(reason) => reason,
+        Err(refused) => return Err(refused_at_once(store, actor, entry, refused).await),
+    };
+    let unlocked = unlock_unaudited(store, job, force);
+    let entry = entry.arg("reason", reason);
     audited(store, actor, entry, unlocked, |unlocked| match unlocked {
         Unlocked::NotHeld => "not held".to_string(),
         Unlocked::Ended { holder, fence } => format!(
@@ -340,8 +391,37 @@ fn parse_until(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> 
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_future_until, parse_until};
+    use super::{MAX_REASON, check_reason, parse_future_until, parse_until};
     use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn a_reason_is_one_bounded_line() {
+        assert_eq!(check_reason(None).unwrap(), None);
+        assert_eq!(check_reason(Some("  ")).unwrap(), None);
+        assert_eq!(
+            check_reason(Some(" disk swap, ticket 42 "))
+                .unwrap()
+                .as_deref(),
+            Some("disk swap, ticket 42")
+        );
+        let longest = "é".repeat(MAX_REASON);
+        assert_eq!(check_reason(Some(&longest)).unwrap(), Some(longest.clone()));
+        let e = check_reason(Some(&format!("{longest}x")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("501 characters long: at most 500"), "{e}");
+        for (bad, code) in [
+            ("two\nlines", "U+000A"),
+            ("a\ttab", "U+0009"),
+            ("\u{1b}[2Jcleared", "U+001B"),
+            ("nul\0", "U+0000"),
+            ("c1\u{9b}", "U+009B"),
+            ("evil\u{202e}txt.exe", "U+202E"),
+        ] {
+            let e = check_reason(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("control character") && e.contains(code), "{e}");
+        }
+    }
 
     #[test]
     fn until_is_a_time_or_a_duration_from_now() {

@@ -112,6 +112,8 @@ pub struct RunContext {
     pub(crate) started: Arc<std::sync::Mutex<Option<oneshot::Sender<Option<u32>>>>>,
     /// The parameters the run was given (with its job's defaults).
     pub(crate) params: Arc<crate::run::Params>,
+    /// Why an operator started it (`trigger` or `backfill --reason`).
+    pub(crate) reason: Option<Arc<str>>,
     /// The run's `run` span.
     pub(crate) span: tracing::Span,
     /// W3C `traceparent` and `tracestate` of the run's span, when traces
@@ -141,6 +143,13 @@ impl RunContext {
     /// it was not (`replicron trigger JOB --param NAME=VALUE`).
     pub fn params(&self) -> &std::collections::BTreeMap<String, String> {
         &self.params
+    }
+
+    /// Why the operator who started the run (`replicron trigger` or
+    /// `backfill --reason`, the API, the dashboard) said they did, if they
+    /// said.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
     }
 
     /// The run's span (`run`: job, instant, fence, run id, attempt,

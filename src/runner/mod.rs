@@ -72,6 +72,9 @@ pub(crate) struct Process {
     /// The job's `secret_params`: their values, given or default, are
     /// masked in the run's output.
     pub(crate) secret_params: Vec<String>,
+    /// The job's `secret_env`: each variable's value is read from its file
+    /// at each run's start, and masked in the run's output.
+    pub(crate) secret_env: Vec<(String, crate::config::params::SecretSource)>,
 }
 
 impl Action for Process {
@@ -92,6 +95,9 @@ impl Process {
                 env.insert(name.clone(), source.read(name)?);
             }
         }
+        for (name, source) in &self.secret_env {
+            env.insert(name.clone(), source.read_env(name)?);
+        }
         env.insert("REPLICRON_JOB".into(), ctx.job().to_string());
         env.insert(
             "REPLICRON_SCHEDULED_AT".into(),
@@ -102,6 +108,9 @@ impl Process {
         env.insert("REPLICRON_INSTANCE".into(), ctx.instance().to_string());
         env.insert("REPLICRON_ATTEMPT".into(), ctx.attempt().to_string());
         env.insert("REPLICRON_TRIGGER".into(), ctx.trigger().to_string());
+        if let Some(reason) = ctx.reason() {
+            env.insert("REPLICRON_REASON".into(), reason.to_string());
+        }
         // The run's trace, for the job's own spans to join (W3C).
         if let Some((parent, state)) = ctx.trace.as_deref() {
             env.insert("TRACEPARENT".into(), parent.clone());
@@ -133,6 +142,7 @@ impl Process {
             secrets: self
                 .secret_params
                 .iter()
+                .chain(self.secret_env.iter().map(|(name, _)| name))
                 .filter_map(|name| env.get(name).cloned())
                 .collect(),
             env,
@@ -542,6 +552,7 @@ mod tests {
             run_as: None,
             secret_sources: Vec::new(),
             secret_params: Vec::new(),
+            secret_env: Vec::new(),
         }
     }
 
@@ -568,6 +579,7 @@ mod tests {
             guard: None,
             started: Arc::new(Mutex::new(Some(started))),
             params: Arc::default(),
+            reason: None,
             span: tracing::Span::none(),
             trace: None,
         };
@@ -596,5 +608,49 @@ mod tests {
         let ending = touching(&fresh).run(ctx).await;
         assert_eq!(ending.how, Ended::Succeeded);
         assert!(fresh.exists());
+    }
+
+    /// A `secret_env` variable is read from its file at the run's start:
+    /// the run gets it, its printed output has it masked; a file that
+    /// cannot be read starts nothing, and says which file. The reason a
+    /// run was started with is `REPLICRON_REASON`.
+    #[tokio::test]
+    async fn a_secret_is_read_at_the_start_given_to_the_run_and_masked() {
+        use crate::config::params::SecretSource;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let secret = dir.path().join("api-token");
+        std::fs::write(&secret, "tok-5ecret-value\n").expect("written");
+        let seen = dir.path().join("seen");
+        let mut process = touching(&seen);
+        process.command = Command::Shell {
+            shell: "/bin/sh".into(),
+            command: format!(
+                "printf '%s|%s' \"$API_TOKEN\" \"$REPLICRON_REASON\" > {}; echo \"token is $API_TOKEN\"",
+                seen.display()
+            ),
+        };
+        process.secret_env = vec![("API_TOKEN".into(), SecretSource::File(secret.clone()))];
+        let (mut ctx, _senders) = context(LeaseState::Held(tokio::time::Instant::now()));
+        ctx.reason = Some(Arc::from("ticket 42"));
+        let ending = process.clone().run(ctx).await;
+        assert_eq!(ending.how, Ended::Succeeded, "{}", ending.output);
+        assert_eq!(
+            std::fs::read_to_string(&seen).expect("seen"),
+            "tok-5ecret-value|ticket 42"
+        );
+        assert_eq!(ending.output, "token is [redacted]\n");
+
+        std::fs::remove_file(&secret).expect("removed");
+        std::fs::remove_file(&seen).expect("removed");
+        let (ctx, _senders) = context(LeaseState::Held(tokio::time::Instant::now()));
+        let ending = process.run(ctx).await;
+        assert_eq!(ending.how, Ended::NotStarted);
+        assert!(
+            ending.output.contains("secret_env API_TOKEN")
+                && ending.output.contains(&secret.display().to_string()),
+            "{}",
+            ending.output
+        );
+        assert!(!seen.exists(), "a run started without its secret");
     }
 }

@@ -528,6 +528,7 @@ pub(crate) async fn run_instant(
     key: &str,
     options: Options,
     parent_runs: Vec<i64>,
+    reason: Option<Arc<str>>,
 ) -> Result<Step, DbError> {
     let Some(work) = Work::of(job) else {
         return Ok(Step::Ran(None, None));
@@ -618,6 +619,7 @@ pub(crate) async fn run_instant(
             once_key: Some(key.to_string()),
             trigger: Trigger::Backfill,
             params: job.default_params.clone(),
+            reason,
             attempts_before: state.attempts,
             parent_runs,
             priority: options.priority,

@@ -392,6 +392,7 @@ async fn run_attempt(
         guard: engine.guard.clone(),
         started: Arc::new(std::sync::Mutex::new(Some(started_tx))),
         params: recording.params.clone(),
+        reason: recording.reason.clone(),
         span: run_span.clone(),
         trace: telemetry::traces::trace_context(run_span).map(Arc::new),
     };

@@ -341,6 +341,11 @@ impl Job {
                     .filter_map(|p| Some((p.name.clone(), p.source.clone()?)))
                     .collect(),
                 secret_params: job.secret_params.clone(),
+                secret_env: job
+                    .secret_env
+                    .iter()
+                    .map(|(name, source)| (name.clone(), source.clone()))
+                    .collect(),
             },
         )
     }

@@ -40,6 +40,8 @@ pub(crate) struct RunRows<'e> {
     missed_after: Duration,
     /// The parents' runs whose ends started it (a dependent job's run).
     parent_runs: Vec<i64>,
+    /// Why an operator started it, recorded beside each attempt's row.
+    reason: Option<std::sync::Arc<str>>,
     /// The run's span, which the rows' ids are recorded on.
     span: tracing::Span,
     /// How long attempt 1, recorded at the claim, waited for its shared
@@ -93,6 +95,7 @@ impl<'e> RunRows<'e> {
             attempts_before: recording.attempts_before,
             missed_after: work.settings.missed_after(None),
             parent_runs: recording.parent_runs.clone(),
+            reason: recording.reason.clone(),
             span: tracing::Span::current(),
             waited: std::sync::Mutex::default(),
             secrets: work
@@ -204,6 +207,11 @@ impl<'e> RunRows<'e> {
                         .await
                 {
                     warn!(job = %self.row.job, run_id = id, "the parents' runs that started the run could not be recorded: {e}");
+                }
+                if let Some(reason) = &self.reason
+                    && let Err(e) = self.engine.store.record_reason(id, reason.clone()).await
+                {
+                    warn!(job = %self.row.job, run_id = id, "why the run was started could not be recorded: {e}");
                 }
                 Some(id)
             }

@@ -3010,6 +3010,7 @@ async fn a_graceful_stop_lets_a_triggered_run_end_and_answers_the_waiting_trigge
                 job: job.clone(),
                 force: false,
                 params: Default::default(),
+                reason: None,
                 backfill: None,
                 reply,
             })
@@ -3182,6 +3183,7 @@ async fn a_limits_waiters_go_by_priority_and_a_backfill_waits_behind_the_schedul
             job: backfilled,
             force: false,
             params: Default::default(),
+            reason: None,
             backfill: Some(Backfill {
                 from: utc("2027-01-01T00:00:00Z"),
                 to: utc("2027-01-01T00:00:01Z"),

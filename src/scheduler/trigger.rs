@@ -49,7 +49,8 @@ pub(crate) enum Refusal {
 }
 
 /// Claims `job`'s lease at the database's now and starts its run with
-/// `params` (checked against the job's declaration by the caller), unless
+/// `params` (checked against the job's declaration by the caller) and the
+/// operator's `reason` (checked too), unless
 /// the job is paused (and `force` is off) or its lease is held by a run
 /// its `overlap` does not wait for, replace or run beside.
 pub(crate) async fn start(
@@ -57,6 +58,7 @@ pub(crate) async fn start(
     job: &Job,
     force: bool,
     params: Params,
+    reason: Option<Arc<str>>,
 ) -> Result<Started, crate::Error> {
     engine
         .store
@@ -78,6 +80,7 @@ pub(crate) async fn start(
                 recording: Recording {
                     trigger: Trigger::Manual,
                     params: Arc::new(params),
+                    reason,
                     ..Recording::default()
                 },
                 claimed: sent,
@@ -171,6 +174,9 @@ pub(crate) struct Request {
     pub(crate) force: bool,
     /// Its parameters, checked against the job's declaration.
     pub(crate) params: Params,
+    /// Why the operator asked (checked by the caller: one line of at most
+    /// 500 characters).
+    pub(crate) reason: Option<Arc<str>>,
     /// Instead of one run now: a backfill of these instants (checked by
     /// the caller: past, and not too many).
     pub(crate) backfill: Option<Backfill>,
@@ -216,6 +222,7 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
         job,
         force,
         params,
+        reason,
         backfill,
         reply,
     } = request;
@@ -258,11 +265,11 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
             force,
             priority: None,
         };
-        run_backfill(&engine, &job, backfill, options, &mut in_progress).await;
+        run_backfill(&engine, &job, backfill, options, reason, &mut in_progress).await;
         in_progress.end(&engine).await;
         return;
     }
-    match start(engine, &job, force, params).await {
+    match start(engine, &job, force, params, reason).await {
         Ok(Started::Running { fence, handle }) => {
             let _ = reply.send(Answer::Running(fence));
             let _ = handle.await;
@@ -283,6 +290,7 @@ async fn run_backfill(
     job: &Job,
     backfill: Backfill,
     options: super::backfill::Options,
+    reason: Option<Arc<str>>,
     in_progress: &mut super::backfill::InProgress,
 ) {
     let key = super::backfill::key(backfill.from, backfill.to);
@@ -301,7 +309,17 @@ async fn run_backfill(
             }
         }
         in_progress.running(engine, instant).await;
-        match super::backfill::run_instant(engine, job, instant, &key, options, Vec::new()).await {
+        let ran = super::backfill::run_instant(
+            engine,
+            job,
+            instant,
+            &key,
+            options,
+            Vec::new(),
+            reason.clone(),
+        )
+        .await;
+        match ran {
             Ok(super::backfill::Step::Stopped) => {
                 tracing::warn!(job = %job.name, key, "backfill stopped with the scheduler; ask for it again to go on");
                 return;

@@ -41,6 +41,9 @@ pub(crate) struct Recording {
     pub(crate) trigger: Trigger,
     /// Its parameters, given to it as environment variables.
     pub(crate) params: Arc<Params>,
+    /// Why an operator started it (a trigger's or a backfill's
+    /// `--reason`): recorded in its rows, given as `REPLICRON_REASON`.
+    pub(crate) reason: Option<Arc<str>>,
     /// Attempts its instant had already (a backfill of an instant that ran
     /// before): its rows number on from there.
     pub(crate) attempts_before: i32,

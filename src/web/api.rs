@@ -200,6 +200,7 @@ pub(super) async fn run(State(web): State<Shared>, Path(id): Path<String>) -> Re
         Ok(Some(run)) => {
             let mut record = [RunRecord::from(run)];
             web.store.with_parents(&mut record).await;
+            web.store.with_reasons(&mut record).await;
             let [record] = record;
             Json(record).into_response()
         }

@@ -74,6 +74,9 @@ pub(crate) struct Definition {
     pub(crate) limits: Vec<String>,
     /// The names of the extra environment variables it sets.
     pub(crate) env: Vec<String>,
+    /// Its `secret_env`: each variable's source (`file:/PATH`,
+    /// `credential:NAME`), never its value.
+    pub(crate) secret_env: BTreeMap<String, String>,
     /// The user it runs as, if not replicron's.
     pub(crate) user: Option<String>,
     /// Seconds after which a run is stopped.
@@ -253,6 +256,11 @@ fn definition(config: &Config, job: &crate::config::Job) -> Definition {
             .map(|l| format!("{} ({} at once)", l.name, l.max_running))
             .collect(),
         env: job.env.keys().cloned().collect(),
+        secret_env: job
+            .secret_env
+            .iter()
+            .map(|(name, source)| (name.clone(), source.to_string()))
+            .collect(),
         user: job.run_as.as_ref().map(|r| r.user.clone()),
         timeout_seconds: job.timeout.as_secs_f64(),
         lock_at_most_for_seconds: job.lock_at_most_for.as_secs_f64(),

@@ -383,7 +383,8 @@ pub(crate) struct ActionParams {
     /// `pause`: RFC 3339 time or a duration from now; unset, until resumed.
     #[serde(default)]
     pub(crate) until: Option<String>,
-    /// `pause`: why.
+    /// Why (every action): recorded in the audit log, and for a trigger
+    /// or a backfill in its runs' history and their `REPLICRON_REASON`.
     #[serde(default)]
     pub(crate) reason: Option<String>,
     /// `trigger`, `backfill`: even though paused; `unlock`: even though
@@ -575,16 +576,19 @@ fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> 
             Some(job) => {
                 actions::trigger_entry(job, params.force, params.params.iter().map(|(n, v)| (n, v)))
                     .arg("at", params.at.clone())
+                    .arg("reason", params.reason.clone())
             }
-            None => entry,
+            None => entry.arg("reason", params.reason.clone()),
         },
         Action::Backfill => entry
             .arg("from", params.from.clone())
             .arg("to", params.to.clone())
-            .arg("rerun_succeeded", params.rerun_succeeded),
+            .arg("rerun_succeeded", params.rerun_succeeded)
+            .arg("reason", params.reason.clone()),
         Action::CancelBackfill => audit::Entry::new(action.audited(), name)
             .arg("cancel", true)
-            .arg("id", params.id.clone()),
+            .arg("id", params.id.clone())
+            .arg("reason", params.reason.clone()),
         Action::Pause => entry
             .arg("until", params.until.clone())
             .arg("reason", params.reason.clone()),
@@ -625,6 +629,20 @@ pub(crate) async fn act(
     if recorded_by_ops {
         return act_unaudited(web, name, action, params, actor).await;
     }
+    // A reason refused is not written: it may hold what a terminal would
+    // act on. A token pasted into one is not stored.
+    let reason = match actions::check_reason(params.reason.as_deref()) {
+        Ok(reason) => reason.map(|r| web.auth.redact(&r)),
+        Err(refused) => {
+            let why = refused.to_string();
+            refused_unread(web, name, action, actor, &why).await;
+            return Err((StatusCode::BAD_REQUEST, why));
+        }
+    };
+    let params = &ActionParams {
+        reason,
+        ..params.clone()
+    };
     // Carried out only once its row is written.
     let entry = audit_entry(web, name, action, params);
     let row = match web.store.audit_ahead(actor, &entry).await {
@@ -707,6 +725,7 @@ async fn act_unaudited(
                 job: crate::scheduler::Job::from_config(job),
                 force: params.force,
                 params: run_params,
+                reason: params.reason.as_deref().map(std::sync::Arc::from),
                 backfill: None,
                 reply,
             };
@@ -754,6 +773,7 @@ async fn act_unaudited(
                 job: crate::scheduler::Job::from_config(job),
                 force: params.force,
                 params: crate::history::Params::new(),
+                reason: params.reason.as_deref().map(std::sync::Arc::from),
                 backfill: Some(backfill),
                 reply,
             };
@@ -826,7 +846,8 @@ async fn act_unaudited(
             ))
         }
         Action::Resume => {
-            if actions::resume(&web.store, actor, name)
+            let reason = params.reason.as_deref().map(|r| web.auth.redact(r));
+            if actions::resume(&web.store, actor, name, reason)
                 .await
                 .map_err(refused)?
             {
@@ -835,7 +856,15 @@ async fn act_unaudited(
                 Ok((StatusCode::OK, format!("{name}: not paused")))
             }
         }
-        Action::Unlock => match actions::unlock(&web.store, actor, name, params.force).await {
+        Action::Unlock => match actions::unlock(
+            &web.store,
+            actor,
+            name,
+            params.force,
+            params.reason.as_deref().map(|r| web.auth.redact(r)),
+        )
+        .await
+        {
             Ok(Unlocked::NotHeld) => Ok((StatusCode::OK, format!("{name}: not held"))),
             Ok(Unlocked::Ended { holder, fence }) => Ok((
                 StatusCode::OK,

@@ -543,6 +543,7 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                                     }
                                 }
                             }
+                            input type="text" name="reason" placeholder="reason" size="16" maxlength="500";
                             button type="submit" name="go" id="trigger" { "Trigger now" }
                             label { input type="checkbox" name="force" value="on"; " even if paused" }
                         }
@@ -553,18 +554,20 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                                 input type="text" name="to" placeholder="to, not included" size="20" required;
                                 label { input type="checkbox" name="rerun_succeeded" value="on"; " rerun succeeded" }
                                 label { input type="checkbox" name="force" value="on"; " even if paused" }
+                                input type="text" name="reason" placeholder="reason" size="16" maxlength="500";
                                 button type="submit" id="backfill" { "Backfill" }
                             }
                         }
                         @if job.paused.is_some() {
                             form method="post" action=(action("resume")) {
                                 input type="hidden" name="csrf" value=(csrf);
+                                input type="text" name="reason" placeholder="reason" size="16" maxlength="500";
                                 button type="submit" id="resume" { "Resume" }
                             }
                         } @else {
                             form method="post" action=(action("pause")) {
                                 input type="hidden" name="csrf" value=(csrf);
-                                input type="text" name="reason" placeholder="reason" size="16";
+                                input type="text" name="reason" placeholder="reason" size="16" maxlength="500";
                                 input type="text" name="until" placeholder="until (2h, RFC 3339)" size="18";
                                 button type="submit" id="pause" { "Pause" }
                             }
@@ -573,6 +576,7 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                     @if job.lease.held {
                         form method="post" action=(action("unlock")) {
                             input type="hidden" name="csrf" value=(csrf);
+                            input type="text" name="reason" placeholder="reason" size="16" maxlength="500";
                             button type="submit" id="unlock" { "Unlock" }
                             label { input type="checkbox" name="force" value="on"; " even if its run is recorded running" }
                         }
@@ -852,6 +856,14 @@ pub(super) async fn job(
                     }
                     dt { "Command" } dd { code { (d.command) } }
                     dt { "Runs on" } dd { @if d.run_on == "every" { "every replica" } @else { "one replica per instant" } @if let Some(u) = &d.user { ", as " (u) } }
+                    @if !d.secret_env.is_empty() {
+                        dt { "Secrets" } dd id="secret-env" {
+                            @for (i, (name, source)) in d.secret_env.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                code { (name) } " from " code { (source) }
+                            }
+                        }
+                    }
                     @if !d.locks.is_empty() { dt { "Locks" } dd { (d.locks.join(", ")) } }
                     @if !d.limits.is_empty() { dt { "Limits" } dd { (d.limits.join(", ")) } }
                     dt { "Overlap" } dd { (d.overlap) }
@@ -925,6 +937,7 @@ pub(super) async fn run(
         Ok(Some(run)) => {
             let mut record = [RunRecord::from(run)];
             web.store.with_parents(&mut record).await;
+            web.store.with_reasons(&mut record).await;
             let [record] = record;
             record
         }
@@ -965,6 +978,9 @@ pub(super) async fn run(
                             a href={"/runs/" (parent)} { "run " (parent) }
                         }
                     }
+                }
+                @if let Some(reason) = &run.reason {
+                    dt { "Reason" } dd id="reason" { (reason) }
                 }
                 @if !run.params.is_empty() {
                     dt { "Parameters" } dd id="params" {

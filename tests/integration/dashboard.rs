@@ -333,7 +333,7 @@ mod the_dashboard_in_a_browser {
             let source = client.source().await.unwrap_or_default();
             assert_eq!(path, "/jobs/on-demand", "signed in and sent on: {source}");
             client
-                .find(Locator::Css("input[name=reason]"))
+                .find(Locator::Css("form[action$=\"/pause\"] input[name=reason]"))
                 .await
                 .expect("reason")
                 .send_keys("from the page")

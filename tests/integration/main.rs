@@ -39,6 +39,7 @@ mod pid1;
 mod proxy;
 mod run_control;
 mod runs_view;
+mod secret_env;
 mod secrets;
 mod support;
 mod timeline;

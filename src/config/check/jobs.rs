@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::config::name::{self, JobName};
-use crate::config::params::Param;
+use crate::config::params::{Param, SecretSource};
 use crate::schedule::calendar::Calendar;
 
 /// The built-in defaults of `[defaults]` (see [`keys`]).
@@ -785,6 +785,12 @@ impl Checker<'_> {
         let mut locks = self.locks(raw.locks, scope);
         let mut params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
         let secret_params = self.secret_params(raw.secret_params, params.as_deref_mut(), scope);
+        let secret_env = self.secret_env(
+            raw.secret_env.take(),
+            raw.env.as_ref(),
+            params.as_deref(),
+            scope,
+        );
         let priority = self.priority(raw.priority.as_ref(), scope);
         let limits_at = raw.limits.as_ref().map(Spanned::span);
         let mut limits = self.job_limits(raw.limits, file.limits, scope);
@@ -828,6 +834,7 @@ impl Checker<'_> {
             schedule: schedule?,
             command: command?,
             env: raw.env.map(Spanned::into_inner).unwrap_or_default(),
+            secret_env,
             working_dir,
             enabled: raw.enabled.is_none_or(Spanned::into_inner),
             lock_at_most_for: settings.lock_at_most_for,
@@ -925,6 +932,99 @@ impl Checker<'_> {
             }
         }
         names
+    }
+
+    /// `secret_env`: variables whose values are read from a file at each
+    /// run's start, `file:/PATH` or `credential:NAME`. Each file must be
+    /// readable now (what it holds is never shown, nor is a value that
+    /// names no file: it may be the secret itself); one its group or others
+    /// may read is warned of.
+    fn secret_env(
+        &mut self,
+        raw: Option<Spanned<BTreeMap<String, String>>>,
+        env: Option<&Spanned<BTreeMap<String, String>>>,
+        params: Option<&[Param]>,
+        scope: Scope<'_>,
+    ) -> BTreeMap<String, SecretSource> {
+        let mut sources = BTreeMap::new();
+        let Some(raw) = raw else {
+            return sources;
+        };
+        let span = raw.span();
+        for (name, spec) in raw.into_inner() {
+            let fail = |this: &mut Self, message: String| {
+                this.report(Some(span.clone()), Some(scope), Some("secret_env"), message);
+            };
+            let mut chars = name.chars();
+            let well_formed = chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !well_formed {
+                fail(
+                    self,
+                    format!(
+                        "invalid environment variable name {name:?}: expected letters, digits and _ not starting with a digit"
+                    ),
+                );
+                continue;
+            }
+            if name.to_ascii_uppercase().starts_with("REPLICRON_") {
+                fail(
+                    self,
+                    format!("{name}: REPLICRON_* variables are replicron's own"),
+                );
+                continue;
+            }
+            if env.is_some_and(|env| env.get_ref().contains_key(&name)) {
+                fail(
+                    self,
+                    format!("{name} is also set in env: one of the two would hide the other"),
+                );
+                continue;
+            }
+            if params.is_some_and(|params| params.iter().any(|p| p.name == name)) {
+                fail(
+                    self,
+                    format!(
+                        "{name} is also one of the job's params: a run's value would hide the secret, or the other way round"
+                    ),
+                );
+                continue;
+            }
+            let source = match SecretSource::of(&spec) {
+                Some(Ok(source)) => source,
+                Some(Err(e)) => {
+                    fail(self, format!("{name}: {e}"));
+                    continue;
+                }
+                // Not echoed: a value that names no file may be the secret.
+                None => {
+                    fail(
+                        self,
+                        format!(
+                            "{name}: expected file:/PATH or credential:NAME (where the secret is read from; \
+                             the secret itself is not written in the job file, and its value is not shown here)"
+                        ),
+                    );
+                    continue;
+                }
+            };
+            if let Err(e) = source.read_env(&name) {
+                fail(self, e);
+                continue;
+            }
+            if let Some(exposed) = source.exposed() {
+                self.warn(
+                    Some(span.clone()),
+                    Some(scope),
+                    Some("secret_env"),
+                    format!("{name}: {exposed}"),
+                );
+            }
+            sources.insert(name, source);
+        }
+        sources
     }
 
     /// `params`: well-formed names, each once, none that the job's `env`

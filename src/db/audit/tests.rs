@@ -54,16 +54,16 @@ backend_test! {
             assert!(until.is_some());
             let refused = actions::pause(&store, &ci(), "backup", Some("yesterday"), None).await;
             assert!(matches!(refused, Err(Refused::Invalid(_))), "{refused:?}");
-            assert!(actions::resume(&store, &ci(), "backup").await.expect("resumed"));
+            assert!(actions::resume(&store, &ci(), "backup", None).await.expect("resumed"));
 
             // Unlock: no row, not held, held by a running run (refused,
             // then forced).
             assert!(matches!(
-                actions::unlock(&store, &alice(), "nothing", false).await,
+                actions::unlock(&store, &alice(), "nothing", false, None).await,
                 Err(Refused::NoRow(_))
             ));
             assert_eq!(
-                actions::unlock(&store, &alice(), "backup", false).await.expect("not held"),
+                actions::unlock(&store, &alice(), "backup", false, None).await.expect("not held"),
                 Unlocked::NotHeld
             );
             let crate::lease::Claim::Won(held) = store
@@ -89,11 +89,11 @@ backend_test! {
                 .await
                 .expect("a running run");
             assert!(matches!(
-                actions::unlock(&store, &ci(), "backup", false).await,
+                actions::unlock(&store, &ci(), "backup", false, None).await,
                 Err(Refused::Running { .. })
             ));
             assert!(matches!(
-                actions::unlock(&store, &ci(), "backup", true).await,
+                actions::unlock(&store, &ci(), "backup", true, None).await,
                 Ok(Unlocked::Ended { .. })
             ));
 

@@ -1,0 +1,1 @@
+DROP TABLE replicron_run_reasons;
