@@ -299,7 +299,7 @@ pub(super) async fn act(
 }
 
 /// The keys a JSON body of an action may have.
-const BODY_KEYS: [&str; 9] = [
+const BODY_KEYS: [&str; 10] = [
     "params",
     "force",
     "until",
@@ -309,6 +309,7 @@ const BODY_KEYS: [&str; 9] = [
     "only_missing",
     "rerun_succeeded",
     "id",
+    "priority",
 ];
 
 /// `params`, unless it gives a secret parameter of `job` in the query
@@ -421,6 +422,17 @@ mod tests {
             let e = action_params(None, body).expect_err("unknown key");
             assert!(e.contains(&format!("unknown key \"{key}\"")), "{e}");
         }
+    }
+
+    #[test]
+    fn a_backfills_priority_is_a_number_or_job() {
+        let body = action_params(None, br#"{"from": "x", "priority": -5}"#).expect("body");
+        assert_eq!(body.priority.as_deref(), Some("-5"));
+        let query = action_params(Some("priority=job"), b"").expect("query");
+        assert_eq!(query.priority.as_deref(), Some("job"));
+        // The dashboard's empty field is no priority.
+        let form = action_params(Some("priority="), b"").expect("query");
+        assert_eq!(form.priority, None);
     }
 
     #[test]

@@ -406,6 +406,11 @@ pub(crate) struct ActionParams {
     /// progress, whichever it is).
     #[serde(default, deserialize_with = "optional_id")]
     pub(crate) id: Option<String>,
+    /// `backfill`: the instants' priority among the waiters for a lock or
+    /// a limit, -1000 to 1000 or `job` (the job's own); unset, behind
+    /// every run that is not a backfill's.
+    #[serde(default, deserialize_with = "optional_id")]
+    pub(crate) priority: Option<String>,
     /// `trigger`: the run's parameters, as `NAME=VALUE` pairs: a form's
     /// and a query string's `param.NAME` fields, a JSON body's `params`
     /// object.
@@ -540,12 +545,28 @@ async fn backfill_of(
             backfill::CONFIRM_ABOVE
         ));
     }
+    let priority = match params.priority.as_deref() {
+        None => None,
+        Some("job") => Some(job.priority),
+        Some(text) => match text.parse::<i32>() {
+            Ok(priority) if crate::config::PRIORITY_RANGE.contains(&priority) => Some(priority),
+            _ => {
+                return bad(format!(
+                    "priority {text:?}: expected a whole number from {} to {}, or job (the job's own, {})",
+                    crate::config::PRIORITY_RANGE.start(),
+                    crate::config::PRIORITY_RANGE.end(),
+                    job.priority
+                ));
+            }
+        },
+    };
     Ok(trigger::Backfill {
         from,
         to,
         instants,
         rerun_succeeded: params.rerun_succeeded,
         limit: web.config().daemon.max_backfill_instants,
+        priority,
     })
 }
 
@@ -576,7 +597,8 @@ fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> 
         Action::Backfill => entry
             .arg("from", params.from.clone())
             .arg("to", params.to.clone())
-            .arg("rerun_succeeded", params.rerun_succeeded),
+            .arg("rerun_succeeded", params.rerun_succeeded)
+            .arg("priority", params.priority.clone()),
         Action::CancelBackfill => audit::Entry::new(action.audited(), name)
             .arg("cancel", true)
             .arg("id", params.id.clone()),

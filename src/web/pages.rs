@@ -551,6 +551,7 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                                 input type="hidden" name="csrf" value=(csrf);
                                 input type="text" name="from" placeholder="from (RFC 3339)" size="20" required;
                                 input type="text" name="to" placeholder="to, not included" size="20" required;
+                                input type="number" name="priority" placeholder="priority" aria-label="priority" min="-1000" max="1000" step="1" title="The instants' priority for locks and limits, -1000 to 1000; empty: behind every other run";
                                 label { input type="checkbox" name="rerun_succeeded" value="on"; " rerun succeeded" }
                                 label { input type="checkbox" name="force" value="on"; " even if paused" }
                                 button type="submit" id="backfill" { "Backfill" }
