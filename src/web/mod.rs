@@ -2,9 +2,11 @@
 //! at `/` ([`pages`]), the JSON API under `/api/v1/` ([`api`],
 //! `docs/api.md`), `/metrics` and `/healthz`. Served by axum on hyper.
 //!
-//! Everything is read-only unless `[web] token_env` names a token
-//! ([`auth`]); then trigger, pause, resume and unlock are POSTs that carry
-//! it. What is shown comes from [`data`], which reads through the store.
+//! Everything is read-only unless `[web] token_env` or `tokens` names a
+//! token ([`auth`]); then trigger, pause, resume and unlock are POSTs that
+//! carry it, each within the token's grant (its rights, its jobs), and a
+//! token limited to some jobs is shown only those. What is shown comes from
+//! [`data`], which reads through the store.
 
 mod ansi;
 mod api;
@@ -157,6 +159,58 @@ pub(crate) async fn caller(web: &Web, headers: &axum::http::HeaderMap) -> auth::
                 }
             }
         }
+    }
+}
+
+/// The names of the file's jobs `caller` is shown.
+pub(crate) fn shown_jobs(web: &Web, caller: &auth::Caller) -> Vec<String> {
+    web.config()
+        .jobs
+        .iter()
+        .map(|j| j.name.to_string())
+        .filter(|name| web.auth.shows(caller, name))
+        .collect()
+}
+
+/// `overview` as `caller` is shown it: the jobs its token reaches, their
+/// backfills, and of each replica's drifted jobs only those.
+pub(crate) fn narrow_overview(web: &Web, caller: &auth::Caller, overview: &mut data::Overview) {
+    if !web.auth.scoped(caller) {
+        return;
+    }
+    overview.jobs.retain(|j| web.auth.shows(caller, &j.name));
+    overview
+        .backfills
+        .retain(|b| web.auth.shows(caller, &b.job));
+    narrow_instances(web, caller, &mut overview.instances);
+}
+
+/// Of each replica's drifted jobs, those `caller` is shown.
+pub(crate) fn narrow_instances(
+    web: &Web,
+    caller: &auth::Caller,
+    instances: &mut [data::InstanceView],
+) {
+    for instance in instances {
+        instance
+            .drifted_jobs
+            .retain(|job| web.auth.shows(caller, job));
+    }
+}
+
+/// `filter` narrowed to the jobs `caller` is shown: a token limited to
+/// some jobs reads only the rows about them (not the rows about no job).
+pub(crate) fn narrow_audit(
+    web: &Web,
+    caller: &auth::Caller,
+    filter: &mut crate::db::audit::AuditFilter,
+) {
+    if web.auth.scoped(caller) {
+        filter.jobs = Some(match &filter.job {
+            Some(job) if web.auth.shows(caller, job) => vec![job.clone()],
+            Some(_) => Vec::new(),
+            None => shown_jobs(web, caller),
+        });
     }
 }
 
@@ -571,6 +625,17 @@ async fn backfill_of(
 }
 
 impl Action {
+    /// The right a token needs for it.
+    pub(crate) fn right(self) -> crate::config::Right {
+        use crate::config::Right;
+        match self {
+            Action::Trigger => Right::Trigger,
+            Action::Backfill | Action::CancelBackfill => Right::Backfill,
+            Action::Pause | Action::Resume => Right::Pause,
+            Action::Unlock => Right::Unlock,
+        }
+    }
+
     /// The audit log's name of it.
     fn audited(self) -> audit::Action {
         match self {

@@ -41,6 +41,7 @@ mod runs_view;
 mod secrets;
 mod support;
 mod timeline;
+mod tokens;
 mod traces;
 mod verify;
 mod web;
