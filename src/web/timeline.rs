@@ -533,7 +533,7 @@ pub(crate) async fn read(
         Some(shows) => {
             runs.retain(|r| shows(&r.job));
             let mut only = config.clone();
-            only.jobs.retain(|j| shows(&*j.name));
+            only.jobs.retain(|j| shows(&j.name));
             narrowed = only;
             &narrowed
         }
