@@ -56,6 +56,7 @@ pub(super) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             until: time(&args.until, "until")?,
             before_id: None,
             limit: i64::from(args.limit),
+            jobs: None,
         };
         anyhow::Ok(store.list_audit(filter).await?)
     })?;

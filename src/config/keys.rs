@@ -231,7 +231,7 @@ pub(crate) fn all() -> Vec<Key> {
             "web",
             "tokens",
             None,
-            "Named bearer tokens, as { ops = \"REPLICRON_OPS_TOKEN\", ci = \"REPLICRON_CI_TOKEN\" }: each name's environment variable holds a token that allows actions like token_env's, and the audit log records the name of the token that acted (token_env's is named default). Names are letters, digits, - and _; each variable must be set when replicron starts; no job inherits them.",
+            "Named bearer tokens, as { ops = \"REPLICRON_OPS_TOKEN\", ci = { env = \"REPLICRON_CI_TOKEN\", can = [\"trigger\", \"backfill\"], jobs = [\"deploy-*\"] } }: each name's environment variable holds a token, and the audit log records the name of the token that acted (token_env's is named default). A variable's name alone allows every action, like token_env's; a table's can lists its rights, from read, trigger, backfill (start and cancel), pause (and resume), unlock and admin (every one), and any right implies read; its jobs, patterns of job names with * and ?, limit it to those jobs, and what it is shown to them. An action beyond a token's rights answers 403 naming the right and the job, and is audited. Names are letters, digits, - and _; each variable must be set when replicron starts; no job inherits them.",
         ),
         key(
             "web",

@@ -227,6 +227,151 @@ pub(crate) struct TokenEnv {
     pub(crate) var: String,
     /// Its line in the file.
     pub(crate) line: Option<usize>,
+    /// What it may do, and to which jobs.
+    pub(crate) grant: Grant,
+}
+
+/// What a token may do (`[web] tokens`' `can`). `read` is every token's:
+/// a token that may act on a job may read what it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Right {
+    /// See the jobs, their runs and the audit log.
+    Read,
+    /// Trigger a run.
+    Trigger,
+    /// Start and cancel a backfill.
+    Backfill,
+    /// Pause and resume.
+    Pause,
+    /// End a lease.
+    Unlock,
+    /// Every right.
+    Admin,
+}
+
+impl Right {
+    /// Every right, in the order the documentation lists them.
+    pub(crate) const ALL: [Right; 6] = [
+        Right::Read,
+        Right::Trigger,
+        Right::Backfill,
+        Right::Pause,
+        Right::Unlock,
+        Right::Admin,
+    ];
+
+    /// Its name in the job file, the API's errors and the audit log.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Right::Read => "read",
+            Right::Trigger => "trigger",
+            Right::Backfill => "backfill",
+            Right::Pause => "pause",
+            Right::Unlock => "unlock",
+            Right::Admin => "admin",
+        }
+    }
+
+    /// The right named `text`.
+    pub(crate) fn parse(text: &str) -> Option<Right> {
+        Right::ALL.into_iter().find(|r| r.as_str() == text.trim())
+    }
+}
+
+impl fmt::Display for Right {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A token's rights and the jobs they reach: a plain `[web] tokens`
+/// entry's and `token_env`'s are [`Grant::full`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The rights given, as written (in [`Right::ALL`]'s order).
+    pub(crate) can: Vec<Right>,
+    /// The patterns of the jobs it reaches (`*` any run of characters,
+    /// `?` one); `None`: every job.
+    pub(crate) jobs: Option<Vec<String>>,
+}
+
+impl Grant {
+    /// Every right, on every job.
+    pub(crate) fn full() -> Grant {
+        Grant {
+            can: vec![Right::Admin],
+            jobs: None,
+        }
+    }
+
+    /// Whether it gives `right` (`read` is implied by any other, `admin`
+    /// gives every one).
+    pub(crate) fn allows(&self, right: Right) -> bool {
+        right == Right::Read || self.can.contains(&Right::Admin) || self.can.contains(&right)
+    }
+
+    /// Whether it reaches the job (or lease row) `name`.
+    pub(crate) fn reaches(&self, name: &str) -> bool {
+        self.jobs
+            .as_ref()
+            .is_none_or(|patterns| patterns.iter().any(|p| glob_matches(p, name)))
+    }
+}
+
+/// A token as the daemon holds it: its name, its value and its grant. Its
+/// `Debug` leaves the value out.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Token {
+    /// Its name, the audit log's who.
+    pub(crate) name: String,
+    /// The secret.
+    pub(crate) value: String,
+    /// What it may do.
+    pub(crate) grant: Grant,
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Token")
+            .field("name", &self.name)
+            .field("grant", &self.grant)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `pattern` may be one of a token's `jobs`: 1 to 64 characters of
+/// a job name's (`A-Z a-z 0-9 _ . : -`) and the wildcards `*` and `?`.
+pub(crate) fn is_job_glob(pattern: &str) -> bool {
+    !pattern.is_empty()
+        && pattern.len() <= MAX_JOB_NAME_LEN
+        && pattern
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-' | '*' | '?'))
+}
+
+/// Whether `name` matches `pattern`, whose `*` is any run of characters
+/// (none too) and `?` any one character.
+pub(crate) fn glob_matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The last `*` seen and where in `name` it was tried: on a mismatch it
+    // takes one more character.
+    let (mut i, mut j, mut star): (usize, usize, Option<(usize, usize)>) = (0, 0, None);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((at, from)) = star {
+            i = at + 1;
+            j = from + 1;
+            star = Some((at, from + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
 }
 
 /// The session cookie's name unless `[web] cookie_name` says otherwise.
@@ -259,15 +404,19 @@ impl Default for WebConfig {
 }
 
 impl WebConfig {
-    /// Each token's name and value, from the process environment: an
-    /// error names the variables (never their values) that are unset or
-    /// too short.
-    pub(crate) fn tokens(&self, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    /// Each token's name, value and grant, the values from the process
+    /// environment: an error names the variables (never their values) that
+    /// are unset or too short.
+    pub(crate) fn tokens(&self, path: &Path) -> Result<Vec<Token>, ConfigError> {
         let mut tokens = Vec::new();
         let mut diagnostics = Vec::new();
         for token_env in &self.tokens {
             match token_env.value() {
-                Ok(value) => tokens.push((token_env.name.clone(), value)),
+                Ok(value) => tokens.push(Token {
+                    name: token_env.name.clone(),
+                    value,
+                    grant: token_env.grant.clone(),
+                }),
                 Err(problem) => diagnostics.push(Diagnostic {
                     file: None,
                     line: token_env.line,

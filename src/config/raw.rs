@@ -32,13 +32,34 @@ pub(super) struct RawDaemon {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawWeb {
     pub token_env: Option<S<String>>,
-    pub tokens: Option<S<std::collections::BTreeMap<String, String>>>,
+    pub tokens: Option<S<std::collections::BTreeMap<String, S<RawToken>>>>,
     pub public_url: Option<S<String>>,
     pub advertise_url: Option<S<String>>,
     pub cookie_name: Option<S<String>>,
     pub cookie_path: Option<S<String>>,
     pub cookie_secure: Option<S<bool>>,
     pub trusted_proxies: Option<S<Vec<String>>>,
+}
+
+/// An entry of `[web] tokens`: the variable of a token with every right,
+/// or a table that says which rights, on which jobs.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "an environment variable's name (\"OPS_TOKEN\"), or { env = \"CI_TOKEN\", can = [\"trigger\", \"backfill\"], jobs = [\"deploy-*\"] } with env, can (read, trigger, backfill, pause, unlock, admin) and, if any, jobs"
+)]
+pub(super) enum RawToken {
+    Var(String),
+    Scoped(RawScopedToken),
+}
+
+/// `{ env = "CI_TOKEN", can = ["trigger"], jobs = ["deploy-*"] }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawScopedToken {
+    pub env: String,
+    pub can: Option<Vec<String>>,
+    pub jobs: Option<Vec<String>>,
 }
 
 /// `[telemetry]`.

@@ -738,6 +738,114 @@ fn the_web_token_is_named_never_shown_and_hidden_from_jobs() {
 }
 
 #[test]
+fn tokens_have_rights_and_jobs() {
+    let text = format!(
+        "{DB}[web]\ntokens = {{ ro = {{ env = \"REPLICRON_TEST_RO\", can = [\"read\"] }}, ci = {{ env = \"REPLICRON_TEST_CI\", can = [\"trigger\", \"backfill\", \"trigger\"], jobs = [\"deploy-*\", \"db-?\"] }}, ops = \"REPLICRON_TEST_OPS\" }}\n\n[[job]]\nname = \"deploy-x\"\nschedule = \"@daily\"\ncommand = \"true\"\n\n[[job]]\nname = \"db-1\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    );
+    let config = parse(&text).expect("valid");
+    assert!(config.warnings.is_empty(), "{:#?}", config.warnings);
+    let grants: Vec<(&str, &str, &Grant)> = config
+        .web
+        .tokens
+        .iter()
+        .map(|t| (t.name.as_str(), t.var.as_str(), &t.grant))
+        .collect();
+    let ci = Grant {
+        can: vec![Right::Trigger, Right::Backfill],
+        jobs: Some(vec!["deploy-*".to_string(), "db-?".to_string()]),
+    };
+    let ro = Grant {
+        can: vec![Right::Read],
+        jobs: None,
+    };
+    assert_eq!(
+        grants,
+        [
+            ("ci", "REPLICRON_TEST_CI", &ci),
+            ("ops", "REPLICRON_TEST_OPS", &Grant::full()),
+            ("ro", "REPLICRON_TEST_RO", &ro),
+        ]
+    );
+    // Read comes with any right; admin is every right.
+    assert!(ci.allows(Right::Read) && ci.allows(Right::Backfill) && !ci.allows(Right::Pause));
+    assert!(ci.reaches("deploy-x") && ci.reaches("db-1") && !ci.reaches("db-12"));
+    assert!(!ro.allows(Right::Trigger) && ro.reaches("anything"));
+    assert!(Right::ALL.iter().all(|r| Grant::full().allows(*r)));
+    assert_eq!(
+        config.jobs[0].hidden_env,
+        [
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "REPLICRON_TEST_CI",
+            "REPLICRON_TEST_OPS",
+            "REPLICRON_TEST_RO",
+        ],
+        "no job inherits a scoped token"
+    );
+
+    // A pattern that reaches no job is said, not refused.
+    let lonely = parse(&format!(
+        "{DB}[web]\ntokens = {{ ci = {{ env = \"REPLICRON_TEST_CI\", can = [\"trigger\"], jobs = [\"deploy-*\"] }} }}\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    ))
+    .expect("valid");
+    let [warning] = &lonely.warnings[..] else {
+        panic!("{:#?}", lonely.warnings);
+    };
+    assert_eq!(
+        (warning.line, warning.key.as_deref()),
+        (Some(4), Some("web.tokens.ci"))
+    );
+    assert!(
+        warning
+            .message
+            .contains("\"deploy-*\" of its jobs matches no job"),
+        "{warning:?}"
+    );
+
+    for (bad, says) in [
+        (
+            "ci = { env = \"CI_TOKEN\", can = [\"deploy\"] }",
+            "ci: \"deploy\" is not a right: can lists read, trigger, backfill, pause, unlock, admin",
+        ),
+        ("ci = { env = \"CI_TOKEN\", can = [] }", "ci: can is empty"),
+        ("ci = { env = \"CI_TOKEN\" }", "ci: can is missing"),
+        (
+            "ci = { env = \"CI_TOKEN\", can = [\"read\"], jobs = [\"deploy-[a-z]\"] }",
+            "ci: \"deploy-[a-z]\" is not a pattern of job names",
+        ),
+        (
+            "ci = { env = \"CI_TOKEN\", can = [\"read\"], jobs = [\"\"] }",
+            "is not a pattern of job names",
+        ),
+        (
+            "ci = { env = \"CI_TOKEN\", can = [\"read\"], jobs = [] }",
+            "ci: jobs is empty",
+        ),
+        (
+            "ci = { env = \"NOT A NAME\", can = [\"read\"] }",
+            "not an environment variable",
+        ),
+        // What serde cannot read is named with the shape it expects.
+        (
+            "ci = { env = \"CI_TOKEN\", can = \"read\" }",
+            "can (read, trigger, backfill, pause, unlock, admin)",
+        ),
+        (
+            "ci = { env = \"CI_TOKEN\", can = [\"read\"], job = [\"x\"] }",
+            "{ env = \"CI_TOKEN\", can = [\"trigger\", \"backfill\"], jobs = [\"deploy-*\"] }",
+        ),
+    ] {
+        one_error(
+            &format!("{DB}[web]\ntokens = {{ {bad} }}\n"),
+            4,
+            None,
+            "web.tokens",
+            says,
+        );
+    }
+}
+
+#[test]
 fn tokens_have_names() {
     let text = format!(
         "{DB}[web]\ntoken_env = \"REPLICRON_TEST_TOKEN_A\"\ntokens = {{ ops = \"REPLICRON_TEST_TOKEN_B\", ci-runner = \"REPLICRON_TEST_TOKEN_C\" }}\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n"

@@ -443,10 +443,16 @@ pub(crate) struct AuditFilter {
     pub before_id: Option<i64>,
     /// At most this many, newest first.
     pub limit: i64,
+    /// Only about one of these jobs (none: no row); unset, about any job
+    /// or none.
+    pub jobs: Option<Vec<String>>,
 }
 
 /// The rows `filter` asks for, newest first.
 pub(crate) fn list(conn: &mut DbConnection, filter: &AuditFilter) -> QueryResult<Vec<AuditRow>> {
+    if filter.jobs.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(Vec::new());
+    }
     let mut query = audit::replicron_audit
         .select(AuditRow::as_select())
         .order(audit::id.desc())
@@ -454,6 +460,9 @@ pub(crate) fn list(conn: &mut DbConnection, filter: &AuditFilter) -> QueryResult
         .into_boxed();
     if let Some(job) = &filter.job {
         query = query.filter(audit::job.eq(job.clone()));
+    }
+    if let Some(jobs) = &filter.jobs {
+        query = query.filter(audit::job.eq_any(jobs.clone()));
     }
     if let Some(action) = filter.action {
         query = query.filter(audit::action.eq(action.as_str()));

@@ -3190,6 +3190,7 @@ async fn a_limits_waiters_go_by_priority_and_a_backfill_waits_behind_the_schedul
                 instants: vec![utc("2027-01-01T00:00:00Z")],
                 rerun_succeeded: false,
                 limit: 10_000,
+                priority: None,
             }),
             reply,
         })

@@ -197,6 +197,10 @@ pub(crate) struct Backfill {
     pub(crate) rerun_succeeded: bool,
     /// `[daemon] max_backfill_instants`.
     pub(crate) limit: u64,
+    /// The instants' priority among the waiters for a shared lock or a
+    /// limit, as `backfill --priority`'s; `None`: behind every run that
+    /// is not a backfill's.
+    pub(crate) priority: Option<i32>,
 }
 
 /// How a requested trigger began.
@@ -263,7 +267,7 @@ pub(crate) async fn answer(engine: Arc<Engine>, request: Request) {
         let options = super::backfill::Options {
             rerun_succeeded: backfill.rerun_succeeded,
             force,
-            priority: None,
+            priority: backfill.priority,
         };
         run_backfill(&engine, &job, backfill, options, reason, &mut in_progress).await;
         in_progress.end(&engine).await;

@@ -24,22 +24,56 @@ pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response 
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
+/// The answer to a token that lacks a right: 403, naming the right and
+/// the job.
+pub(super) fn forbidden(denied: &super::auth::Denied) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        Json(json!({
+            "error": denied.why,
+            "right": denied.right.as_str(),
+            "job": denied.job,
+        })),
+    )
+        .into_response()
+}
+
 /// The API's answer when the database did not answer.
 pub(super) fn unavailable(e: impl std::fmt::Display) -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
 }
 
-pub(super) async fn jobs(State(web): State<Shared>) -> Response {
+pub(super) async fn jobs(State(web): State<Shared>, headers: HeaderMap) -> Response {
+    let caller = super::caller(&web, &headers).await;
     let config = web.config();
     match data::overview(&web.store, &config, Recent::Last, None).await {
-        Ok(overview) => Json(json!({
+        Ok(mut overview) => {
+            super::narrow_overview(&web, &caller, &mut overview);
+            Json(json!({
             "database_now": crate::schedule::fmt_instant(overview.now),
             "jobs": overview.jobs,
             "backfills": overview.backfills,
-        }))
-        .into_response(),
+            }))
+            .into_response()
+        }
         Err(e) => unavailable(e),
     }
+}
+
+/// The answer to `caller` asking to read the job `name`, if its token
+/// does not reach it: 403, naming the right and the job.
+fn out_of_reach(web: &super::Web, caller: &Caller, name: &str) -> Option<Response> {
+    (!web.auth.shows(caller, name)).then(|| {
+        let denied = web
+            .auth
+            .denied(caller, crate::config::Right::Read, name)
+            .unwrap_or_else(|| super::auth::Denied {
+                why: format!("{name}: not shown to this token"),
+                right: crate::config::Right::Read,
+                job: name.to_string(),
+            });
+        forbidden(&denied)
+    })
 }
 
 /// `job`'s query: the window of its figures.
@@ -52,7 +86,12 @@ pub(super) async fn job(
     State(web): State<Shared>,
     Path(name): Path<String>,
     query: Result<Query<JobQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
 ) -> Response {
+    let caller = super::caller(&web, &headers).await;
+    if let Some(refused) = out_of_reach(&web, &caller, &name) {
+        return refused;
+    }
     let window = match query
         .map_err(|e| e.body_text())
         .and_then(|Query(q)| super::runs::window_param(q.window.as_deref()))
@@ -173,31 +212,46 @@ impl AuditQuery {
             until,
             before_id: runs.before_id,
             limit: runs.limit,
+            jobs: None,
         })
     }
 }
 
-pub(super) async fn audit(State(web): State<Shared>, Query(query): Query<AuditQuery>) -> Response {
+pub(super) async fn audit(
+    State(web): State<Shared>,
+    Query(query): Query<AuditQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = super::caller(&web, &headers).await;
     let now = match web.store.database_now().await {
         Ok(now) => now,
         Err(e) => return unavailable(e),
     };
-    let filter = match query.filter(now) {
+    let mut filter = match query.filter(now) {
         Ok(filter) => filter,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
+    super::narrow_audit(&web, &caller, &mut filter);
     match data::audit(&web.store, filter).await {
         Ok(page) => Json(page).into_response(),
         Err(e) => unavailable(e),
     }
 }
 
-pub(super) async fn run(State(web): State<Shared>, Path(id): Path<String>) -> Response {
+pub(super) async fn run(
+    State(web): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = super::caller(&web, &headers).await;
     let Ok(id) = id.parse::<i64>() else {
         return error(StatusCode::BAD_REQUEST, format!("{id:?} is not a run id"));
     };
     match web.store.find_run(id).await {
         Ok(Some(run)) => {
+            if let Some(refused) = out_of_reach(&web, &caller, &run.job) {
+                return refused;
+            }
             let mut record = [RunRecord::from(run)];
             web.store.with_parents(&mut record).await;
             web.store.with_reasons(&mut record).await;
@@ -209,17 +263,24 @@ pub(super) async fn run(State(web): State<Shared>, Path(id): Path<String>) -> Re
     }
 }
 
-pub(super) async fn instances(State(web): State<Shared>) -> Response {
+pub(super) async fn instances(State(web): State<Shared>, headers: HeaderMap) -> Response {
+    let caller = super::caller(&web, &headers).await;
     match data::instances(&web.store).await {
-        Ok(instances) => Json(json!({ "instances": instances })).into_response(),
+        Ok(mut instances) => {
+            super::narrow_instances(&web, &caller, &mut instances);
+            Json(json!({ "instances": instances })).into_response()
+        }
         Err(e) => unavailable(e),
     }
 }
 
-pub(super) async fn notifications(State(web): State<Shared>) -> Response {
+pub(super) async fn notifications(State(web): State<Shared>, headers: HeaderMap) -> Response {
+    let caller = super::caller(&web, &headers).await;
+    let mut sent = web.notifications.recent();
+    sent.retain(|s| web.auth.shows(&caller, &s.job));
     Json(json!({
         "instance": web.instance,
-        "notifications": web.notifications.recent(),
+        "notifications": sent,
     }))
     .into_response()
 }
@@ -283,6 +344,12 @@ pub(super) async fn act(
         &web.instance,
         client.to_string(),
     );
+    // Beyond the token's rights: refused, and recorded without what it
+    // was given.
+    if let Some(denied) = web.auth.denied(&caller, action.right(), &name) {
+        super::refused_unread(&web, &name, action, &actor, &denied.why).await;
+        return forbidden(&denied);
+    }
     let params = action_params(query.as_deref(), &body)
         .and_then(|params| secrets_not_in_query(&web, &name, query.as_deref(), params));
     let params = match params {
@@ -311,6 +378,7 @@ const BODY_KEYS: [&str; 10] = [
     "only_missing",
     "rerun_succeeded",
     "id",
+    "priority",
 ];
 
 /// `params`, unless it gives a secret parameter of `job` in the query
@@ -423,6 +491,17 @@ mod tests {
             let e = action_params(None, body).expect_err("unknown key");
             assert!(e.contains(&format!("unknown key \"{key}\"")), "{e}");
         }
+    }
+
+    #[test]
+    fn a_backfills_priority_is_a_number_or_job() {
+        let body = action_params(None, br#"{"from": "x", "priority": -5}"#).expect("body");
+        assert_eq!(body.priority.as_deref(), Some("-5"));
+        let query = action_params(Some("priority=job"), b"").expect("query");
+        assert_eq!(query.priority.as_deref(), Some("job"));
+        // The dashboard's empty field is no priority.
+        let form = action_params(Some("priority="), b"").expect("query");
+        assert_eq!(form.priority, None);
     }
 
     #[test]

@@ -8,13 +8,16 @@
 //! sign-out deletes it. A
 //! browser's POSTs carry the session's CSRF token and must come from the
 //! dashboard's own origin; a session carries the name of the token that
-//! signed it in. The messages a page shows after an action are signed with
+//! signed it in. Each token has a grant ([`crate::config::Grant`]): the
+//! rights it has and the jobs it reaches, which every action is checked
+//! against ([`Auth::denied`]) and what a token is shown is narrowed to
+//! ([`Auth::shows`]). The messages a page shows after an action are signed with
 //! an HMAC-SHA256 keyed by the tokens. Comparisons of secrets run in
 //! constant time.
 
 use axum::http::{HeaderMap, header};
 
-use crate::config::PublicUrl;
+use crate::config::{Grant, PublicUrl, Right, Token};
 use crate::text::{hex, unhex};
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
@@ -47,10 +50,11 @@ pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 
 type Hmac = hmac::Hmac<Sha256>;
 
-/// The tokens by name; actions are on if there is one.
+/// The tokens by name, each with its grant; actions are on if there is
+/// one.
 #[derive(Clone)]
 pub(crate) struct Auth {
-    tokens: Vec<(String, String)>,
+    tokens: Vec<Token>,
     /// What messages are signed with: every token, length-prefixed.
     key: Option<String>,
 }
@@ -60,7 +64,7 @@ impl std::fmt::Debug for Auth {
         f.debug_struct("Auth")
             .field(
                 "tokens",
-                &self.tokens.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+                &self.tokens.iter().map(|t| &t.name).collect::<Vec<_>>(),
             )
             .finish()
     }
@@ -101,6 +105,18 @@ impl Caller {
     }
 }
 
+/// Why a caller with a token may not do what it asked: the right it
+/// lacks (or whose job its grant does not reach) and the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Denied {
+    /// A sentence for people, naming the token (never its value).
+    pub(crate) why: String,
+    /// The right asked for.
+    pub(crate) right: Right,
+    /// The job.
+    pub(crate) job: String,
+}
+
 /// Equality of secrets in time that does not depend on where they differ.
 mod subtle_eq {
     pub(super) fn eq(a: &[u8], b: &[u8]) -> bool {
@@ -125,15 +141,97 @@ fn keyed(key: &str, label: &str) -> Option<Hmac> {
 }
 
 impl Auth {
-    /// Actions allowed with each of `tokens` (name, token); none without.
-    pub(crate) fn new(tokens: Vec<(String, String)>) -> Self {
+    /// Actions allowed with each of `tokens`, as far as its grant says;
+    /// none without.
+    pub(crate) fn new(tokens: Vec<Token>) -> Self {
         let key = (!tokens.is_empty()).then(|| {
             tokens
                 .iter()
-                .map(|(name, token)| format!("{}:{name}:{}:{token}", name.len(), token.len()))
+                .map(|t| {
+                    let (name, token) = (&t.name, &t.value);
+                    format!("{}:{name}:{}:{token}", name.len(), token.len())
+                })
                 .collect::<String>()
         });
         Auth { tokens, key }
+    }
+
+    /// The grant of `caller`'s token: `None` for a caller without one
+    /// (who may read everything and do nothing), or a session whose token
+    /// is no longer known.
+    pub(crate) fn grant(&self, caller: &Caller) -> Option<&Grant> {
+        let name = match caller {
+            Caller::Bearer(name) => name.as_str(),
+            Caller::Session(session) => session.token_name.as_deref()?,
+            Caller::ReadOnly | Caller::Anonymous => return None,
+        };
+        self.tokens
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| &t.grant)
+    }
+
+    /// Whether `caller` is shown the job (or lease row) `name`: a caller
+    /// without a token sees every job, as reading is open; a token, the
+    /// jobs its grant reaches.
+    pub(crate) fn shows(&self, caller: &Caller, name: &str) -> bool {
+        match caller {
+            Caller::Bearer(_) | Caller::Session(_) => {
+                self.grant(caller).is_none_or(|grant| grant.reaches(name))
+            }
+            Caller::ReadOnly | Caller::Anonymous => true,
+        }
+    }
+
+    /// Whether some token is limited to some jobs.
+    pub(crate) fn any_scoped(&self) -> bool {
+        self.tokens.iter().any(|t| t.grant.jobs.is_some())
+    }
+
+    /// Whether `caller` is limited to some jobs (and lists must be
+    /// filtered by [`Auth::shows`]).
+    pub(crate) fn scoped(&self, caller: &Caller) -> bool {
+        self.grant(caller).is_some_and(|grant| grant.jobs.is_some())
+    }
+
+    /// Whether `caller` may do `right` to the job `name`.
+    pub(crate) fn may(&self, caller: &Caller, right: Right, name: &str) -> bool {
+        self.denied(caller, right, name).is_none()
+    }
+
+    /// Why `caller`, who has a token, may not do `right` to the job
+    /// `name`, if it may not (never the token's value).
+    pub(crate) fn denied(&self, caller: &Caller, right: Right, name: &str) -> Option<Denied> {
+        let token = caller.token_name().unwrap_or("?").to_string();
+        let Some(grant) = self.grant(caller) else {
+            return Some(Denied {
+                why: format!(
+                    "the token {token:?} of this session is no longer configured: sign in again"
+                ),
+                right,
+                job: name.to_string(),
+            });
+        };
+        let why = if !grant.allows(right) {
+            let can: Vec<&str> = grant.can.iter().map(|r| r.as_str()).collect();
+            format!(
+                "the token {token:?} may not {right} {name}: it lacks the right {right} (it has {})",
+                can.join(", ")
+            )
+        } else if !grant.reaches(name) {
+            let jobs: Vec<&str> = grant.jobs.iter().flatten().map(String::as_str).collect();
+            format!(
+                "the token {token:?} may not {right} {name}: its jobs are {}",
+                jobs.join(", ")
+            )
+        } else {
+            return None;
+        };
+        Some(Denied {
+            why,
+            right,
+            job: name.to_string(),
+        })
     }
 
     /// What binds a session to each token as it is now: its name and the
@@ -144,7 +242,7 @@ impl Auth {
         use sha2::Digest;
         self.tokens
             .iter()
-            .map(|(name, token)| (name.clone(), hex(&Sha256::digest(token.as_bytes()))))
+            .map(|t| (t.name.clone(), hex(&Sha256::digest(t.value.as_bytes()))))
             .collect()
     }
 
@@ -160,11 +258,9 @@ impl Auth {
     /// `text` with every token in it written as
     /// [`crate::db::audit::REDACTED`].
     pub(crate) fn redact(&self, text: &str) -> String {
-        self.tokens
-            .iter()
-            .fold(text.to_string(), |text, (_, token)| {
-                text.replace(token.as_str(), crate::db::audit::REDACTED)
-            })
+        self.tokens.iter().fold(text.to_string(), |text, t| {
+            text.replace(t.value.as_str(), crate::db::audit::REDACTED)
+        })
     }
 
     fn signed(&self, label: &str) -> Option<String> {
@@ -200,9 +296,9 @@ impl Auth {
     pub(crate) fn token_name(&self, given: &str) -> Option<&str> {
         let theirs = keyed(given.trim(), "token")?.finalize().into_bytes();
         let mut found = None;
-        for (name, token) in &self.tokens {
-            if keyed(token, "token").is_some_and(|mine| mine.verify_slice(&theirs).is_ok()) {
-                found = Some(name.as_str());
+        for t in &self.tokens {
+            if keyed(&t.value, "token").is_some_and(|mine| mine.verify_slice(&theirs).is_ok()) {
+                found = Some(t.name.as_str());
             }
         }
         found
@@ -304,14 +400,19 @@ mod tests {
     use crate::config::DEFAULT_COOKIE as COOKIE;
     use axum::http::HeaderValue;
 
+    fn token(name: &str, value: &str, grant: Grant) -> Token {
+        Token {
+            name: name.to_string(),
+            value: value.to_string(),
+            grant,
+        }
+    }
+
     #[test]
     fn tokens_messages_and_credentials() {
         let auth = Auth::new(vec![
-            ("ci".to_string(), "a-token-for-the-ci-runs".to_string()),
-            (
-                "default".to_string(),
-                "correct-horse-battery-staple".to_string(),
-            ),
+            token("ci", "a-token-for-the-ci-runs", Grant::full()),
+            token("default", "correct-horse-battery-staple", Grant::full()),
         ]);
         assert_eq!(
             auth.token_name("correct-horse-battery-staple"),
@@ -390,6 +491,84 @@ mod tests {
             session.is_csrf("0123abcd") && !session.is_csrf("0123abce") && !session.is_csrf("")
         );
         assert!(!Caller::Bearer("ci".to_string()).is_csrf("0123abcd"));
+    }
+
+    #[test]
+    fn a_tokens_grant_bounds_what_it_does_and_sees() {
+        let grant = |can: &[Right], jobs: Option<&[&str]>| Grant {
+            can: can.to_vec(),
+            jobs: jobs.map(|jobs| jobs.iter().map(|j| j.to_string()).collect()),
+        };
+        let auth = Auth::new(vec![
+            token("ro", "a-read-only-token-0000", grant(&[Right::Read], None)),
+            token(
+                "ci",
+                "a-token-for-the-ci-runs",
+                grant(&[Right::Trigger, Right::Backfill], Some(&["deploy-*"])),
+            ),
+            token("ops", "a-token-for-operators", Grant::full()),
+        ]);
+        let [ro, ci, ops] = ["ro", "ci", "ops"].map(|n| Caller::Bearer(n.to_string()));
+        // Read is every token's; the rest only as granted.
+        assert!(auth.may(&ro, Right::Read, "fine"));
+        let denied = auth.denied(&ro, Right::Trigger, "fine").expect("refused");
+        assert_eq!(
+            (denied.right, denied.job.as_str()),
+            (Right::Trigger, "fine")
+        );
+        assert!(
+            denied.why.contains("lacks the right trigger"),
+            "{}",
+            denied.why
+        );
+        assert!(!denied.why.contains("a-read-only-token"), "{}", denied.why);
+        assert!(auth.may(&ci, Right::Trigger, "deploy-x"));
+        assert!(auth.may(&ci, Right::Read, "deploy-x"));
+        assert!(auth.may(&ci, Right::Backfill, "deploy-x"));
+        assert!(!auth.may(&ci, Right::Pause, "deploy-x"));
+        let denied = auth
+            .denied(&ci, Right::Trigger, "other-job")
+            .expect("refused");
+        assert!(
+            denied.why.contains("its jobs are deploy-*"),
+            "{}",
+            denied.why
+        );
+        for right in Right::ALL {
+            assert!(auth.may(&ops, right, "anything"), "{right}");
+        }
+        // What each is shown.
+        assert!(auth.shows(&ci, "deploy-x") && !auth.shows(&ci, "other-job"));
+        assert!(auth.shows(&ro, "other-job") && !auth.scoped(&ro) && auth.scoped(&ci));
+        assert!(auth.shows(&Caller::Anonymous, "other-job"));
+        // A session of a token no longer configured acts as nothing.
+        let gone = Caller::Session(super::super::sessions::Session {
+            id: "id".to_string(),
+            csrf: "0123abcd".to_string(),
+            token_name: Some("gone".to_string()),
+        });
+        assert!(!auth.may(&gone, Right::Read, "fine"));
+        assert_eq!(auth.grant(&Caller::Anonymous), None);
+    }
+
+    #[test]
+    fn globs_match_names_whole() {
+        use crate::config::glob_matches as matches;
+        for (pattern, name, expected) in [
+            ("deploy-*", "deploy-x", true),
+            ("deploy-*", "deploy-", true),
+            ("deploy-*", "x-deploy-x", false),
+            ("*-nightly", "db-nightly", true),
+            ("db-?", "db-1", true),
+            ("db-?", "db-12", false),
+            ("a*b*c", "aXbYbZc", true),
+            ("a*b*c", "aXbYc-", false),
+            ("*", "anything", true),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ] {
+            assert_eq!(matches(pattern, name), expected, "{pattern} {name}");
+        }
     }
 
     #[test]

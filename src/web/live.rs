@@ -444,6 +444,22 @@ async fn output_of(
         Ok(None) => return (StatusCode::NOT_FOUND, format!("no run {id}\n")).into_response(),
         Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
     };
+    // A token limited to some jobs follows only their runs (the session
+    // is looked up only where some token is).
+    if web.auth.any_scoped()
+        && !web
+            .auth
+            .shows(&super::caller(&web, &headers).await, &run.job)
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "run {id} is of {}, which this token does not reach\n",
+                run.job
+            ),
+        )
+            .into_response();
+    }
     if run.status != RunStatus::Running {
         return closed(vec![event("end", ENDED.to_string())]);
     }

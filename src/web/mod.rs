@@ -2,9 +2,11 @@
 //! at `/` ([`pages`]), the JSON API under `/api/v1/` ([`api`],
 //! `docs/api.md`), `/metrics` and `/healthz`. Served by axum on hyper.
 //!
-//! Everything is read-only unless `[web] token_env` names a token
-//! ([`auth`]); then trigger, pause, resume and unlock are POSTs that carry
-//! it. What is shown comes from [`data`], which reads through the store.
+//! Everything is read-only unless `[web] token_env` or `tokens` names a
+//! token ([`auth`]); then trigger, pause, resume and unlock are POSTs that
+//! carry it, each within the token's grant (its rights, its jobs), and a
+//! token limited to some jobs is shown only those. What is shown comes from
+//! [`data`], which reads through the store.
 
 mod ansi;
 mod api;
@@ -157,6 +159,58 @@ pub(crate) async fn caller(web: &Web, headers: &axum::http::HeaderMap) -> auth::
                 }
             }
         }
+    }
+}
+
+/// The names of the file's jobs `caller` is shown.
+pub(crate) fn shown_jobs(web: &Web, caller: &auth::Caller) -> Vec<String> {
+    web.config()
+        .jobs
+        .iter()
+        .map(|j| j.name.to_string())
+        .filter(|name| web.auth.shows(caller, name))
+        .collect()
+}
+
+/// `overview` as `caller` is shown it: the jobs its token reaches, their
+/// backfills, and of each replica's drifted jobs only those.
+pub(crate) fn narrow_overview(web: &Web, caller: &auth::Caller, overview: &mut data::Overview) {
+    if !web.auth.scoped(caller) {
+        return;
+    }
+    overview.jobs.retain(|j| web.auth.shows(caller, &j.name));
+    overview
+        .backfills
+        .retain(|b| web.auth.shows(caller, &b.job));
+    narrow_instances(web, caller, &mut overview.instances);
+}
+
+/// Of each replica's drifted jobs, those `caller` is shown.
+pub(crate) fn narrow_instances(
+    web: &Web,
+    caller: &auth::Caller,
+    instances: &mut [data::InstanceView],
+) {
+    for instance in instances {
+        instance
+            .drifted_jobs
+            .retain(|job| web.auth.shows(caller, job));
+    }
+}
+
+/// `filter` narrowed to the jobs `caller` is shown: a token limited to
+/// some jobs reads only the rows about them (not the rows about no job).
+pub(crate) fn narrow_audit(
+    web: &Web,
+    caller: &auth::Caller,
+    filter: &mut crate::db::audit::AuditFilter,
+) {
+    if web.auth.scoped(caller) {
+        filter.jobs = Some(match &filter.job {
+            Some(job) if web.auth.shows(caller, job) => vec![job.clone()],
+            Some(_) => Vec::new(),
+            None => shown_jobs(web, caller),
+        });
     }
 }
 
@@ -411,6 +465,11 @@ pub(crate) struct ActionParams {
     /// come) instead of now.
     #[serde(default)]
     pub(crate) at: Option<String>,
+    /// `backfill`: the instants' priority among the waiters for a lock or
+    /// a limit, -1000 to 1000 or `job` (the job's own); unset, behind
+    /// every run that is not a backfill's.
+    #[serde(default, deserialize_with = "optional_id")]
+    pub(crate) priority: Option<String>,
     /// `trigger`: the run's parameters, as `NAME=VALUE` pairs: a form's
     /// and a query string's `param.NAME` fields, a JSON body's `params`
     /// object.
@@ -545,16 +604,43 @@ async fn backfill_of(
             backfill::CONFIRM_ABOVE
         ));
     }
+    let priority = match params.priority.as_deref() {
+        None => None,
+        Some("job") => Some(job.priority),
+        Some(text) => match text.parse::<i32>() {
+            Ok(priority) if crate::config::PRIORITY_RANGE.contains(&priority) => Some(priority),
+            _ => {
+                return bad(format!(
+                    "priority {text:?}: expected a whole number from {} to {}, or job (the job's own, {})",
+                    crate::config::PRIORITY_RANGE.start(),
+                    crate::config::PRIORITY_RANGE.end(),
+                    job.priority
+                ));
+            }
+        },
+    };
     Ok(trigger::Backfill {
         from,
         to,
         instants,
         rerun_succeeded: params.rerun_succeeded,
         limit: web.config().daemon.max_backfill_instants,
+        priority,
     })
 }
 
 impl Action {
+    /// The right a token needs for it.
+    pub(crate) fn right(self) -> crate::config::Right {
+        use crate::config::Right;
+        match self {
+            Action::Trigger => Right::Trigger,
+            Action::Backfill | Action::CancelBackfill => Right::Backfill,
+            Action::Pause | Action::Resume => Right::Pause,
+            Action::Unlock => Right::Unlock,
+        }
+    }
+
     /// The audit log's name of it.
     fn audited(self) -> audit::Action {
         match self {
@@ -584,6 +670,7 @@ fn audit_entry(web: &Web, name: &str, action: Action, params: &ActionParams) -> 
             .arg("from", params.from.clone())
             .arg("to", params.to.clone())
             .arg("rerun_succeeded", params.rerun_succeeded)
+            .arg("priority", params.priority.clone())
             .arg("reason", params.reason.clone()),
         Action::CancelBackfill => audit::Entry::new(action.audited(), name)
             .arg("cancel", true)

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use super::auth::{Caller, same_origin};
 use super::data::{self, CHART_RUNS, InstanceView, JobView, Recent};
 use super::{ActionParams, Shared, assets};
+use crate::config::Right;
 use crate::db::audit::{Actor, Via};
 use crate::history::{RunFilter, RunRecord, RunStatus};
 
@@ -290,7 +291,7 @@ fn page(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup)
                         @match caller {
                             Caller::ReadOnly => "read-only (no [web] token_env)",
                             Caller::Session(_) | Caller::Bearer(_) => {
-                                "signed in · "
+                                "signed in as " span id="token-name" { (caller.token_name().unwrap_or("?")) } " · "
                                 form method="post" action="/logout" {
                                     input type="hidden" name="csrf" value=(csrf);
                                     button type="submit" { "sign out" }
@@ -314,6 +315,31 @@ fn page(web: &Shared, title: &str, refresh: bool, caller: &Caller, body: Markup)
             }
         }
     }
+}
+
+/// The page that refuses `caller` the job `name`, if its token does not
+/// reach it.
+fn out_of_reach(web: &Shared, caller: &Caller, name: &str) -> Option<Response> {
+    if web.auth.shows(caller, name) {
+        return None;
+    }
+    let why = web
+        .auth
+        .denied(caller, Right::Read, name)
+        .map_or_else(|| format!("{name}: not shown to this token"), |d| d.why);
+    Some(
+        (
+            StatusCode::FORBIDDEN,
+            layout(
+                web,
+                "refused",
+                false,
+                caller,
+                html! { h1 { "Refused" } p id="refused" { (why) } p { a href="/" { "Your jobs" } } },
+            ),
+        )
+            .into_response(),
+    )
 }
 
 /// The page for a path the dashboard does not have.
@@ -443,12 +469,16 @@ fn notifications_table(sent: &[crate::notify::Sent]) -> Markup {
 pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> Response {
     let caller = super::caller(&web, &headers).await;
     let config = web.config();
-    let overview = match data::overview(&web.store, &config, Recent::Runs(CHART_RUNS), None).await {
-        Ok(o) => o,
-        Err(e) => return unavailable(&web, &caller, e),
-    };
+    let mut overview =
+        match data::overview(&web.store, &config, Recent::Runs(CHART_RUNS), None).await {
+            Ok(o) => o,
+            Err(e) => return unavailable(&web, &caller, e),
+        };
+    super::narrow_overview(&web, &caller, &mut overview);
+    let mut sent = web.notifications.recent();
+    sent.retain(|s| web.auth.shows(&caller, &s.job));
     let problems = overview.jobs.iter().filter(|j| j.problem.is_some()).count();
-    let failures = super::runs::failures(&web.store, overview.now).await;
+    let failures = super::runs::failures(&web, &caller, overview.now).await;
     layout(
         &web,
         "jobs",
@@ -460,13 +490,13 @@ pub(super) async fn overview(State(web): State<Shared>, headers: HeaderMap) -> R
             (jobs_table(&overview.jobs, overview.now))
             @if !overview.backfills.is_empty() {
                 h2 { "Backfills in progress" }
-                (backfills_table(&overview.backfills, &caller))
+                (backfills_table(&web, &overview.backfills, &caller))
             }
             (failures)
             h2 { "Replicas" }
             (replicas_table(&overview.instances))
             h2 { "Notifications sent by this replica" }
-            (notifications_table(&web.notifications.recent()))
+            (notifications_table(&sent))
         },
     )
     .into_response()
@@ -515,16 +545,28 @@ fn is_manual(job: &JobView) -> bool {
         .is_some_and(|d| d.schedule == "@manual")
 }
 
-fn action_forms(job: &JobView, caller: &Caller) -> Markup {
+/// The forms of the actions on `job` that `caller`'s token may take
+/// (the server checks each all the same).
+fn action_forms(web: &Shared, job: &JobView, caller: &Caller) -> Markup {
     let csrf = csrf_of(caller).to_string();
     let action = |name: &str| format!("/jobs/{}/{name}", encode(&job.name));
+    let may = |right: Right| web.auth.may(caller, right, &job.name);
+    let (trigger, backfill, pause, unlock) = (
+        may(Right::Trigger),
+        may(Right::Backfill),
+        may(Right::Pause),
+        may(Right::Unlock),
+    );
     html! {
         div class="actions" {
             @match caller {
                 Caller::ReadOnly => p class="muted" { "Read-only: set [web] token_env to trigger, pause, resume and unlock from here." },
                 Caller::Anonymous => p { a href={"/login?next=/jobs/" (encode(&job.name))} { "Sign in" } " to trigger, pause, resume or unlock." },
                 Caller::Session(_) | Caller::Bearer(_) => {
-                    @if job.in_config {
+                    @if !(trigger || backfill || pause || unlock) {
+                        p class="muted" id="read-only-token" { "The token " code { (caller.token_name().unwrap_or("?")) } " may read " (job.name) ", not act on it." }
+                    }
+                    @if job.in_config && trigger {
                         form method="post" action=(action("trigger")) {
                             input type="hidden" name="csrf" value=(csrf);
                             @for param in job.definition.iter().flat_map(|d| &d.params) {
@@ -547,17 +589,20 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                             button type="submit" name="go" id="trigger" { "Trigger now" }
                             label { input type="checkbox" name="force" value="on"; " even if paused" }
                         }
-                        @if !is_manual(job) && job.definition.as_ref().is_some_and(|d| d.run_on == "one" && d.schedule != "@reboot") {
-                            form method="post" action=(action("backfill")) {
-                                input type="hidden" name="csrf" value=(csrf);
-                                input type="text" name="from" placeholder="from (RFC 3339)" size="20" required;
-                                input type="text" name="to" placeholder="to, not included" size="20" required;
-                                label { input type="checkbox" name="rerun_succeeded" value="on"; " rerun succeeded" }
-                                label { input type="checkbox" name="force" value="on"; " even if paused" }
-                                input type="text" name="reason" placeholder="reason" size="16" maxlength="500";
-                                button type="submit" id="backfill" { "Backfill" }
-                            }
+                    }
+                    @if job.in_config && backfill && !is_manual(job) && job.definition.as_ref().is_some_and(|d| d.run_on == "one" && d.schedule != "@reboot") {
+                        form method="post" action=(action("backfill")) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="text" name="from" placeholder="from (RFC 3339)" size="20" required;
+                            input type="text" name="to" placeholder="to, not included" size="20" required;
+                            input type="number" name="priority" placeholder="priority" aria-label="priority" min="-1000" max="1000" step="1" title="The instants' priority for locks and limits, -1000 to 1000; empty: behind every other run";
+                            label { input type="checkbox" name="rerun_succeeded" value="on"; " rerun succeeded" }
+                            label { input type="checkbox" name="force" value="on"; " even if paused" }
+                            input type="text" name="reason" placeholder="reason" size="16" maxlength="500";
+                            button type="submit" id="backfill" { "Backfill" }
                         }
+                    }
+                    @if job.in_config && pause {
                         @if job.paused.is_some() {
                             form method="post" action=(action("resume")) {
                                 input type="hidden" name="csrf" value=(csrf);
@@ -573,7 +618,7 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
                             }
                         }
                     }
-                    @if job.lease.held {
+                    @if job.lease.held && unlock {
                         form method="post" action=(action("unlock")) {
                             input type="hidden" name="csrf" value=(csrf);
                             input type="text" name="reason" placeholder="reason" size="16" maxlength="500";
@@ -589,9 +634,15 @@ fn action_forms(job: &JobView, caller: &Caller) -> Markup {
 
 /// The backfills in progress, each with its progress, and for a signed-in
 /// caller a button that cancels it.
-fn backfills_table(backfills: &[crate::ops::fleet::BackfillMark], caller: &Caller) -> Markup {
+fn backfills_table(
+    web: &Shared,
+    backfills: &[crate::ops::fleet::BackfillMark],
+    caller: &Caller,
+) -> Markup {
     let csrf = csrf_of(caller).to_string();
-    let can_act = matches!(caller, Caller::Session(_) | Caller::Bearer(_));
+    let signed_in = matches!(caller, Caller::Session(_) | Caller::Bearer(_));
+    let may = |job: &str| signed_in && web.auth.may(caller, Right::Backfill, job);
+    let can_act = backfills.iter().any(|b| may(&b.job));
     html! {
         div class="scroll" tabindex="0" role="region" aria-label="backfills in progress" { table id="backfills" {
             thead { tr { th { "Id" } th { "Job" } th { "Range" } th { "Done" } th { "Failed" } th { "At" } th { "Run by" } @if can_act { th {} } } }
@@ -610,13 +661,13 @@ fn backfills_table(backfills: &[crate::ops::fleet::BackfillMark], caller: &Calle
                         td { (p.and_then(|p| p.current.clone()).unwrap_or_default()) }
                         td { (b.by.clone().unwrap_or_default()) " since " (b.since.clone().unwrap_or_default()) }
                         @if can_act {
-                            td {
+                            td { @if may(&b.job) {
                                 form method="post" action={"/jobs/" (encode(&b.job)) "/cancel-backfill"} {
                                     input type="hidden" name="csrf" value=(csrf);
                                     @if let Some(p) = p { input type="hidden" name="id" value=(p.id); }
                                     button type="submit" class="cancel-backfill" { "Cancel" }
                                 }
-                            }
+                            } }
                         }
                     }
                 }
@@ -663,7 +714,7 @@ pub(super) async fn audit(
         Ok(now) => now,
         Err(e) => return unavailable(&web, &caller, e),
     };
-    let filter = match query.filter(now) {
+    let mut filter = match query.filter(now) {
         Ok(filter) => filter,
         Err(e) => {
             return (
@@ -679,6 +730,7 @@ pub(super) async fn audit(
                 .into_response();
         }
     };
+    super::narrow_audit(&web, &caller, &mut filter);
     let page = match data::audit(&web.store, filter.clone()).await {
         Ok(page) => page,
         Err(e) => return unavailable(&web, &caller, e),
@@ -743,6 +795,9 @@ pub(super) async fn job(
     headers: HeaderMap,
 ) -> Response {
     let caller = super::caller(&web, &headers).await;
+    if let Some(refused) = out_of_reach(&web, &caller, &name) {
+        return refused;
+    }
     let config = web.config();
     let overview =
         match data::overview(&web.store, &config, Recent::Runs(CHART_RUNS), Some(&name)).await {
@@ -901,9 +956,9 @@ pub(super) async fn job(
             }
             @if !overview.backfills.is_empty() {
                 h2 { "Backfill in progress" }
-                (backfills_table(&overview.backfills, &caller))
+                (backfills_table(&web, &overview.backfills, &caller))
             }
-            (action_forms(job, &caller))
+            (action_forms(&web, job, &caller))
             (super::runs::section(&job.name, &figures))
             h2 { "Runs" }
             p { a href={"/runs?job=" (encode(&name))} id="job-runs" { "Search " (name) "'s runs →" } }
@@ -935,6 +990,9 @@ pub(super) async fn run(
     };
     let run = match web.store.find_run(id).await {
         Ok(Some(run)) => {
+            if let Some(refused) = out_of_reach(&web, &caller, &run.job) {
+                return refused;
+            }
             let mut record = [RunRecord::from(run)];
             web.store.with_parents(&mut record).await;
             web.store.with_reasons(&mut record).await;
@@ -1039,7 +1097,7 @@ fn login_page(web: &Shared, caller: &Caller, next: &str, problem: Option<&str>) 
                 @if let Some(problem) = problem { div class="flash bad" { (problem) } }
                 form method="post" action="/login" {
                     input type="hidden" name="next" value=(next);
-                    label { "Token (from [web] token_env) " input type="password" name="token" id="token" autocomplete="current-password"; }
+                    label { "Token (of [web] token_env or tokens) " input type="password" name="token" id="token" autocomplete="current-password"; }
                     " " button type="submit" id="sign-in" { "Sign in" }
                 }
             }
@@ -1252,6 +1310,11 @@ pub(super) async fn act(
         &web.instance,
         client.to_string(),
     );
+    // The page showed no form for it; the server checks all the same.
+    if let Some(denied) = web.auth.denied(&caller, action.right(), &name) {
+        super::refused_unread(&web, &name, action, &actor, &denied.why).await;
+        return refused(StatusCode::FORBIDDEN, &denied.why);
+    }
     // A secret's box is shown empty: left so, the run gets its default.
     if let Some(job) = web.config().job(&name) {
         params.params.retain(|(param, value)| {

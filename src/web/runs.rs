@@ -266,8 +266,47 @@ pub(crate) async fn page(store: &Store, mut search: RunSearch) -> Result<RunPage
     Ok(RunPage { runs, next_cursor })
 }
 
+/// `search` narrowed to the jobs `caller` is shown (a token limited to
+/// some jobs: those of the file it reaches); `None` if that leaves none.
+pub(crate) fn narrowed(
+    web: &super::Web,
+    caller: &super::auth::Caller,
+    mut search: RunSearch,
+) -> Option<RunSearch> {
+    if !web.auth.scoped(caller) {
+        return Some(search);
+    }
+    if search.jobs.is_empty() {
+        search.jobs = super::shown_jobs(web, caller);
+    } else {
+        search.jobs.retain(|job| web.auth.shows(caller, job));
+    }
+    (!search.jobs.is_empty()).then_some(search)
+}
+
+/// [`page`] of `search` as `caller` is shown it: no runs of a job its
+/// token does not reach.
+pub(crate) async fn page_for(
+    web: &super::Web,
+    caller: &super::auth::Caller,
+    search: RunSearch,
+) -> Result<RunPage, DbError> {
+    match narrowed(web, caller, search) {
+        Some(search) => page(&web.store, search).await,
+        None => Ok(RunPage {
+            runs: Vec::new(),
+            next_cursor: None,
+        }),
+    }
+}
+
 /// `GET /api/v1/runs`.
-pub(super) async fn api(State(web): State<Shared>, RawQuery(query): RawQuery) -> Response {
+pub(super) async fn api(
+    State(web): State<Shared>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let caller = super::caller(&web, &headers).await;
     let now = match web.store.database_now().await {
         Ok(now) => now,
         Err(e) => return super::api::unavailable(e),
@@ -276,7 +315,7 @@ pub(super) async fn api(State(web): State<Shared>, RawQuery(query): RawQuery) ->
         Ok(params) => params,
         Err(e) => return super::api::error(StatusCode::BAD_REQUEST, e),
     };
-    match page(&web.store, params.search).await {
+    match page_for(&web, &caller, params.search).await {
         Ok(page) => axum::Json(page).into_response(),
         Err(e) => super::api::unavailable(e),
     }
@@ -403,7 +442,12 @@ pub(super) async fn view(
         Err(e) => return unavailable(&web, &caller, e),
     };
     let config = web.config();
-    let jobs: Vec<String> = config.jobs.iter().map(|j| j.name.to_string()).collect();
+    let jobs: Vec<String> = config
+        .jobs
+        .iter()
+        .map(|j| j.name.to_string())
+        .filter(|job| web.auth.shows(&caller, job))
+        .collect();
     let params = match RunsParams::parse(query.as_deref().unwrap_or(""), now) {
         Ok(params) => params,
         Err(e) => {
@@ -424,7 +468,7 @@ pub(super) async fn view(
                 .into_response();
         }
     };
-    let page = match page(&web.store, params.search.clone()).await {
+    let page = match page_for(&web, &caller, params.search.clone()).await {
         Ok(page) => page,
         Err(e) => return unavailable(&web, &caller, e),
     };
@@ -456,10 +500,15 @@ const FAILURES_SHOWN: i64 = 20;
 
 /// The overview's section: runs that failed and instants missed in the
 /// last 24 hours, newest first.
-pub(crate) async fn failures(store: &Store, now: DateTime<Utc>) -> Markup {
+pub(crate) async fn failures(
+    web: &super::Web,
+    caller: &super::auth::Caller,
+    now: DateTime<Utc>,
+) -> Markup {
     let from = (now - TimeDelta::hours(24)).naive_utc();
-    let found = page(
-        store,
+    let found = page_for(
+        web,
+        caller,
         RunSearch {
             statuses: BAD.to_vec(),
             from: Some(from),

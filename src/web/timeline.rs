@@ -513,6 +513,7 @@ pub(crate) async fn read(
     config: &Config,
     window: (&'static str, TimeDelta),
     replica: Option<String>,
+    shows: Option<&(dyn Fn(&str) -> bool + Sync)>,
 ) -> Result<Timeline, DbError> {
     let now = store.database_now().await?;
     let (from, to) = (now - window.1, now + window.1);
@@ -525,6 +526,19 @@ pub(crate) async fn read(
         .await?;
     let truncated = runs.len() > MAX_RUNS as usize;
     runs.truncate(MAX_RUNS as usize);
+    // A token limited to some jobs is shown their lanes only (a link to
+    // a hidden job's run is not drawn: that run is not placed).
+    let narrowed;
+    let config = match shows {
+        Some(shows) => {
+            runs.retain(|r| shows(&r.job));
+            let mut only = config.clone();
+            only.jobs.retain(|j| shows(&j.name));
+            narrowed = only;
+            &narrowed
+        }
+        None => config,
+    };
     let dependent: Vec<i64> = runs
         .iter()
         .filter(|r| r.triggered_by == Trigger::Dependency)
@@ -539,7 +553,10 @@ pub(crate) async fn read(
             })
             .await?
     };
-    let pauses = store.all_pauses_between(from, to).await?;
+    let mut pauses = store.all_pauses_between(from, to).await?;
+    if let Some(shows) = shows {
+        pauses.retain(|(job, _, _)| shows(job));
+    }
     let read = Read {
         runs,
         runs_truncated: truncated,
@@ -550,12 +567,22 @@ pub(crate) async fn read(
 }
 
 /// `GET /api/v1/timeline`.
-pub(super) async fn api(State(web): State<Shared>, Query(query): Query<TimelineQuery>) -> Response {
+pub(super) async fn api(
+    State(web): State<Shared>,
+    Query(query): Query<TimelineQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = super::caller(&web, &headers).await;
     let window = match query.window() {
         Ok(window) => window,
         Err(e) => return super::api::error(StatusCode::BAD_REQUEST, e),
     };
-    match read(&web.store, &web.config(), window, query.replica()).await {
+    let shows = |job: &str| web.auth.shows(&caller, job);
+    let scoped = web
+        .auth
+        .scoped(&caller)
+        .then_some(&shows as &(dyn Fn(&str) -> bool + Sync));
+    match read(&web.store, &web.config(), window, query.replica(), scoped).await {
         Ok(timeline) => axum::Json(timeline).into_response(),
         Err(e) => super::api::unavailable(e),
     }
@@ -584,7 +611,12 @@ pub(super) async fn page(
                 .into_response();
         }
     };
-    let timeline = match read(&web.store, &web.config(), window, query.replica()).await {
+    let shows = |job: &str| web.auth.shows(&caller, job);
+    let scoped = web
+        .auth
+        .scoped(&caller)
+        .then_some(&shows as &(dyn Fn(&str) -> bool + Sync));
+    let timeline = match read(&web.store, &web.config(), window, query.replica(), scoped).await {
         Ok(timeline) => timeline,
         Err(e) => return unavailable(&web, &caller, e),
     };

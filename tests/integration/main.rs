@@ -43,6 +43,7 @@ mod secret_env;
 mod secrets;
 mod support;
 mod timeline;
+mod tokens;
 mod traces;
 mod verify;
 mod web;

@@ -26,8 +26,8 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
 use super::raw::{
-    RawAfter, RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSettings,
-    RawTelemetry, RawWeb,
+    RawAfter, RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule,
+    RawSettings, RawTelemetry, RawToken, RawWeb,
 };
 use super::*;
 use crate::schedule::{DstGap, DstRepeat, Rules};
@@ -361,6 +361,23 @@ impl<'t> Checker<'t> {
         let declared = std::mem::take(&mut self.declared_after);
         let dependencies_hold = self.resolve_after(declared, &mut jobs);
         self.current = 0;
+        // A token's pattern that reaches no job is likely misspelt.
+        for token in &web.tokens {
+            for pattern in token.grant.jobs.iter().flatten() {
+                if !jobs.iter().any(|j| glob_matches(pattern, &j.name)) {
+                    self.warnings.push(Diagnostic {
+                        file: None,
+                        line: token.line,
+                        job: None,
+                        key: Some(token.key.clone()),
+                        message: format!(
+                            "{}: the pattern {pattern:?} of its jobs matches no job of the file",
+                            token.name
+                        ),
+                    });
+                }
+            }
+        }
         // The variables notifications read secrets from are no job's.
         let mut hidden: Vec<String> = notify.secret_vars();
         hidden.extend(web.tokens.iter().map(|t| t.var.clone()));

@@ -150,6 +150,7 @@ impl Checker<'_> {
                     key: "web.token_env".to_string(),
                     var: var.to_string(),
                     line: Some(self.line(&given.span())),
+                    grant: crate::config::Grant::full(),
                 });
             } else {
                 self.report(
@@ -164,40 +165,64 @@ impl Checker<'_> {
             }
         }
         if let Some(given) = raw.tokens {
-            let span = given.span();
-            let line = self.line(&span);
-            for (name, var) in given.into_inner() {
-                let problem = if !crate::config::is_token_name(&name) {
-                    Some(format!(
-                        "{name:?} is not a token name (letters, digits, - and _, at most 64)"
-                    ))
-                } else if name == crate::config::DEFAULT_TOKEN_NAME {
-                    Some(format!(
-                        "{name:?} is the name of the token of token_env: name this one otherwise"
-                    ))
-                } else if !is_var(var.trim()) {
-                    Some(format!(
-                        "{name}: {var:?} is not an environment variable's name (letters, digits and _)"
-                    ))
-                } else {
-                    None
+            for (name, entry) in given.into_inner() {
+                let entry_span = entry.span();
+                let line = self.line(&entry_span);
+                let report = |checker: &mut Self, problem: String| {
+                    checker.report(
+                        Some(entry_span.clone()),
+                        Some(Scope::Table("web")),
+                        Some("tokens"),
+                        problem,
+                    );
                 };
-                match problem {
-                    Some(problem) => {
-                        self.report(
-                            Some(span.clone()),
-                            Some(Scope::Table("web")),
-                            Some("tokens"),
-                            problem,
-                        );
-                    }
-                    None => tokens.push(TokenEnv {
-                        key: format!("web.tokens.{name}"),
-                        name,
-                        var: var.trim().to_string(),
-                        line: Some(line),
-                    }),
+                if !crate::config::is_token_name(&name) {
+                    report(
+                        self,
+                        format!(
+                            "{name:?} is not a token name (letters, digits, - and _, at most 64)"
+                        ),
+                    );
+                    continue;
                 }
+                if name == crate::config::DEFAULT_TOKEN_NAME {
+                    report(
+                        self,
+                        format!(
+                            "{name:?} is the name of the token of token_env: name this one otherwise"
+                        ),
+                    );
+                    continue;
+                }
+                let (var, grant) = match entry.into_inner() {
+                    RawToken::Var(var) => (var, Ok(crate::config::Grant::full())),
+                    RawToken::Scoped(scoped) => {
+                        (scoped.env, grant_of(&name, scoped.can, scoped.jobs))
+                    }
+                };
+                let grant = match grant {
+                    Ok(grant) => grant,
+                    Err(problem) => {
+                        report(self, problem);
+                        continue;
+                    }
+                };
+                if !is_var(var.trim()) {
+                    report(
+                        self,
+                        format!(
+                            "{name}: {var:?} is not an environment variable's name (letters, digits and _)"
+                        ),
+                    );
+                    continue;
+                }
+                tokens.push(TokenEnv {
+                    key: format!("web.tokens.{name}"),
+                    name,
+                    var: var.trim().to_string(),
+                    line: Some(line),
+                    grant,
+                });
             }
         }
         tokens.sort_by(|a, b| a.name.cmp(&b.name));
@@ -415,4 +440,62 @@ fn parse_listen(text: &str) -> Option<SocketAddr> {
     }
     let port = text.strip_prefix(':').unwrap_or(text).parse::<u16>().ok()?;
     Some(SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// The grant of the token `name` of `[web] tokens` that says `can` and
+/// `jobs`, or what is wrong with them (never the token's value, which is
+/// not read here).
+fn grant_of(
+    name: &str,
+    can: Option<Vec<String>>,
+    jobs: Option<Vec<String>>,
+) -> Result<crate::config::Grant, String> {
+    use crate::config::Right;
+    let rights = Right::ALL.map(Right::as_str).join(", ");
+    let Some(can) = can else {
+        return Err(format!(
+            "{name}: can is missing: say what the token may do, from {rights} (can = [\"admin\"] for everything)"
+        ));
+    };
+    if can.is_empty() {
+        return Err(format!(
+            "{name}: can is empty: a token may do at least one of {rights}"
+        ));
+    }
+    let mut rights_given = Vec::new();
+    for text in &can {
+        match Right::parse(text) {
+            Some(right) => rights_given.push(right),
+            None => {
+                return Err(format!(
+                    "{name}: {text:?} is not a right: can lists {rights}"
+                ));
+            }
+        }
+    }
+    rights_given.sort();
+    rights_given.dedup();
+    let jobs = match jobs {
+        None => None,
+        Some(patterns) if patterns.is_empty() => {
+            return Err(format!(
+                "{name}: jobs is empty: list the jobs it reaches (\"deploy-*\"), or leave jobs out for every job"
+            ));
+        }
+        Some(patterns) => {
+            if let Some(bad) = patterns
+                .iter()
+                .find(|p| !crate::config::is_job_glob(p.trim()))
+            {
+                return Err(format!(
+                    "{name}: {bad:?} is not a pattern of job names: 1 to 64 characters of A-Z a-z 0-9 _ . : -, with * for any run of them and ? for one"
+                ));
+            }
+            Some(patterns.iter().map(|p| p.trim().to_string()).collect())
+        }
+    };
+    Ok(crate::config::Grant {
+        can: rights_given,
+        jobs,
+    })
 }

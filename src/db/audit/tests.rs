@@ -157,6 +157,9 @@ backend_test! {
             };
             assert_eq!(count(AuditFilter::default()).await, 3);
             assert_eq!(count(AuditFilter { job: Some("a".into()), ..Default::default() }).await, 2);
+            // A token limited to some jobs reads only the rows about them.
+            assert_eq!(count(AuditFilter { jobs: Some(vec!["b".into(), "c".into()]), ..Default::default() }).await, 1);
+            assert_eq!(count(AuditFilter { jobs: Some(Vec::new()), ..Default::default() }).await, 0);
             assert_eq!(count(AuditFilter { action: Some(Action::Trigger), ..Default::default() }).await, 2);
             // Who: the user, or whoever ran the command through sudo.
             for who in ["root", "alice"] {
