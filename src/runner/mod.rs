@@ -102,6 +102,9 @@ impl Process {
         env.insert("REPLICRON_INSTANCE".into(), ctx.instance().to_string());
         env.insert("REPLICRON_ATTEMPT".into(), ctx.attempt().to_string());
         env.insert("REPLICRON_TRIGGER".into(), ctx.trigger().to_string());
+        if let Some(previous) = ctx.previous_status() {
+            env.insert("REPLICRON_PREVIOUS_STATUS".into(), previous.to_string());
+        }
         // The run's trace, for the job's own spans to join (W3C).
         if let Some((parent, state)) = ctx.trace.as_deref() {
             env.insert("TRACEPARENT".into(), parent.clone());
@@ -558,6 +561,7 @@ mod tests {
             instant: chrono::Utc::now(),
             fence: 1,
             attempt: 1,
+            previous_status: None,
             trigger: crate::run::Trigger::Schedule,
             run_id: 1,
             instance: Arc::from("me"),

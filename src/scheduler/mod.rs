@@ -24,6 +24,7 @@ pub(crate) mod execute;
 mod finisher;
 mod job;
 mod missed;
+mod rerun;
 mod retention;
 mod run_lease;
 mod run_rows;
@@ -572,6 +573,7 @@ impl Scheduler {
         );
         let pauses = tokio::spawn(watch_pauses(engine.clone(), watched.clone()));
         let heartbeats = tokio::spawn(registration.beat_forever(engine.clone(), watched.clone()));
+        let reruns = tokio::spawn(rerun::serve(engine.clone(), watched.clone()));
         let mut missed = tokio::spawn(missed::check_forever(engine.clone(), watched, stop()));
         if notify_systemd {
             telemetry::notify_systemd(telemetry::SystemdState::Ready);
@@ -605,6 +607,10 @@ impl Scheduler {
         loops.join().await;
         for run in triggered {
             let _ = run.await;
+        }
+        // The reruns of abandoned instants under way end as any run does.
+        if let Err(e) = reruns.await {
+            error!("the reruns of abandoned instants failed: {e}");
         }
         pauses.abort();
         heartbeats.abort();
