@@ -143,7 +143,8 @@ pub(crate) enum Trigger {
     Manual,
     /// `replicron backfill`.
     Backfill,
-    /// An attempt after a failed or timed-out one of the same instant.
+    /// An attempt after a failed or timed-out one of the same instant, or
+    /// the rerun of an abandoned one (`on_abandon = "rerun"`).
     Retry,
     /// The job another one depends on ended.
     Dependency,

@@ -421,6 +421,12 @@ pub(crate) fn all() -> Vec<Key> {
         ),
         key(
             "job",
+            "on_abandon",
+            Some("\"record\""),
+            "What becomes of an instant whose run's replica died (or lost its lease) mid-run, which the job's next claimant marks abandoned. \"record\": it stays abandoned and is notified: at most once. \"rerun\": the replica that marks it claims the job's lease anew, at a higher fence, once the dead holder's lease has ended, and runs the instant again as its next attempt (REPLICRON_ATTEMPT, REPLICRON_TRIGGER=retry, REPLICRON_PREVIOUS_STATUS=abandoned), up to max(retries, 1) times; after that it stays abandoned and is notified. The body then runs at least once, and may have done some of its work before it died: a job that writes elsewhere guards its writes with REPLICRON_FENCE. Not for run_on = \"every\" jobs, nor jobs with after.",
+        ),
+        key(
+            "job",
             "params",
             None,
             "Parameters a run may be given, as [\"DAYS\", \"TENANT=all\"]: replicron trigger JOB --param DAYS=30 (and the API's and dashboard's trigger) passes each to the run as an environment variable, and history records them. A name alone must be given, and not empty; NAME=VALUE has a default, which scheduled runs get. An undeclared name, a missing one, an empty value for one without a default, a value with a NUL byte or over 4 KiB is refused by name and nothing runs. A job on a schedule gives each a default. LD_*, PATH, BASH_ENV, ENV, IFS and REPLICRON_* are not parameter names.",

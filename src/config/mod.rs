@@ -545,6 +545,8 @@ pub(crate) struct Job {
     /// Among the waiters for a shared lock or a limit, higher goes first
     /// (then the older instant); 0 unless set.
     pub(crate) priority: i32,
+    /// What becomes of an instant whose run's holder died mid-run.
+    pub(crate) on_abandon: OnAbandon,
     /// The jobs whose runs' ends start its runs (`after`), if any: then it
     /// has no schedule of its own.
     pub(crate) after: Option<After>,
@@ -607,7 +609,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}{}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}{}{}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -664,6 +666,11 @@ impl Job {
                     .collect();
                 format!(" secret_env={sources:?}")
             },
+            if self.on_abandon == OnAbandon::Record {
+                String::new()
+            } else {
+                format!(" on_abandon={}", self.on_abandon)
+            },
         )
     }
 }
@@ -690,6 +697,40 @@ impl fmt::Display for Overlap {
             Overlap::Queue => f.write_str("queue"),
             Overlap::Replace => f.write_str("replace"),
             Overlap::Allow(n) => write!(f, "allow {n}"),
+        }
+    }
+}
+
+/// What becomes of an instant whose run's holder died, or lost its lease,
+/// mid-run (`on_abandon`): the run is marked `abandoned` by the job's next
+/// claimant either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum OnAbandon {
+    /// It stays abandoned, and is notified: at most once.
+    #[default]
+    Record,
+    /// The replica that marks it runs the instant again, as its next
+    /// attempt under a new lease, up to `max(retries, 1)` times: at least
+    /// once.
+    Rerun,
+}
+
+impl OnAbandon {
+    /// The policy named `name` in the job file.
+    pub(crate) fn parse(name: &str) -> Option<OnAbandon> {
+        match name {
+            "record" => Some(OnAbandon::Record),
+            "rerun" => Some(OnAbandon::Rerun),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for OnAbandon {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OnAbandon::Record => f.write_str("record"),
+            OnAbandon::Rerun => f.write_str("rerun"),
         }
     }
 }

@@ -224,6 +224,7 @@ pub(super) struct RawJob {
     pub secret_params: Option<S<Vec<String>>>,
     pub limits: Option<S<Vec<String>>>,
     pub priority: Option<S<i64>>,
+    pub on_abandon: Option<S<String>>,
     pub notify: Option<S<RawNotify>>,
 }
 

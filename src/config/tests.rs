@@ -1864,6 +1864,61 @@ fn an_after_that_names_a_job_of_another_file_resolves_and_its_errors_name_their_
     assert!(!rendered.contains("\"child\""), "{rendered}");
 }
 
+/// `on_abandon`: `"record"` unless set, or `"rerun"` (part of the job's
+/// definition, as replicas compare it, only when set so); anything else,
+/// and `"rerun"` for a `run_on = "every"` job, is refused naming the job,
+/// the key and its line.
+#[test]
+fn on_abandon() {
+    let plain = parse(&job("schedule = \"@daily\"\ncommand = \"true\"")).expect("valid");
+    assert_eq!(plain.jobs[0].on_abandon, OnAbandon::Record);
+    assert!(!plain.jobs[0].definition().contains("on_abandon"));
+    let rerun = parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\non_abandon = \"rerun\"",
+    ))
+    .expect("valid");
+    assert_eq!(rerun.jobs[0].on_abandon, OnAbandon::Rerun);
+    assert!(rerun.jobs[0].definition().ends_with(" on_abandon=rerun"));
+    let record = parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\non_abandon = \"record\"",
+    ))
+    .expect("valid");
+    assert_eq!(record.jobs[0].definition(), plain.jobs[0].definition());
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\non_abandon = \"retry\""),
+        8,
+        Some("\"j\""),
+        "on_abandon",
+        "on_abandon \"retry\": expected \"record\"",
+    );
+    one_error(
+        &job("schedule = \"@daily\"\ncommand = \"true\"\non_abandon = true"),
+        8,
+        Some("\"j\""),
+        "on_abandon",
+        "invalid type",
+    );
+    one_error(
+        &job(
+            "schedule = \"@daily\"\ncommand = \"true\"\nrun_on = \"every\"\non_abandon = \"rerun\"",
+        ),
+        9,
+        Some("\"j\""),
+        "on_abandon",
+        "run_on = \"every\"",
+    );
+    one_error(
+        &format!(
+            "{DB}\n[[job]]\nname = \"p\"\nschedule = \"@daily\"\ncommand = \"true\"\n\n\
+             [[job]]\nname = \"j\"\nafter = [\"p\"]\ncommand = \"true\"\non_abandon = \"rerun\"\n"
+        ),
+        13,
+        Some("\"j\""),
+        "on_abandon",
+        "a job with after",
+    );
+}
+
 /// `priority`: an integer from -1000 to 1000, 0 unless set; anything else
 /// is refused naming the job, the key and its line.
 #[test]

@@ -378,6 +378,55 @@ pub(crate) fn backfill_state(
     })
 }
 
+/// What the history says of `job`'s `instant` for a rerun of an abandoned
+/// run of it: its latest attempt, and how many times it was rerun already.
+pub(crate) fn rerun_state(
+    conn: &mut DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+) -> QueryResult<RerunState> {
+    let rows: Vec<(i64, i32, i64, RunStatus, Trigger)> = runs::replicron_runs
+        .select((
+            runs::id,
+            runs::attempt,
+            runs::fence,
+            runs::status,
+            runs::triggered_by,
+        ))
+        .filter(runs::job.eq(job))
+        .filter(runs::scheduled_at.eq(to_db_time(instant)))
+        .filter(runs::scope.eq(""))
+        .filter(runs::attempt.gt(0))
+        .order((runs::attempt, runs::id))
+        .load(conn)?;
+    // A rerun is a chain of attempts under a lease of its own whose first
+    // attempt is a retry: a run's own retries share its first attempt's
+    // lease.
+    let mut firsts: std::collections::BTreeMap<i64, Trigger> = std::collections::BTreeMap::new();
+    for (_, _, fence, _, trigger) in &rows {
+        firsts.entry(*fence).or_insert(*trigger);
+    }
+    Ok(RerunState {
+        latest: rows
+            .last()
+            .map(|(id, attempt, _, status, _)| (*id, *attempt, *status)),
+        reruns: firsts
+            .values()
+            .filter(|trigger| **trigger == Trigger::Retry)
+            .count(),
+    })
+}
+
+/// See [`rerun_state`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RerunState {
+    /// Its latest attempt: its row's id, its number and its status (`None`:
+    /// the instant has no row).
+    pub(crate) latest: Option<(i64, i32, RunStatus)>,
+    /// How many times it was rerun after an abandoned attempt.
+    pub(crate) reruns: usize,
+}
+
 /// See [`backfill_state`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct BackfillState {

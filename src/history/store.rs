@@ -49,6 +49,19 @@ impl Store {
         .await
     }
 
+    /// [`super::rerun_state`].
+    pub(crate) async fn rerun_state(
+        &self,
+        job: &str,
+        instant: DateTime<Utc>,
+    ) -> Result<super::RerunState, DbError> {
+        let job = job.to_string();
+        self.call("reading the instant's runs", move |conn| {
+            super::rerun_state(conn, &job, instant)
+        })
+        .await
+    }
+
     /// [`super::set_trigger`].
     pub(crate) async fn set_trigger(
         &self,

@@ -6,7 +6,9 @@
 //! job's runs, whether any started before its instant, overlapped another,
 //! or is left `running` with no live lease. A backfill's run of an instant
 //! that ran before is a deliberate rerun: counted as such, never a
-//! duplicate. It reads only.
+//! duplicate; so is the rerun of an abandoned run (`on_abandon =
+//! "rerun"`): the instant's next attempt, a retry, under a later lease. It
+//! reads only.
 //!
 //! The instants due come from the job file given: a schedule that changed
 //! within the range is judged by the file as it is now (see
@@ -238,7 +240,8 @@ pub(crate) struct Tally {
     /// Run (one chain of attempts).
     pub(crate) ran: usize,
     /// Of those, run again by a backfill after earlier runs ended (a
-    /// rerun of a run that did not succeed, or one asked for).
+    /// rerun of a run that did not succeed, or one asked for), or after
+    /// an abandoned run (`on_abandon = "rerun"`).
     pub(crate) rerun: usize,
     /// Recorded `missed`, and not run.
     pub(crate) missed: usize,
@@ -285,23 +288,45 @@ impl Chain<'_> {
             .min_by_key(|r| r.attempt)
             .is_some_and(|r| r.triggered_by == crate::history::Trigger::Backfill)
     }
+
+    /// Whether it is the rerun of `before`, an abandoned run (`on_abandon
+    /// = "rerun"`): this chain begins with the attempt after `before`'s
+    /// last, a retry, under a later lease, which only a rerun records (a
+    /// run's own retries keep its lease; a backfill's say so). `before`'s
+    /// last attempt is no longer `running`: it was marked `abandoned`,
+    /// and may have been given its end since by a holder that was cut
+    /// off, not dead (`lost_lock`, or whatever ending it had recorded
+    /// before it lost the lease and could not write).
+    fn reruns_abandoned(&self, before: &Chain) -> bool {
+        let last = before.rows.iter().max_by_key(|r| r.attempt);
+        let first = self.rows.iter().min_by_key(|r| r.attempt);
+        match (last, first) {
+            (Some(last), Some(first)) => {
+                last.status != RunStatus::Running
+                    && first.attempt == last.attempt + 1
+                    && first.fence > last.fence
+                    && first.triggered_by == crate::history::Trigger::Retry
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The chains of one instant that ran, split into those that count as
-/// runs of it (more than one is a duplicate) and the number of a
-/// backfill's reruns: a chain a backfill started after the instant's first
-/// is one. (Each holds the job's lease, so none overlaps another: the
-/// check for overlaps judges that.)
+/// runs of it (more than one is a duplicate) and the number of reruns: a
+/// chain a backfill started after the instant's first is one, and so is
+/// the rerun of the abandoned chain before it. (Each holds the job's
+/// lease, so none overlaps another: the check for overlaps judges that.)
 fn reruns<'c, 'r>(ran: &[&'c Chain<'r>]) -> (Vec<&'c Chain<'r>>, usize) {
     let mut ran = ran.to_vec();
     ran.sort_by_key(|c| c.start);
     let mut counted = Vec::new();
     let mut reruns = 0;
-    for (n, chain) in ran.into_iter().enumerate() {
-        if n > 0 && chain.backfilled() {
+    for (n, chain) in ran.iter().enumerate() {
+        if n > 0 && (chain.backfilled() || chain.reruns_abandoned(ran[n - 1])) {
             reruns += 1;
         } else {
-            counted.push(chain);
+            counted.push(*chain);
         }
     }
     (counted, reruns)
@@ -913,6 +938,89 @@ mod tests {
         let (tally, found) = judged(runs, Vec::new());
         assert_eq!(found, vec![Finding::Duplicate], "{tally:?}");
         assert_eq!((tally.ran, tally.rerun), (10, 3), "{tally:?}");
+    }
+
+    /// An abandoned run followed by its rerun (the next attempt, a retry,
+    /// under a later fence) is a rerun, never a duplicate, as is a rerun's
+    /// own abandoned run rerun again, and one after a run whose holder,
+    /// cut off, recorded its end over the mark later (`lost_lock`, or the
+    /// success it could not write in time); a second run of an instant
+    /// that begins at attempt 1, or is not a retry, or skips an attempt,
+    /// or is under an earlier lease, is a duplicate.
+    #[test]
+    fn the_rerun_of_an_abandoned_run_is_no_duplicate() {
+        use crate::history::Trigger;
+        let rerun = |id: i64, minute: u32, attempt: i32, fence: i64, status, trigger| {
+            let mut row = row(id, minute, attempt, fence, status);
+            row.triggered_by = trigger;
+            row.started_at += TimeDelta::seconds(20);
+            row.finished_at = row.finished_at.map(|t| t + TimeDelta::seconds(20));
+            row
+        };
+        let clean = |minutes: &[u32]| -> Vec<Row> {
+            (0..10)
+                .filter(|m| !minutes.contains(m))
+                .map(|m| {
+                    row(
+                        i64::from(m) + 1,
+                        m,
+                        1,
+                        i64::from(m) + 1,
+                        RunStatus::Succeeded,
+                    )
+                })
+                .collect()
+        };
+        let mut runs = clean(&[1, 2, 3, 4]);
+        // 00:01 abandoned, rerun once; 00:02 abandoned twice, rerun twice;
+        // 00:03's holder recorded lost_lock over the mark, rerun once;
+        // 00:04's its success, which it could not write before the mark.
+        runs.push(row(20, 1, 1, 20, RunStatus::Abandoned));
+        runs.push(rerun(21, 1, 2, 21, RunStatus::Succeeded, Trigger::Retry));
+        runs.push(row(22, 2, 1, 22, RunStatus::Abandoned));
+        let mut again = rerun(23, 2, 2, 23, RunStatus::Abandoned, Trigger::Retry);
+        again.finished_at = None;
+        runs.push(again);
+        let mut third = rerun(24, 2, 3, 25, RunStatus::Succeeded, Trigger::Retry);
+        third.started_at += TimeDelta::seconds(5);
+        third.finished_at = third.finished_at.map(|t| t + TimeDelta::seconds(5));
+        runs.push(third);
+        runs.push(row(26, 3, 1, 26, RunStatus::LostLock));
+        runs.push(rerun(27, 3, 2, 27, RunStatus::Succeeded, Trigger::Retry));
+        runs.push(row(28, 4, 1, 28, RunStatus::Succeeded));
+        runs.push(rerun(29, 4, 2, 29, RunStatus::Succeeded, Trigger::Retry));
+        let (tally, found) = judged(runs, Vec::new());
+        assert_eq!(found, Vec::<Finding>::new(), "{tally:?}");
+        assert_eq!((tally.ran, tally.rerun), (10, 4), "{tally:?}");
+        // Doubles all the same.
+        for (before, second) in [
+            // The schedule's attempt 1 again, under a later lease.
+            (
+                RunStatus::Abandoned,
+                rerun(31, 1, 1, 31, RunStatus::Succeeded, Trigger::Schedule),
+            ),
+            // Not a retry.
+            (
+                RunStatus::Abandoned,
+                rerun(31, 1, 2, 31, RunStatus::Succeeded, Trigger::CatchUp),
+            ),
+            // An attempt skipped.
+            (
+                RunStatus::Abandoned,
+                rerun(31, 1, 3, 31, RunStatus::Succeeded, Trigger::Retry),
+            ),
+            // Under an earlier lease.
+            (
+                RunStatus::Abandoned,
+                rerun(31, 1, 2, 5, RunStatus::Succeeded, Trigger::Retry),
+            ),
+        ] {
+            let mut runs = clean(&[1]);
+            runs.push(row(30, 1, 1, 30, before));
+            runs.push(second);
+            let (tally, found) = judged(runs, Vec::new());
+            assert_eq!(found, vec![Finding::Duplicate], "{before:?} {tally:?}");
+        }
     }
 
     /// An instant that came while a run held the lease is an overrun; one

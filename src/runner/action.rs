@@ -99,6 +99,8 @@ pub struct RunContext {
     pub(crate) instant: DateTime<Utc>,
     pub(crate) fence: i64,
     pub(crate) attempt: u32,
+    /// How the instant's attempt before this one ended, if it had one.
+    pub(crate) previous_status: Option<crate::run::RunStatus>,
     /// What started this attempt, as its history row says.
     pub(crate) trigger: crate::run::Trigger,
     pub(crate) run_id: i64,
@@ -166,9 +168,19 @@ impl RunContext {
         self.trace.as_deref().map(|(parent, _)| parent.as_str())
     }
 
-    /// 1, or more when the run is retried.
+    /// The attempt's number, as its history row records it: 1, or more
+    /// when the instant is retried (after a failure, or after its run's
+    /// replica died, with `on_abandon = "rerun"`).
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// How the instant's attempt before this one ended (`failed`,
+    /// `timed_out`, or `abandoned`: its replica died, or lost its lease,
+    /// mid-run, and this attempt runs it again); `None` for its first.
+    /// A rerun after `abandoned` may find some of the work done already.
+    pub fn previous_status(&self) -> Option<&'static str> {
+        self.previous_status.map(crate::run::RunStatus::as_str)
     }
 
     /// What started this attempt, as its history row's `triggered_by`

@@ -110,6 +110,8 @@ impl Process {
         env.insert("REPLICRON_TRIGGER".into(), ctx.trigger().to_string());
         if let Some(reason) = ctx.reason() {
             env.insert("REPLICRON_REASON".into(), reason.to_string());
+        if let Some(previous) = ctx.previous_status() {
+            env.insert("REPLICRON_PREVIOUS_STATUS".into(), previous.to_string());
         }
         // The run's trace, for the job's own spans to join (W3C).
         if let Some((parent, state)) = ctx.trace.as_deref() {
@@ -569,6 +571,7 @@ mod tests {
             instant: chrono::Utc::now(),
             fence: 1,
             attempt: 1,
+            previous_status: None,
             trigger: crate::run::Trigger::Schedule,
             run_id: 1,
             instance: Arc::from("me"),

@@ -671,10 +671,11 @@ pub(crate) async fn parents_succeeded(
     Ok(Some(runs))
 }
 
-/// Why a backfill of `job` does not claim it now, by its lease row `row` at
-/// the database's `now`: paused (unless `force`), or one of its scheduled
-/// instants is due and not yet claimed (for at most [`SCHEDULE_FIRST`]).
-fn why_wait(
+/// Why a backfill of `job` (or a rerun of an abandoned instant) does not
+/// claim it now, by its lease row `row` at the database's `now`: paused
+/// (unless `force`), or one of its scheduled instants is due and not yet
+/// claimed (for at most [`SCHEDULE_FIRST`]).
+pub(super) fn why_wait(
     job: &Job,
     row: &crate::lease::LockRow,
     now: DateTime<Utc>,
@@ -698,7 +699,7 @@ fn why_wait(
 
 /// What a backfill's instant waits for before it claims the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Wait {
+pub(super) enum Wait {
     /// The job is paused.
     Paused,
     /// One of the schedule's instants is due.

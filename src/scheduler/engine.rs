@@ -13,9 +13,9 @@ use super::claimer::Claimer;
 use super::finisher::Finisher;
 use crate::db::Store;
 use crate::db::health::Health;
+use crate::history::OnAbandoned;
 use crate::history::journal::Journal;
-use crate::history::{OnAbandoned, RunRow, RunStatus};
-use crate::notify::{Event, Notice, Notifier, SentLog};
+use crate::notify::{Notifier, SentLog};
 use crate::runner::Guard;
 use crate::schedule::Clock;
 use crate::telemetry::Liveness;
@@ -40,8 +40,11 @@ pub(crate) struct Engine {
     pub(crate) phase: watch::Receiver<Phase>,
     /// The jobs whose definitions differ between live replicas.
     pub(crate) drift: super::drift::DriftState,
-    /// Tells about the runs this replica marks `abandoned`.
+    /// Tells about the runs this replica marks `abandoned`, or has them
+    /// rerun (`on_abandon = "rerun"`), through [`Engine::abandoned`].
     pub(crate) on_abandoned: OnAbandoned,
+    /// Where the runs this replica marks `abandoned` go.
+    pub(crate) abandoned: Arc<super::rerun::Abandoned>,
     /// Paces the catch-up, backfill and retry runs it starts.
     pub(crate) throttle: super::throttle::Throttle,
 }
@@ -61,7 +64,8 @@ impl Engine {
         let health = Arc::new(Health::new(liveness));
         let store = store.reporting_to(health.clone());
         let notifier = Notifier::start(sent);
-        let on_abandoned = abandoned_notices(notifier.clone());
+        let abandoned = super::rerun::Abandoned::new(notifier.clone());
+        let on_abandoned = abandoned.callback();
         let journal = Journal::start(store.clone(), health.clone(), on_abandoned.clone());
         Arc::new(Engine {
             claimer: Claimer::start(
@@ -81,27 +85,8 @@ impl Engine {
             phase,
             drift: super::drift::DriftState::default(),
             on_abandoned,
+            abandoned,
             throttle: super::throttle::Throttle::default(),
         })
     }
-}
-
-/// Tells about the runs this replica marked `abandoned`.
-fn abandoned_notices(notifier: Arc<Notifier>) -> OnAbandoned {
-    Arc::new(move |rows: &[RunRow]| {
-        for row in rows {
-            notifier.event(Notice::new(
-                Event::Abandoned,
-                &row.job,
-                row.scheduled_at.and_utc(),
-                RunStatus::Abandoned,
-                None,
-                row.attempt,
-                &row.instance,
-                None,
-                &row.output,
-                Some(row.id),
-            ));
-        }
-    })
 }

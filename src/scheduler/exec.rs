@@ -53,6 +53,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             overlap: crate::config::Overlap::Skip,
             secret_params: Vec::new(),
             priority: 0,
+            on_abandon: crate::config::OnAbandon::Record,
         },
         action: Arc::new(Process {
             command: Command::Exec {

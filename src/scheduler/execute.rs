@@ -220,6 +220,8 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
     }
     let attempts = if last.is_some() { 0 } else { attempts };
     let alerts = RunAlerts::default();
+    // How the attempt before each one ended, told to it.
+    let mut previous = recording.previous_status;
     for attempt in 1..=attempts {
         if attempt > 1 && !pause_before_retry(&engine, settings, held.keeper()).await {
             if *engine.phase.borrow() != Phase::Running {
@@ -240,7 +242,7 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
             &mut held,
             &recording,
             &rows,
-            attempt,
+            (attempt, previous),
             going.as_deref(),
             &alerts,
         )
@@ -248,6 +250,7 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
         .await;
         if let Some((outcome, _)) = &outcome {
             attempt_span.record("status", outcome.status.as_str());
+            previous = Some(outcome.status);
         }
         drop(attempt_span);
         let retryable = matches!(
@@ -329,8 +332,9 @@ async fn retry_not_run(rows: &RunRows<'_>, attempt: u32) {
     .await;
 }
 
-/// One attempt; returns how it ended, or `None` if it could not be
-/// recorded (and so was not run).
+/// One attempt (the run's `attempt`th, after one that ended `previous`,
+/// if any); returns how it ended, or `None` if it could not be recorded
+/// (and so was not run).
 #[expect(
     clippy::too_many_arguments,
     reason = "what one attempt of a run is made of"
@@ -341,7 +345,7 @@ async fn run_attempt(
     held: &mut RunLease,
     recording: &Recording,
     rows: &RunRows<'_>,
-    attempt: u32,
+    (attempt, previous): (u32, Option<RunStatus>),
     going: Option<&Going>,
     alerts: &RunAlerts,
 ) -> Option<(Outcome, Attempted)> {
@@ -352,10 +356,13 @@ async fn run_attempt(
     let starting = tracing::info_span!("start", pid = tracing::field::Empty);
     let run_id = rows.start(attempt).instrument(starting.clone()).await?;
     attempt_span.record("run_id", run_id);
+    // The attempt as its row numbers it (after the instant's earlier ones,
+    // for a backfill's or a rerun's run).
+    let number = rows.attempt_number(attempt);
     // As i64: OpenTelemetry has no unsigned integers.
     run_span
         .record("run_id", run_id)
-        .record("attempt", i64::from(attempt));
+        .record("attempt", i64::from(number));
     // Nothing starts under a lease that is not confirmed after its start
     // record: the record may have waited (a stall) while the lease ran out.
     if !keeper
@@ -381,7 +388,8 @@ async fn run_attempt(
         job: Arc::from(job.name.as_str()),
         instant,
         fence,
-        attempt,
+        attempt: u32::try_from(number).unwrap_or(attempt),
+        previous_status: previous,
         trigger: recording.trigger.of_attempt(attempt),
         run_id,
         instance: Arc::from(engine.instance.as_str()),
@@ -493,7 +501,7 @@ async fn run_attempt(
         },
         Attempted {
             run_id,
-            attempt: attempt as i32,
+            attempt: number,
             duration,
             instant,
         },

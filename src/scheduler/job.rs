@@ -99,6 +99,8 @@ pub(crate) struct JobSettings {
     /// Among the waiters for a shared lock or a limit, higher goes first
     /// (then the older instant).
     pub(crate) priority: i32,
+    /// What becomes of an instant whose run's holder died mid-run.
+    pub(crate) on_abandon: config::OnAbandon,
 }
 
 /// A shared lock or a limit across jobs: lease rows, one per slot, of which
@@ -171,6 +173,7 @@ impl Default for JobSettings {
             overlap: config::Overlap::Skip,
             secret_params: Vec::new(),
             priority: 0,
+            on_abandon: config::OnAbandon::Record,
         }
     }
 }
@@ -305,6 +308,20 @@ impl Job {
         self
     }
 
+    /// Runs an instant again whose run's replica died, or lost its lease,
+    /// mid-run (default: it is only recorded `abandoned`, and notified).
+    /// The replica that marks the run `abandoned` claims the job's lease
+    /// anew, under a higher fence, once the dead holder's lease has ended,
+    /// and runs the instant again as its next attempt
+    /// ([`RunContext::attempt`], [`RunContext::previous_status`] is
+    /// `abandoned`), up to `max(retries, 1)` times. The run's work then
+    /// happens at least once, and the dead attempt may have done some of it:
+    /// guard what it writes elsewhere with [`RunContext::fence`].
+    pub fn rerun_abandoned(mut self) -> Job {
+        self.settings.on_abandon = config::OnAbandon::Rerun;
+        self
+    }
+
     /// What a run does: an async function of its [`RunContext`]. `Ok` is
     /// recorded `succeeded`, an error `failed` with its text as the run's
     /// output; a panic is recorded `failed` and the scheduler goes on.
@@ -371,6 +388,7 @@ impl Job {
                 overlap: job.overlap,
                 secret_params: job.secret_params.clone(),
                 priority: job.priority,
+                on_abandon: job.on_abandon,
             },
             action: Some(Arc::new(process)),
             run_on: job.run_on,

@@ -25,6 +25,7 @@ mod finisher;
 mod job;
 mod missed;
 pub(crate) mod planned;
+mod rerun;
 mod retention;
 mod run_lease;
 mod run_rows;
@@ -592,6 +593,7 @@ impl Scheduler {
             watched.clone(),
             stop(),
         ));
+        let reruns = tokio::spawn(rerun::serve(engine.clone(), watched.clone()));
         let mut missed = tokio::spawn(missed::check_forever(engine.clone(), watched, stop()));
         if notify_systemd {
             telemetry::notify_systemd(telemetry::SystemdState::Ready);
@@ -627,6 +629,10 @@ impl Scheduler {
             let _ = run.await;
         }
         let _ = planned.await;
+        // The reruns of abandoned instants under way end as any run does.
+        if let Err(e) = reruns.await {
+            error!("the reruns of abandoned instants failed: {e}");
+        }
         pauses.abort();
         heartbeats.abort();
         if tokio::time::timeout(MISSED_ROUND_TIMEOUT, &mut missed)

@@ -112,6 +112,12 @@ impl<'e> RunRows<'e> {
         &self.span
     }
 
+    /// The number its row gives the run's `attempt`th attempt: after the
+    /// instant's earlier attempts (a backfill's or a rerun's run).
+    pub(crate) fn attempt_number(&self, attempt: u32) -> i32 {
+        self.attempts_before + attempt as i32
+    }
+
     /// The instant its rows are for (an `exec --once` run's: its start).
     pub(crate) fn instant(&self) -> DateTime<Utc> {
         self.row.scheduled_at
@@ -229,7 +235,7 @@ impl<'e> RunRows<'e> {
                 self.engine
                     .store
                     .record_run_started(NewRun {
-                        attempt: self.attempts_before + attempt as i32,
+                        attempt: self.attempt_number(attempt),
                         trigger: self.row.trigger.of_attempt(attempt),
                         ..self.row.clone()
                     })
@@ -371,7 +377,7 @@ impl<'e> RunRows<'e> {
             },
             Attempted {
                 run_id,
-                attempt: self.attempts_before + attempt as i32,
+                attempt: self.attempt_number(attempt),
                 duration: Duration::ZERO,
                 instant: self.row.scheduled_at,
             },

@@ -3393,4 +3393,203 @@ async fn a_one_time_run_planned_ahead_runs_once_across_the_fleet() {
     assert_eq!(given.get("MODE").map(String::as_str), Some("full"));
     let left = super::planned::list(&store).await.expect("rows");
     assert!(left.is_empty(), "{left:?}");
+/// What a run of a job that reruns its abandoned instants saw: its job,
+/// instant (`HH:MM`), attempt, previous attempt's status, trigger and
+/// fence.
+type Seen = (String, String, u32, Option<&'static str>, &'static str, i64);
+
+/// A job that reruns its abandoned instants (`on_abandon = "rerun"`) with
+/// `retries`, recording each run into `seen`.
+fn rerunning_job(name: &str, retries: u32, seen: &Arc<Mutex<Vec<Seen>>>) -> Job {
+    let seen = seen.clone();
+    Job::new(name, "* * * * *")
+        .expect("job")
+        .lock_at_most_for(Duration::from_secs(120))
+        .retries(retries, Duration::from_secs(1))
+        .rerun_abandoned()
+        .run(move |ctx| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().expect("seen").push((
+                    ctx.job().to_string(),
+                    ctx.instant().format("%H:%M").to_string(),
+                    ctx.attempt(),
+                    ctx.previous_status(),
+                    ctx.trigger(),
+                    ctx.fence(),
+                ));
+                Ok::<(), String>(())
+            }
+        })
+}
+
+/// Leaves attempts `1..=attempts` of `job`'s `instant` as a holder cut
+/// off mid-run leaves them: each earlier attempt `abandoned` under a fence
+/// of its own (the last of them's a rerun's: a retry), the last one
+/// `running` under `fence`, its lease still that holder's until
+/// `lock_until`. Returns the last one's id.
+fn cut_off_at(
+    conn: &mut crate::db::DbConnection,
+    job: &str,
+    instant: DateTime<Utc>,
+    (attempts, fence): (i32, i64),
+    lock_until: DateTime<Utc>,
+) -> i64 {
+    use crate::db::schema::replicron_locks::dsl as locks;
+    use crate::db::schema::replicron_runs::dsl as runs;
+    use diesel::prelude::*;
+    let mut last = 0;
+    for attempt in 1..=attempts {
+        let on = fence - i64::from(attempts - attempt);
+        last = crate::history::record_run_started(
+            conn,
+            &crate::history::NewRun {
+                job: job.into(),
+                scheduled_at: instant,
+                attempt,
+                instance: "cut-off".into(),
+                fence: on,
+                once_key: None,
+                scope: String::new(),
+                lease_row: None,
+                trigger: if attempt == 1 {
+                    Trigger::Schedule
+                } else {
+                    Trigger::Retry
+                },
+                params: None,
+            },
+        )
+        .expect("start");
+        let status = if attempt == attempts {
+            RunStatus::Running
+        } else {
+            RunStatus::Abandoned
+        };
+        diesel::update(runs::replicron_runs.filter(runs::id.eq(last)))
+            .set((
+                runs::started_at.eq(instant.naive_utc()),
+                runs::status.eq(status),
+                runs::confirmed_at.eq(Some((instant + TimeDelta::seconds(10)).naive_utc())),
+            ))
+            .execute(conn)
+            .expect("the attempt's row");
+    }
+    diesel::update(locks::replicron_locks.filter(locks::name.eq(job)))
+        .set((
+            locks::fence.eq(fence),
+            locks::locked_by.eq(Some("cut-off")),
+            locks::locked_at.eq(Some(instant.naive_utc())),
+            locks::last_scheduled_at.eq(Some(instant.naive_utc())),
+            locks::lock_until.eq(lock_until.naive_utc()),
+        ))
+        .execute(conn)
+        .expect("the cut-off holder's lease");
+    last
+}
+
+/// `on_abandon = "rerun"`: the holder of 00:04 is cut off mid-run. Once
+/// its lease has ended, the replica that claims the job next (00:06, of
+/// two replicas) marks the run `abandoned` and runs 00:04 again, once, as
+/// attempt 2 under a fence above the dead holder's, told its attempt, the
+/// previous status `abandoned` and the trigger `retry`. A job whose
+/// instant was rerun as often as `max(retries, 1)` lets already keeps it
+/// abandoned: nothing runs it a third time. On a paused clock.
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_instant_is_rerun_once_under_a_higher_fence() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let replica = |id: &'static str| {
+        Scheduler::builder(db.url.as_str())
+            .clock(clock.clone())
+            .instance_id(id)
+            .job(rerunning_job("reruns", 2, &seen))
+            .job(rerunning_job("spent", 0, &seen))
+    };
+    replica("before")
+        .build()
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    let four = utc("2027-03-01T00:04:00Z");
+    let lease_end = utc("2027-03-01T00:05:30Z");
+    let (cut, spent) = {
+        let mut conn = connect_at(&db, &clock);
+        (
+            cut_off_at(&mut conn, "reruns", four, (1, 99), lease_end),
+            // Attempt 1 abandoned, attempt 2 its rerun, cut off in turn:
+            // `retries = 0` lets one rerun, which it had.
+            cut_off_at(&mut conn, "spent", four, (2, 99), lease_end),
+        )
+    };
+    side_by_side(replica("p"), replica("q"), Duration::from_secs(6 * 60)).await;
+
+    let rows = runs_of(&db, "reruns");
+    let at_four: Vec<&RunRow> = rows
+        .iter()
+        .filter(|r| r.scheduled_at.and_utc() == four)
+        .collect();
+    assert_eq!(at_four.len(), 2, "{rows:?}");
+    let (abandoned, rerun) = (at_four[0], at_four[1]);
+    assert_eq!(
+        (abandoned.id, abandoned.attempt, abandoned.status),
+        (cut, 1, RunStatus::Abandoned),
+        "{rows:?}"
+    );
+    assert_eq!(
+        (rerun.attempt, rerun.status, rerun.triggered_by),
+        (2, RunStatus::Succeeded, Trigger::Retry),
+        "{rows:?}"
+    );
+    assert!(
+        rerun.fence > 100 && ["p", "q"].contains(&rerun.instance.as_str()),
+        "a fence above the dead holder's and its next claim's: {rerun:?}"
+    );
+    let seen = seen.lock().expect("seen").clone();
+    let reran: Vec<&Seen> = seen.iter().filter(|s| s.1 == "00:04").collect();
+    assert_eq!(
+        reran,
+        [&(
+            "reruns".to_string(),
+            "00:04".to_string(),
+            2,
+            Some("abandoned"),
+            "retry",
+            rerun.fence
+        )],
+        "{seen:?}"
+    );
+    // Every other run was a first attempt, told of no previous one.
+    assert!(
+        seen.iter()
+            .filter(|s| s.1 != "00:04")
+            .all(|s| s.2 == 1 && s.3.is_none() && s.4 == "schedule"),
+        "{seen:?}"
+    );
+    // Both jobs ran on after it, each instant once.
+    for job in ["reruns", "spent"] {
+        let mut instants: Vec<&str> = seen
+            .iter()
+            .filter(|s| s.0 == job && s.1.as_str() >= "00:06")
+            .map(|s| s.1.as_str())
+            .collect();
+        let count = instants.len();
+        instants.dedup();
+        assert!(count >= 3 && instants.len() == count, "{job}: {seen:?}");
+    }
+    let spent_rows = runs_of(&db, "spent");
+    let spent_at_four: Vec<(i32, RunStatus)> = spent_rows
+        .iter()
+        .filter(|r| r.scheduled_at.and_utc() == four)
+        .map(|r| (r.attempt, r.status))
+        .collect();
+    assert_eq!(
+        spent_at_four,
+        [(1, RunStatus::Abandoned), (2, RunStatus::Abandoned)],
+        "{spent_rows:?}"
+    );
+    assert!(spent_rows.iter().any(|r| r.id == spent), "{spent_rows:?}");
 }

@@ -45,8 +45,12 @@ pub(crate) struct Recording {
     /// `--reason`): recorded in its rows, given as `REPLICRON_REASON`.
     pub(crate) reason: Option<Arc<str>>,
     /// Attempts its instant had already (a backfill of an instant that ran
-    /// before): its rows number on from there.
+    /// before, a rerun of an abandoned one): its rows number on from there,
+    /// and so do the attempts its runs see.
     pub(crate) attempts_before: i32,
+    /// How the instant's attempt before its first ended, told to that
+    /// attempt (`REPLICRON_PREVIOUS_STATUS`): `abandoned` for a rerun.
+    pub(crate) previous_status: Option<RunStatus>,
     /// The parents' runs whose ends started it (a dependent job's run).
     pub(crate) parent_runs: Vec<i64>,
     /// Why its claimed instant is not to run: it is recorded `skipped`

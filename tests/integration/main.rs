@@ -37,6 +37,7 @@ mod once;
 mod operate;
 mod pid1;
 mod proxy;
+mod rerun;
 mod run_control;
 mod runs_view;
 mod secret_env;

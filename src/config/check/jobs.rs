@@ -792,6 +792,8 @@ impl Checker<'_> {
             scope,
         );
         let priority = self.priority(raw.priority.as_ref(), scope);
+        let on_abandon =
+            self.on_abandon(raw.on_abandon.as_ref(), run_on, after_at.is_some(), scope);
         let limits_at = raw.limits.as_ref().map(Spanned::span);
         let mut limits = self.job_limits(raw.limits, file.limits, scope);
         if run_on == RunOn::Every {
@@ -858,8 +860,62 @@ impl Checker<'_> {
             limits,
             overlap: settings.overlap,
             priority,
+            on_abandon,
             after: None,
         })
+    }
+
+    /// `on_abandon`: `"record"` or `"rerun"`, the latter for a job run once
+    /// across the fleet on a schedule of its own only: a per-host run holds
+    /// no lease, so nobody marks it abandoned, and a dependent job's
+    /// (`after`) instants are claimed in their parents' order, which a
+    /// rerun, claimed at the database's now, would pass over.
+    fn on_abandon(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        run_on: RunOn,
+        dependent: bool,
+        scope: Scope<'_>,
+    ) -> OnAbandon {
+        let Some(raw) = raw else {
+            return OnAbandon::Record;
+        };
+        match OnAbandon::parse(raw.get_ref()) {
+            Some(OnAbandon::Rerun) if run_on == RunOn::Every => {
+                self.report(
+                    Some(raw.span()),
+                    Some(scope),
+                    Some("on_abandon"),
+                    "on_abandon = \"rerun\" is for jobs run once across the fleet: a run_on = \"every\" \
+                     job's runs hold no lease, and are never marked abandoned",
+                );
+                OnAbandon::Record
+            }
+            Some(OnAbandon::Rerun) if dependent => {
+                self.report(
+                    Some(raw.span()),
+                    Some(scope),
+                    Some("on_abandon"),
+                    "on_abandon = \"rerun\" is for jobs with a schedule of their own: a job with after \
+                     runs its parents' instants in their order, which a rerun would pass over",
+                );
+                OnAbandon::Record
+            }
+            Some(policy) => policy,
+            None => {
+                self.report(
+                    Some(raw.span()),
+                    Some(scope),
+                    Some("on_abandon"),
+                    format!(
+                        "on_abandon {:?}: expected \"record\" (the instant stays abandoned, and is \
+                         notified) or \"rerun\" (it runs again, up to max(retries, 1) times)",
+                        raw.get_ref()
+                    ),
+                );
+                OnAbandon::Record
+            }
+        }
     }
 
     /// `priority`: an integer in [`crate::config::PRIORITY_RANGE`].
