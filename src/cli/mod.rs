@@ -226,7 +226,7 @@ pub fn main() -> ExitCode {
     }
     if !matches!(
         cli.command,
-        Command::Run(_) | Command::Exec(_) | Command::Backfill(_)
+        Command::Run(_) | Command::Exec(_) | Command::Backfill(_) | Command::Trigger(_)
     ) {
         end_on_closed_pipe();
     }
@@ -280,7 +280,9 @@ pub fn main() -> ExitCode {
 /// quietly, as `ls | head` does: SIGPIPE's default action, which Rust's
 /// runtime replaces with an error that `println!` turns into a panic. Not
 /// for the commands that run jobs while they print (the daemon, `exec`,
-/// `backfill`): those must record their runs whoever reads them.
+/// `backfill`, `trigger`): those must record their runs whoever reads
+/// them, and a notification command that does not read the output on its
+/// stdin must not end them.
 fn end_on_closed_pipe() {
     #[expect(
         unsafe_code,
