@@ -542,6 +542,10 @@ fn exit_code_of(outcome: Option<&Outcome>) -> ExitCode {
             status: RunStatus::Succeeded,
             ..
         }) => ExitCode::SUCCESS,
+        // Skipped by its exit code (skip_exit_codes): nothing to do.
+        Some(Outcome {
+            status, exit_code, ..
+        }) if crate::config::exit_codes::skipped_by_code(*status, *exit_code) => ExitCode::SUCCESS,
         Some(Outcome {
             status: RunStatus::Failed,
             exit_code: Some(code),
