@@ -13,7 +13,6 @@ use super::{
     parse_rfc3339,
 };
 use crate::db::audit::{Action, Actor, Entry, Outcome};
-use crate::history::RunStatus;
 use crate::schedule::fmt_instant;
 use crate::scheduler::Job;
 use crate::scheduler::backfill::{self, CONFIRM_ABOVE, Step};
@@ -276,9 +275,10 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
             in_progress.running(&engine, *instant).await;
             let step = backfill::run_instant(&engine, &scheduled, *instant, &key, options, Vec::new(), reason.clone()).await?;
             let succeeded = step.succeeded();
+            let ended_well = step.ended_well();
             let mut what = match &step {
                 Step::Ran(before, outcome) => {
-                    if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
+                    if !ended_well {
                         failed += 1;
                     }
                     match before {
@@ -297,7 +297,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
                 let step = backfill::run_instant(&engine, child, *instant, &key, options, parent_runs, reason.clone()).await?;
                 let done = match &step {
                     Step::Ran(_, outcome) => {
-                        if outcome.as_ref().is_none_or(|o| o.status != RunStatus::Succeeded) {
+                        if !step.ended_well() {
                             failed += 1;
                         }
                         describe(outcome.as_ref())
@@ -308,7 +308,7 @@ pub(super) fn backfill(args: &BackfillArgs) -> anyhow::Result<ExitCode> {
                 what.push_str(&format!("; {}: {done}", child.name));
             }
             progress.step(*instant, &what);
-            in_progress.through(&engine, succeeded).await;
+            in_progress.through(&engine, ended_well).await;
         }
         progress.finish();
         in_progress.end(&engine).await;

@@ -226,7 +226,7 @@ pub fn main() -> ExitCode {
     }
     if !matches!(
         cli.command,
-        Command::Run(_) | Command::Exec(_) | Command::Backfill(_)
+        Command::Run(_) | Command::Exec(_) | Command::Backfill(_) | Command::Trigger(_)
     ) {
         end_on_closed_pipe();
     }
@@ -280,7 +280,9 @@ pub fn main() -> ExitCode {
 /// quietly, as `ls | head` does: SIGPIPE's default action, which Rust's
 /// runtime replaces with an error that `println!` turns into a panic. Not
 /// for the commands that run jobs while they print (the daemon, `exec`,
-/// `backfill`): those must record their runs whoever reads them.
+/// `backfill`, `trigger`): those must record their runs whoever reads
+/// them, and a notification command that does not read the output on its
+/// stdin must not end them.
 fn end_on_closed_pipe() {
     #[expect(
         unsafe_code,
@@ -564,6 +566,10 @@ fn exit_code_of(outcome: Option<&Outcome>) -> ExitCode {
             status: RunStatus::Succeeded,
             ..
         }) => ExitCode::SUCCESS,
+        // Skipped by its exit code (skip_exit_codes): nothing to do.
+        Some(Outcome {
+            status, exit_code, ..
+        }) if crate::config::exit_codes::skipped_by_code(*status, *exit_code) => ExitCode::SUCCESS,
         Some(Outcome {
             status: RunStatus::Failed,
             exit_code: Some(code),

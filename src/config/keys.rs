@@ -35,7 +35,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 18] = [
+const SETTINGS: [(&str, Option<&str>, &str); 21] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -92,6 +92,21 @@ const SETTINGS: [(&str, Option<&str>, &str); 18] = [
         "The pause before each retry.",
     ),
     (
+        "success_exit_codes",
+        Some("[0]"),
+        "The exit codes of the job's process recorded succeeded, 0 to 255: [0, 3] also counts 3 as a success. A list without 0 makes exit 0 a failure. The run's output ends with a line naming the rule where it decided other than plain exit 0 (replicron: exit 3: success by success_exit_codes).",
+    ),
+    (
+        "skip_exit_codes",
+        Some("[]"),
+        "Exit codes recorded skipped, as [99]: the job ran and had nothing to do. Not retried, not notified (nor a recovery after it), pinged as a success; its dependents run after it only if their after's on lists skipped. The output's last line says so (replicron: exit 99: skipped by skip_exit_codes).",
+    ),
+    (
+        "retry_on_exit_codes",
+        None,
+        "With retries, the exit codes of the failures tried again, as [75]: any other failure, a timeout or a kill by a signal is final, its output's last line saying so (replicron: exit 2: not retried (retry_on_exit_codes = [75])). Unset: every failed or timed-out run is retried. A code is in at most one of success_exit_codes, skip_exit_codes and retry_on_exit_codes.",
+    ),
+    (
         "missed_after",
         None,
         "An instant that no replica claimed this long after its time is recorded missed in the history (and notified), by one replica of the fleet. Unset: the larger of 1m and a tenth of the job's interval; 0s turns the check off.",
@@ -136,7 +151,7 @@ const NOTIFY: [(&str, Option<&str>, &str); 7] = [
         Some(
             "[\"failed\", \"timed_out\", \"lost_lock\", \"error\", \"abandoned\", \"missed\", \"skipped\", \"long_running\", \"late_start\"]",
         ),
-        "Which events are sent: failed, timed_out, lost_lock, error (could not start), abandoned, missed, skipped (a shared lock stayed held), long_running (still going after warn_after; the run goes on), late_start (started more than late_after after it was due), recovered (the first success after a failed, timed_out, lost_lock, error, abandoned, missed or skipped run).",
+        "Which events are sent: failed, timed_out, lost_lock, error (could not start), abandoned, missed, skipped (a shared lock stayed held; not a run skipped by skip_exit_codes, which is never notified), long_running (still going after warn_after; the run goes on), late_start (started more than late_after after it was due), recovered (the first success after a failed, timed_out, lost_lock, error, abandoned, missed or skipped run).",
     ),
     (
         "webhook",
@@ -156,7 +171,7 @@ const NOTIFY: [(&str, Option<&str>, &str); 7] = [
     (
         "ping_url",
         None,
-        "Pinged on every run in the healthchecks.io convention: GET URL/start when it starts, URL when it succeeds, URL/fail when it does not.",
+        "Pinged on every run in the healthchecks.io convention: GET URL/start when it starts, URL when it succeeds (or is skipped by skip_exit_codes), URL/fail when it does not.",
     ),
     (
         "timeout",

@@ -9,6 +9,7 @@
 //! should have been parsed.
 
 mod check;
+pub(crate) mod exit_codes;
 pub(crate) mod keys;
 pub(crate) mod name;
 pub(crate) mod notify;
@@ -510,6 +511,8 @@ pub(crate) struct Job {
     pub(crate) retries: u32,
     /// The pause before each retry.
     pub(crate) retry_backoff: Duration,
+    /// Which exit codes succeed, skip, and are retried.
+    pub(crate) exit_codes: exit_codes::ExitCodes,
     /// An instant no replica claimed this long after its time is recorded
     /// `missed`; `None`: the larger of a minute and a tenth of the job's
     /// interval; zero: never.
@@ -575,6 +578,8 @@ pub(crate) struct Parent {
     /// another.
     pub(crate) retries: u32,
     pub(crate) retry_backoff: Duration,
+    /// Which of its failures are retried (`retry_on_exit_codes`).
+    pub(crate) exit_codes: exit_codes::ExitCodes,
 }
 
 impl After {
@@ -609,7 +614,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}{}{}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}{}{}{}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -670,6 +675,11 @@ impl Job {
                 String::new()
             } else {
                 format!(" on_abandon={}", self.on_abandon)
+            },
+            if self.exit_codes.is_default() {
+                String::new()
+            } else {
+                format!(" exit_codes={:?}", self.exit_codes)
             },
         )
     }

@@ -2104,6 +2104,9 @@ fn a_past_at_instant_is_refused_unless_catch_up_covers_it_or_the_fleet_had_it() 
     assert!(
         uncovered.refuse_past_instants(|_, _| false).is_err(),
         "catch_up of 5m does not reach 10m back"
+    );
+}
+
 #[test]
 fn secret_env_names_where_each_secret_is_read_from_never_its_value() {
     use crate::config::params::SecretSource;
@@ -2214,4 +2217,124 @@ fn secret_env_names_where_each_secret_is_read_from_never_its_value() {
             && !warning.message.contains("tok-3f9a77"),
         "{warning:#?}"
     );
+}
+
+/// `success_exit_codes`, `skip_exit_codes` and `retry_on_exit_codes`:
+/// lists of codes from 0 to 255, from `[defaults]` or the job, a job's
+/// own list replacing that one list; a code out of range, one in two
+/// lists (the defaults' and the job's together) or a value that is no
+/// list of integers is refused naming the line, the job and the key.
+#[test]
+fn exit_codes() {
+    use crate::config::exit_codes::ExitCodes;
+    const BASE: &str = "schedule = \"@daily\"\ncommand = \"true\"\n";
+    let config = parse(&job(&format!(
+        "{BASE}success_exit_codes = [3, 0]\nskip_exit_codes = [99]\nretries = 2\n\
+         retry_on_exit_codes = [75]"
+    )))
+    .expect("valid");
+    assert_eq!(
+        config.jobs[0].exit_codes,
+        ExitCodes {
+            success: vec![0, 3],
+            skip: vec![99],
+            retry_on: Some(vec![75]),
+        }
+    );
+    let plain = parse(&job(BASE)).expect("valid");
+    assert_eq!(plain.jobs[0].exit_codes, ExitCodes::default());
+    let inherited = parse(&format!(
+        "{DB}[defaults]\nskip_exit_codes = [99]\nretry_on_exit_codes = [75]\n\n\
+         [[job]]\nname = \"j\"\n{BASE}retry_on_exit_codes = [1, 75]\n"
+    ))
+    .expect("valid");
+    assert_eq!(
+        inherited.jobs[0].exit_codes,
+        ExitCodes {
+            success: vec![0],
+            skip: vec![99],
+            retry_on: Some(vec![1, 75]),
+        }
+    );
+
+    // Out of range.
+    one_error(
+        &job(&format!("{BASE}skip_exit_codes = [99, 256]")),
+        8,
+        Some("\"j\""),
+        "skip_exit_codes",
+        "exit code 256 in skip_exit_codes is out of range 0–255",
+    );
+    one_error(
+        &job(&format!("{BASE}retry_on_exit_codes = [-1]")),
+        8,
+        Some("\"j\""),
+        "retry_on_exit_codes",
+        "exit code -1 in retry_on_exit_codes is out of range 0–255",
+    );
+    one_error(
+        &job(&format!("{BASE}success_exit_codes = []")),
+        8,
+        Some("\"j\""),
+        "success_exit_codes",
+        "at least one code",
+    );
+    // In two lists.
+    one_error(
+        &job(&format!(
+            "{BASE}success_exit_codes = [0, 3]\nskip_exit_codes = [3]"
+        )),
+        9,
+        Some("\"j\""),
+        "skip_exit_codes",
+        "exit code 3 is in both success_exit_codes and skip_exit_codes",
+    );
+    one_error(
+        &job(&format!("{BASE}skip_exit_codes = [0]")),
+        8,
+        Some("\"j\""),
+        "skip_exit_codes",
+        "exit code 0 is in both success_exit_codes and skip_exit_codes (success_exit_codes is [0] unless set)",
+    );
+    one_error(
+        &job(&format!(
+            "{BASE}retry_on_exit_codes = [75, 99]\nskip_exit_codes = [99]"
+        )),
+        8,
+        Some("\"j\""),
+        "retry_on_exit_codes",
+        "exit code 99 is in both skip_exit_codes and retry_on_exit_codes",
+    );
+    // A job's list against the one it has from [defaults]: the job's key.
+    one_error(
+        &format!(
+            "{DB}[defaults]\nskip_exit_codes = [99]\n\n\
+             [[job]]\nname = \"j\"\n{BASE}success_exit_codes = [0, 99]\n"
+        ),
+        10,
+        Some("\"j\""),
+        "success_exit_codes",
+        "exit code 99 is in both success_exit_codes and skip_exit_codes (skip_exit_codes as [defaults] sets it)",
+    );
+    // In [defaults] alone: reported once, there.
+    one_error(
+        &format!(
+            "{DB}[defaults]\nskip_exit_codes = [300]\n\n\
+             [[job]]\nname = \"j\"\n{BASE}"
+        ),
+        4,
+        None,
+        "defaults.skip_exit_codes",
+        "out of range 0–255",
+    );
+    // The wrong type.
+    for value in ["\"3\"", "3", "[\"3\"]", "[1.5]"] {
+        one_error(
+            &job(&format!("{BASE}success_exit_codes = {value}")),
+            8,
+            Some("\"j\""),
+            "success_exit_codes",
+            "invalid type",
+        );
+    }
 }

@@ -648,13 +648,25 @@ pub(crate) fn run_going_at(
         .filter(runs::job.eq(job))
         .filter(runs::scope.eq(""))
         .filter(runs::attempt.gt(0))
-        .filter(runs::status.ne(RunStatus::Skipped))
+        .filter(ran_or_ended_by_its_code())
         .filter(runs::started_at.le(at))
         .filter(ended_after.or(going))
         .order(runs::started_at.desc())
         .first(conn)
         .optional()?;
     Ok(row.map(|(instant, fence)| (instant.and_utc(), fence)))
+}
+
+/// A row that is not `skipped`, or one skipped by its exit code
+/// (`skip_exit_codes`), whose process ran: a row skipped without running
+/// has no exit code.
+fn ran_or_ended_by_its_code() -> diesel::dsl::Or<
+    diesel::dsl::NotEq<runs::status, RunStatus>,
+    diesel::dsl::IsNotNull<runs::exit_code>,
+> {
+    runs::status
+        .ne(RunStatus::Skipped)
+        .or(runs::exit_code.is_not_null())
 }
 
 /// Whether an instant of `job` after `after` and before `before` was run
@@ -670,7 +682,7 @@ pub(crate) fn ran_between(
         .filter(runs::job.eq(job))
         .filter(runs::scope.eq(""))
         .filter(runs::attempt.gt(0))
-        .filter(runs::status.ne(RunStatus::Skipped))
+        .filter(ran_or_ended_by_its_code())
         .filter(runs::scheduled_at.gt(to_db_time(after)))
         .filter(runs::scheduled_at.lt(to_db_time(before)))
         .first(conn)
@@ -947,6 +959,13 @@ pub(crate) fn status_before(
         .filter(runs::job.eq(job))
         .filter(runs::scheduled_at.lt(to_db_time(instant)))
         .filter(runs::status.ne(RunStatus::Running))
+        // A skip by exit code is neither a failure nor a success to
+        // recover from: the run before it tells.
+        .filter(
+            runs::status
+                .ne(RunStatus::Skipped)
+                .or(runs::exit_code.is_null()),
+        )
         .order((runs::scheduled_at.desc(), runs::attempt.desc()))
         .first(conn)
         .optional()
@@ -1107,7 +1126,12 @@ pub(crate) fn last_successes(
 ) -> QueryResult<Vec<(String, Option<NaiveDateTime>)>> {
     runs::replicron_runs
         .filter(runs::job.eq_any(jobs))
-        .filter(runs::status.eq(RunStatus::Succeeded))
+        // A skip by exit code (nothing to do) ended well too.
+        .filter(
+            runs::status.eq(RunStatus::Succeeded).or(runs::status
+                .eq(RunStatus::Skipped)
+                .and(runs::exit_code.is_not_null())),
+        )
         .group_by(runs::job)
         .select((runs::job, diesel::dsl::max(runs::finished_at)))
         .load(conn)

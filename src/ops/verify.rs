@@ -69,6 +69,9 @@ pub(crate) struct Row {
     started_at: NaiveDateTime,
     finished_at: Option<NaiveDateTime>,
     status: RunStatus,
+    /// A process's exit code: a `skipped` row with one ran, and its code
+    /// said it had nothing to do (`skip_exit_codes`).
+    exit_code: Option<i32>,
     confirmed_at: Option<NaiveDateTime>,
     triggered_by: crate::history::Trigger,
     /// Whether it records an attempt that started nothing: its lease could
@@ -273,12 +276,12 @@ impl Chain<'_> {
     /// Whether anything ran: a chain of `skipped` rows, or of attempts
     /// that started nothing, only records an instant that was not run (its
     /// claim's answer came too late, or a shared lock stayed held), when it
-    /// was found so, not a run.
+    /// was found so, not a run. A row skipped by its exit code ran.
     fn ran(&self) -> bool {
         !self
             .rows
             .iter()
-            .all(|r| r.status == RunStatus::Skipped || r.never_started)
+            .all(|r| (r.status == RunStatus::Skipped && r.exit_code.is_none()) || r.never_started)
     }
 
     /// Whether a backfill started it.
@@ -702,6 +705,7 @@ mod tests {
             finished_at: (status != RunStatus::Running && status != RunStatus::Abandoned)
                 .then(|| at + TimeDelta::seconds(10)),
             status,
+            exit_code: None,
             confirmed_at: None,
             triggered_by: crate::history::Trigger::Schedule,
             never_started: false,
@@ -1159,6 +1163,7 @@ mod tests {
             schedule: Schedule::parse("* * * * *", chrono_tz::Tz::UTC).expect("schedule"),
             retries: 0,
             retry_backoff: Duration::from_secs(10),
+            exit_codes: Default::default(),
         };
         let promise = Promise {
             schedule: Schedule::after(&["a".into()], chrono_tz::Tz::UTC),

@@ -261,7 +261,8 @@ fn ended(parent: &Parent, instant: DateTime<Utc>, rows: &[&RunBrief], now: DateT
         RunStatus::Running => Ended::NotYet,
         RunStatus::Missed => Ended::As(RunStatus::Missed, None),
         status @ (RunStatus::Failed | RunStatus::TimedOut)
-            if last.attempt <= parent.retries as i32 =>
+            if last.attempt <= parent.retries as i32
+                && parent.exit_codes.retried(status, last.exit_code) =>
         {
             // A retry is to come, unless its replica died in the pause.
             let end = last.finished_at.map_or(now, |t| t.and_utc());
@@ -627,6 +628,7 @@ mod tests {
             schedule: Schedule::parse(schedule, chrono_tz::Tz::UTC).expect("valid"),
             retries,
             retry_backoff: Duration::from_secs(10),
+            exit_codes: Default::default(),
         }
     }
 

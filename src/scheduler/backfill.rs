@@ -513,6 +513,20 @@ impl Step {
             Step::Stopped => false,
         }
     }
+    /// Whether its instant ended well now: a run of it succeeded, or its
+    /// process's exit code said it had nothing to do (`skip_exit_codes`).
+    /// Not a failure to count.
+    pub(crate) fn ended_well(&self) -> bool {
+        match self {
+            Step::Ran(_, Some(outcome)) => {
+                outcome.status == RunStatus::Succeeded
+                    || crate::config::exit_codes::skipped_by_code(outcome.status, outcome.exit_code)
+            }
+            Step::Ran(_, None) => false,
+            Step::Succeeded => true,
+            Step::Stopped => false,
+        }
+    }
 }
 
 /// Runs `instant` of `job` (as [`as_backfilled`] makes it) for the backfill

@@ -45,6 +45,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             catch_up: Duration::ZERO,
             retries: 0,
             retry_backoff: Duration::from_secs(1),
+            exit_codes: Default::default(),
             missed_after: None,
             warn_after: None,
             late_after: None,

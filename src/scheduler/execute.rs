@@ -22,6 +22,7 @@ use super::job::JobSettings;
 use super::run_lease::{Hold, RunLease};
 use super::run_rows::{Attempted, RunRows};
 use super::work::{Outcome, Recording, Work};
+use crate::config::exit_codes::ExitCodes;
 use crate::history::{RunFinish, RunStatus, Trigger};
 use crate::lease::keeper::{Keeper, LeaseState};
 use crate::notify::{Event, Notice, Ping};
@@ -157,7 +158,7 @@ pub(crate) async fn execute(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> 
         .await;
     if let Some(outcome) = &outcome {
         span.record("status", outcome.status.as_str());
-        if outcome.status != RunStatus::Succeeded {
+        if !ended_well(outcome.status, outcome.exit_code) {
             span.record("otel.status_code", "ERROR");
         }
     }
@@ -253,16 +254,12 @@ async fn execute_in_span(engine: Arc<Engine>, plan: Plan) -> Option<Outcome> {
             previous = Some(outcome.status);
         }
         drop(attempt_span);
-        let retryable = matches!(
-            outcome,
-            Some((
-                Outcome {
-                    status: RunStatus::Failed | RunStatus::TimedOut,
-                    ..
-                },
-                _
-            ))
-        );
+        // A failure or a timeout, unless retry_on_exit_codes leaves it out.
+        let retryable = outcome.as_ref().is_some_and(|(outcome, _)| {
+            settings
+                .exit_codes
+                .retried(outcome.status, outcome.exit_code)
+        });
         last = outcome;
         if !retryable || attempt == attempts {
             break;
@@ -459,7 +456,14 @@ async fn run_attempt(
     // the next holder's start.
     let ended = Instant::now();
     let duration = ran_for(engine, keeper, began, ended);
-    let mut status = status_of(engine, keeper, stopped_for, &ending).await;
+    let (mut status, rule) = status_of(
+        engine,
+        keeper,
+        stopped_for,
+        &ending,
+        &job.settings.exit_codes,
+    )
+    .await;
     if status == RunStatus::LostLock && replaced(engine, job, fence).await {
         warn!("the run was stopped for a later instant (overlap = \"replace\")");
         status = RunStatus::Replaced;
@@ -467,7 +471,22 @@ async fn run_attempt(
     if status == RunStatus::Error {
         error!("cannot start the run: {}", ending.output.trim());
     }
-    let output = output_of(&ending);
+    let mut output = output_of(&ending);
+    // Which exit-code rule decided, where one other than "0 succeeds"
+    // did; and, with retries left, a failure retry_on_exit_codes does
+    // not retry.
+    let retries_left = attempt < 1 + job.settings.retries;
+    let not_retried = retries_left
+        .then(|| {
+            job.settings
+                .exit_codes
+                .not_retried(status, ending.exit_code)
+        })
+        .flatten();
+    for line in rule.into_iter().chain(not_retried) {
+        info!("{line}");
+        output = with_line(output, &format!("replicron: {line}"));
+    }
     rows.finish(
         run_id,
         RunFinish {
@@ -488,7 +507,12 @@ async fn run_attempt(
         duration_ms = duration.as_millis() as u64,
         "run finished"
     );
-    if status == RunStatus::Succeeded {
+    if ended_well(status, ending.exit_code) {
+        if status == RunStatus::Skipped {
+            // Nothing to do is no failure: the job is as healthy as after
+            // a success (replicron_runs_total counts it skipped).
+            telemetry::last_success(&job.name, engine.clock.now());
+        }
         engine.notifier.ping(&job.name, Ping::Success, run_id);
     } else {
         engine.notifier.ping(&job.name, Ping::Fail, run_id);
@@ -520,12 +544,27 @@ fn output_of(ending: &Ending) -> String {
         |_| format!("signal {signal}"),
         |s| format!("{s} ({signal})"),
     );
-    let mut output = ending.output.clone();
+    with_line(
+        ending.output.clone(),
+        &format!("replicron: the process was killed by {name}"),
+    )
+}
+
+/// `output` with `line` as its last line.
+fn with_line(mut output: String, line: &str) -> String {
     if !output.is_empty() && !output.ends_with('\n') {
         output.push('\n');
     }
-    output.push_str(&format!("replicron: the process was killed by {name}\n"));
+    output.push_str(line);
+    output.push('\n');
     output
+}
+
+/// Whether a run that ended `status` ended well: it succeeded, or its
+/// process's exit code said it had nothing to do (`skip_exit_codes`; a
+/// run skipped without running has no exit code).
+fn ended_well(status: RunStatus, exit_code: Option<i32>) -> bool {
+    status == RunStatus::Succeeded || crate::config::exit_codes::skipped_by_code(status, exit_code)
 }
 
 /// How long an attempt that began at `began` and was known to have ended
@@ -541,14 +580,18 @@ fn ran_for(engine: &Engine, keeper: &Keeper, began: Instant, ended: Instant) -> 
 }
 
 /// The status an attempt that ended as `ending` (told to stop for
-/// `stopped_for`, if it was) is recorded with: a run whose lease was lost
-/// records no success nor failure it had no right to.
+/// `stopped_for`, if it was) is recorded with, and the line naming the
+/// exit-code rule that decided it, if one other than "0 succeeds" did: a
+/// run whose lease was lost records no success nor failure it had no
+/// right to.
 async fn status_of(
     engine: &Engine,
     keeper: &Keeper,
     stopped_for: Option<StopReason>,
     ending: &Ending,
-) -> RunStatus {
+    rules: &ExitCodes,
+) -> (RunStatus, Option<String>) {
+    let mut rule = None;
     let mut status = match (stopped_for, ending.how) {
         // Not started because its lease's deadline passed before the spawn.
         (_, Ended::NotStarted) if keeper.past_confirmation_deadline() => RunStatus::LostLock,
@@ -556,8 +599,16 @@ async fn status_of(
         (Some(StopReason::Timeout), _) => RunStatus::TimedOut,
         (Some(StopReason::LeaseLost), _) => RunStatus::LostLock,
         (Some(StopReason::Shutdown { .. }), _) => RunStatus::Killed,
-        (None, Ended::Succeeded) => RunStatus::Succeeded,
-        (None, Ended::Failed) => RunStatus::Failed,
+        (None, how) => match (ending.exit_code, ending.signal) {
+            // A process that exited: its code, by the job's rules.
+            (Some(code), None) => {
+                let judged = rules.judge(code);
+                rule = judged.rule;
+                judged.status
+            }
+            _ if how == Ended::Succeeded => RunStatus::Succeeded,
+            _ => RunStatus::Failed,
+        },
     };
     // Killed by a signal once the lease's confirmation deadline had passed:
     // the guard stopped it for its lease (it acts on the same deadline as
@@ -569,13 +620,16 @@ async fn status_of(
     }
     // A replica frozen past its lease must not record a success (or any
     // ending) it had no right to: check the lease first.
-    if matches!(status, RunStatus::Succeeded | RunStatus::Failed)
-        && !keeper.verify(&engine.store).await
+    if matches!(
+        status,
+        RunStatus::Succeeded | RunStatus::Failed | RunStatus::Skipped
+    ) && !keeper.verify(&engine.store).await
     {
         warn!("the run ended after its lease was lost");
         status = RunStatus::LostLock;
+        rule = None;
     }
-    status
+    (status, rule)
 }
 
 /// Whether a run of `job` under `fence` whose lease was lost was asked to
@@ -603,6 +657,10 @@ async fn notify_outcome(
     attempted: Attempted,
     trigger: Trigger,
 ) {
+    if crate::config::exit_codes::skipped_by_code(outcome.status, outcome.exit_code) {
+        // Nothing to do: neither a failure nor a recovery from one.
+        return;
+    }
     let event = match Event::of_status(outcome.status) {
         Some(event) => event,
         None if outcome.status == RunStatus::Succeeded

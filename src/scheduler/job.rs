@@ -79,6 +79,9 @@ pub(crate) struct JobSettings {
     pub(crate) catch_up: Duration,
     pub(crate) retries: u32,
     pub(crate) retry_backoff: Duration,
+    /// Which exit codes of its process succeed, skip and are retried (a
+    /// job of the job file; a job built in code has no exit code).
+    pub(crate) exit_codes: config::exit_codes::ExitCodes,
     /// See [`Job::missed_after`]; `None`: the default.
     pub(crate) missed_after: Option<Duration>,
     /// See [`Job::warn_after`]; `None`: never.
@@ -165,6 +168,7 @@ impl Default for JobSettings {
             catch_up: config::DEFAULT_CATCH_UP,
             retries: config::DEFAULT_RETRIES,
             retry_backoff: config::DEFAULT_RETRY_BACKOFF,
+            exit_codes: config::exit_codes::ExitCodes::default(),
             missed_after: None,
             warn_after: None,
             late_after: None,
@@ -380,6 +384,7 @@ impl Job {
                 catch_up: job.catch_up,
                 retries: job.retries,
                 retry_backoff: job.retry_backoff,
+                exit_codes: job.exit_codes.clone(),
                 missed_after: job.missed_after,
                 warn_after: job.warn_after,
                 late_after: job.late_after,

@@ -3393,6 +3393,8 @@ async fn a_one_time_run_planned_ahead_runs_once_across_the_fleet() {
     assert_eq!(given.get("MODE").map(String::as_str), Some("full"));
     let left = super::planned::list(&store).await.expect("rows");
     assert!(left.is_empty(), "{left:?}");
+}
+
 /// What a run of a job that reruns its abandoned instants saw: its job,
 /// instant (`HH:MM`), attempt, previous attempt's status, trigger and
 /// fence.
@@ -3592,4 +3594,194 @@ async fn an_abandoned_instant_is_rerun_once_under_a_higher_fence() {
         "{spent_rows:?}"
     );
     assert!(spent_rows.iter().any(|r| r.id == spent), "{spent_rows:?}");
+}
+
+/// An action that ends as a process that exits with `codes[attempt - 1]`
+/// would (the last code again past the end), counting its attempts.
+struct Exits {
+    codes: Vec<i32>,
+    attempts: Arc<AtomicUsize>,
+}
+
+impl crate::runner::Action for Exits {
+    fn run(
+        &self,
+        ctx: crate::runner::RunContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::runner::Ending> + Send>> {
+        ctx.report_started(None);
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        let at = (ctx.attempt() as usize).clamp(1, self.codes.len()) - 1;
+        let code = self.codes[at];
+        Box::pin(async move {
+            crate::runner::Ending {
+                how: if code == 0 {
+                    crate::runner::Ended::Succeeded
+                } else {
+                    crate::runner::Ended::Failed
+                },
+                exit_code: Some(code),
+                signal: None,
+                output: format!("exiting {code}\n"),
+            }
+        })
+    }
+}
+
+/// The job `job` of `config`, its process replaced by one that exits
+/// with `codes`, one per attempt; and its count of attempts.
+fn exiting(config: &crate::config::Config, job: &str, codes: &[i32]) -> (Job, Arc<AtomicUsize>) {
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let mut built = Job::from_config(config.job(job).expect("the job"));
+    built.action = Some(Arc::new(Exits {
+        codes: codes.to_vec(),
+        attempts: attempts.clone(),
+    }));
+    (built, attempts)
+}
+
+/// The exit-code rules, one instant each on a paused clock: exit 3 with
+/// success_exit_codes = [0, 3] is recorded succeeded; exit 99 with
+/// skip_exit_codes = [99] skipped, not retried though the job has retries;
+/// with retry_on_exit_codes = [75], exits 75 are retried and the first
+/// other failure is final. Each rule that decided is the last line of its
+/// attempt's output. A job without the rules (exit 3) fails and is retried
+/// as before, its output as its process left it.
+#[tokio::test(start_paused = true)]
+async fn exit_codes_decide_success_skip_and_retry() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = "[defaults]\nretries = 3\nretry_backoff = \"10s\"\n\n\
+                [[job]]\nname = \"three\"\nschedule = \"*/5 * * * *\"\ncommand = \"exit 3\"\n\
+                success_exit_codes = [0, 3]\n\n\
+                [[job]]\nname = \"nothing\"\nschedule = \"*/5 * * * *\"\ncommand = \"exit 99\"\n\
+                skip_exit_codes = [99]\n\n\
+                [[job]]\nname = \"picky\"\nschedule = \"*/5 * * * *\"\ncommand = \"exit 75\"\n\
+                retry_on_exit_codes = [75]\n\n\
+                [[job]]\nname = \"plain\"\nschedule = \"*/5 * * * *\"\ncommand = \"exit 3\"\n\
+                retries = 1\n";
+    let config = config_of(&format!("[database]\nurl = {:?}\n\n{text}", db.url));
+    let (three, threes) = exiting(&config, "three", &[3]);
+    let (nothing, nothings) = exiting(&config, "nothing", &[99]);
+    let (picky, pickies) = exiting(&config, "picky", &[75, 75, 2, 75]);
+    let (plain, plains) = exiting(&config, "plain", &[3]);
+    let scheduler = Scheduler::builder(db.url.as_str())
+        .clock(clock)
+        .instance_id("solo")
+        .job(three)
+        .job(nothing)
+        .job(picky)
+        .job(plain)
+        .build()
+        .await
+        .expect("build");
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(6 * 60)))
+        .await
+        .expect("runs");
+    let endings = |job: &str| -> Vec<(i32, RunStatus, Option<i32>, String)> {
+        runs_of(&db, job)
+            .into_iter()
+            .map(|r| (r.attempt, r.status, r.exit_code, r.output))
+            .collect()
+    };
+    assert_eq!(
+        endings("three"),
+        [(
+            1,
+            RunStatus::Succeeded,
+            Some(3),
+            "exiting 3\nreplicron: exit 3: success by success_exit_codes\n".to_string()
+        )]
+    );
+    assert_eq!(threes.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        endings("nothing"),
+        [(
+            1,
+            RunStatus::Skipped,
+            Some(99),
+            "exiting 99\nreplicron: exit 99: skipped by skip_exit_codes\n".to_string()
+        )]
+    );
+    assert_eq!(nothings.load(Ordering::SeqCst), 1, "a skip is not retried");
+    let failed = |attempt: i32, code: i32, output: &str| {
+        (attempt, RunStatus::Failed, Some(code), output.to_string())
+    };
+    assert_eq!(
+        endings("picky"),
+        [
+            failed(1, 75, "exiting 75\n"),
+            failed(2, 75, "exiting 75\n"),
+            failed(
+                3,
+                2,
+                "exiting 2\nreplicron: exit 2: not retried (retry_on_exit_codes = [75])\n"
+            ),
+        ]
+    );
+    assert_eq!(pickies.load(Ordering::SeqCst), 3, "75, 75, then 2 is final");
+    assert_eq!(
+        endings("plain"),
+        [failed(1, 3, "exiting 3\n"), failed(2, 3, "exiting 3\n")]
+    );
+    assert_eq!(plains.load(Ordering::SeqCst), 2);
+}
+
+/// A parent whose process exits 99 with skip_exit_codes = [99], each
+/// minute on a paused clock: its instants are recorded `skipped` and, as
+/// for any parent that ended skipped, a dependent job that runs after its
+/// successes records its instants `skipped` (upstream), while one whose
+/// `on` lists `skipped` runs at each.
+#[tokio::test(start_paused = true)]
+async fn a_parent_skipped_by_its_exit_code_ends_skipped_for_its_dependents() {
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let text = format!(
+        "[database]\nurl = {:?}\n\n[defaults]\nmissed_after = \"20s\"\n\
+         [[job]]\nname = \"p\"\nschedule = \"* * * * *\"\ncommand = \"exit 99\"\n\
+         skip_exit_codes = [99]\nretries = 1\n\
+         [[job]]\nname = \"on-success\"\nafter = [\"p\"]\ncommand = \"true\"\n\
+         [[job]]\nname = \"on-skip\"\nafter = {{ jobs = [\"p\"], on = [\"succeeded\", \"skipped\"] }}\n\
+         command = \"true\"\n",
+        db.url
+    );
+    let config = config_of(&text);
+    let (parent, attempts) = exiting(&config, "p", &[99]);
+    let mut builder = Scheduler::builder(db.url.as_str())
+        .clock(clock)
+        .instance_id("solo")
+        .job(parent);
+    for name in ["on-success", "on-skip"] {
+        let job = config.job(name).expect("the job");
+        builder = builder.job(Job::from_config(job).run(|_| async { Ok::<(), String>(()) }));
+    }
+    let scheduler = builder.build().await.expect("build");
+    scheduler
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60 + 20)))
+        .await
+        .expect("runs");
+    let parent_rows = runs_of(&db, "p");
+    assert_eq!(parent_rows.len(), 3, "{parent_rows:?}");
+    assert!(
+        parent_rows
+            .iter()
+            .all(|r| r.status == RunStatus::Skipped && r.attempt == 1),
+        "{parent_rows:?}"
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 3, "a skip is not retried");
+    let statuses = |job: &str| -> Vec<(RunStatus, String)> {
+        runs_of(&db, job)
+            .into_iter()
+            .map(|r| (r.status, r.output))
+            .collect()
+    };
+    let upstream = (
+        RunStatus::Skipped,
+        "replicron: upstream failed: p ended skipped\n".to_string(),
+    );
+    assert_eq!(statuses("on-success"), vec![upstream; 3]);
+    assert_eq!(
+        statuses("on-skip"),
+        vec![(RunStatus::Succeeded, String::new()); 3]
+    );
 }

@@ -1114,7 +1114,7 @@ async fn was_going_at(
         }
         let ended = row.and_then(|run| {
             let status = run.status;
-            let retry_to_come = matches!(status, RunStatus::Failed | RunStatus::TimedOut)
+            let retry_to_come = job.settings.exit_codes.retried(status, run.exit_code)
                 && run.attempt <= job.settings.retries as i32;
             let finished = run.finished_at?;
             (status != RunStatus::Running && !retry_to_come).then(|| finished.and_utc())

@@ -328,7 +328,7 @@ async fn run_backfill(
                 tracing::warn!(job = %job.name, key, "backfill stopped with the scheduler; ask for it again to go on");
                 return;
             }
-            Ok(step) => in_progress.through(engine, step.succeeded()).await,
+            Ok(step) => in_progress.through(engine, step.ended_well()).await,
             Err(e) => {
                 tracing::error!(job = %job.name, key, instant = %super::fmt_instant(instant), "backfill stopped: {e}");
                 return;

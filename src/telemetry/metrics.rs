@@ -84,7 +84,7 @@ fn describe() {
     describe_gauge!(
         "replicron_last_success_timestamp_seconds",
         Unit::Seconds,
-        "Unix time of the job's last successful run on this replica (0: none since it started)"
+        "Unix time of the job's last successful run on this replica (a run skipped by skip_exit_codes, which had nothing to do, counts; 0: none since it started)"
     );
     describe_counter!(
         "replicron_lease_extensions_failed_total",

@@ -20,6 +20,7 @@ mod dashboard;
 mod database_time;
 mod dependencies;
 mod durability;
+mod exitcodes;
 mod failover;
 mod faults;
 mod fleet;

@@ -188,6 +188,7 @@ impl Checker<'_> {
                         schedule: parent.schedule.clone(),
                         retries: parent.retries,
                         retry_backoff: parent.retry_backoff,
+                        exit_codes: parent.exit_codes.clone(),
                     }),
                 }
             }

@@ -2,6 +2,7 @@
 //! inherits and overrides, its name, schedule and command.
 
 use super::*;
+use crate::config::exit_codes::{self, ExitCodes};
 use crate::config::name::{self, JobName};
 use crate::config::params::{Param, SecretSource};
 use crate::schedule::calendar::Calendar;
@@ -19,6 +20,7 @@ pub(super) struct Settings {
     pub(super) shell: String,
     pub(super) retries: u32,
     pub(super) retry_backoff: Duration,
+    pub(super) exit_codes: ExitCodes,
     pub(super) missed_after: Option<Duration>,
     pub(super) jitter: Duration,
     /// Where `jitter` was set (in `[defaults]` or the job), for errors.
@@ -47,6 +49,7 @@ impl Default for Settings {
             shell: DEFAULT_SHELL.to_string(),
             retries: DEFAULT_RETRIES,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
+            exit_codes: ExitCodes::default(),
             missed_after: None,
             jitter: Duration::ZERO,
             jitter_at: None,
@@ -127,6 +130,81 @@ impl Checker<'_> {
                 return;
             }
         };
+    }
+}
+
+impl Checker<'_> {
+    /// `success_exit_codes`, `skip_exit_codes` and `retry_on_exit_codes`:
+    /// codes from 0 to 255, none in two lists (the lists a scope does not
+    /// write are its base's). Checked where one is written, so that a
+    /// mistake in `[defaults]` is reported once; on a mistake the base's
+    /// rules are kept.
+    fn exit_codes(&mut self, raw: &RawSettings, settings: &mut Settings, scope: Scope<'_>) {
+        let written = [
+            (&raw.success_exit_codes, "success_exit_codes"),
+            (&raw.skip_exit_codes, "skip_exit_codes"),
+            (&raw.retry_on_exit_codes, "retry_on_exit_codes"),
+        ];
+        let mut parsed: [Option<Vec<i32>>; 3] = Default::default();
+        let mut valid = true;
+        for (slot, (value, key)) in parsed.iter_mut().zip(written) {
+            let Some(value) = value else {
+                continue;
+            };
+            match exit_codes::parse(key, value.get_ref()) {
+                Ok(codes) => *slot = Some(codes),
+                Err(message) => {
+                    self.report(Some(value.span()), Some(scope), Some(key), message);
+                    valid = false;
+                }
+            }
+        }
+        if !valid || parsed.iter().all(Option::is_none) {
+            return;
+        }
+        let mut rules = settings.exit_codes.clone();
+        let [success, skip, retry_on] = parsed;
+        if let Some(codes) = success {
+            rules.success = codes;
+        }
+        if let Some(codes) = skip {
+            rules.skip = codes;
+        }
+        if let Some(codes) = retry_on {
+            rules.retry_on = Some(codes);
+        }
+        if let Some((code, first, second)) = rules.shared() {
+            // Name a list this scope writes: the base's have no code in two.
+            let (key, at) = written
+                .iter()
+                .rev()
+                .find(|&&(value, key)| value.is_some() && (key == first || key == second))
+                .map(|&(value, key)| (key, value.as_ref().map(Spanned::span)))
+                .unwrap_or((second, None));
+            // Where the other list comes from, if not from here.
+            let other = if key == second { first } else { second };
+            let from = if written
+                .iter()
+                .any(|&(value, key)| value.is_some() && key == other)
+            {
+                String::new()
+            } else if other == "success_exit_codes" && rules.success == [0] {
+                format!(" ({other} is [0] unless set)")
+            } else {
+                format!(" ({other} as [defaults] sets it)")
+            };
+            self.report(
+                at,
+                Some(scope),
+                Some(key),
+                format!(
+                    "exit code {code} is in both {first} and {second}{from}: a code has one \
+                     meaning, succeeded, skipped or retried"
+                ),
+            );
+            return;
+        }
+        settings.exit_codes = rules;
     }
 }
 
@@ -228,6 +306,7 @@ impl Checker<'_> {
         }
         self.warn_before_timeout(&raw, &settings, scope);
         self.overlap(&raw, &mut settings, scope);
+        self.exit_codes(&raw, &mut settings, scope);
         if let Some(gap) = &raw.dst_gap {
             match DstGap::parse(gap.get_ref()) {
                 Some(gap) => settings.dst_gap = gap,
@@ -847,6 +926,7 @@ impl Checker<'_> {
             output_limit: settings.output_limit,
             retries: settings.retries,
             retry_backoff: settings.retry_backoff,
+            exit_codes: settings.exit_codes,
             missed_after: settings.missed_after,
             warn_after: settings.warn_after,
             late_after: settings.late_after,
