@@ -67,6 +67,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-11-30-000000_runs_view",
     "2026-11-30-000002_web_url",
     "2026-12-01-000300_backfill_progress",
+    "2026-12-02-000000_resource_limits",
 );
 
 #[cfg(feature = "sqlite")]
@@ -87,6 +88,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-11-30-000000_runs_view",
     "2026-11-30-000002_web_url",
     "2026-12-01-000300_backfill_progress",
+    "2026-12-02-000000_resource_limits",
 );
 
 /// The row of the migration lock.

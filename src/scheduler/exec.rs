@@ -66,6 +66,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             run_as: None,
             secret_sources: Vec::new(),
             secret_params: Vec::new(),
+            resources: Default::default(),
         }),
     }
 }

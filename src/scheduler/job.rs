@@ -341,6 +341,7 @@ impl Job {
                     .filter_map(|p| Some((p.name.clone(), p.source.clone()?)))
                     .collect(),
                 secret_params: job.secret_params.clone(),
+                resources: job.resources,
             },
         )
     }

@@ -36,6 +36,7 @@ mod notify;
 mod operate;
 mod pid1;
 mod proxy;
+mod resources;
 mod run_control;
 mod runs_view;
 mod secrets;
