@@ -44,6 +44,9 @@ pub(crate) struct InstanceRow {
     pub clock_offset_us: Option<i64>,
     /// Where the other replicas reach its dashboard, if it serves one.
     pub web_url: Option<String>,
+    /// How it holds its runs to their resource limits (`cgroup v2` or
+    /// `rlimits`), if it says.
+    pub resource_limits: Option<String>,
 }
 
 /// This host's name, as its replicas register.
@@ -195,6 +198,8 @@ pub(crate) struct Beat {
     /// How far this host's clock is ahead of the database's (µs), once
     /// estimated.
     pub(crate) clock_offset_us: Option<i64>,
+    /// How it holds its runs to their resource limits, if it says.
+    pub(crate) resource_limits: Option<&'static str>,
 }
 
 /// Says `me` is alive, what it runs and how its clock stands. `false`
@@ -211,6 +216,7 @@ pub(crate) fn heartbeat(conn: &mut DbConnection, me: &Me, beat: &Beat) -> QueryR
         instances::last_seen.eq(DbNow),
         instances::job_digests.eq(&beat.job_digests),
         instances::clock_offset_us.eq(beat.clock_offset_us),
+        instances::resource_limits.eq(beat.resource_limits),
     ))
     .execute(conn)?;
     Ok(changed == 1)

@@ -28,6 +28,9 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {}", warning.located(&config.path));
     }
     crate::runner::users::check_host(&config)?;
+    if let Some(note) = crate::runner::resources::check_note(&config) {
+        eprintln!("warning: {note}");
+    }
     // `run` refuses to start without the token; here (often a shell
     // without the unit's environment) that is only said.
     if let Err(e) = config.web.tokens(&config.path) {
@@ -115,6 +118,9 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
                 .map(|l| format!("{} ({} at once)", l.name, l.max_running))
                 .collect();
             println!("  limits    {}", limits.join(" "));
+        }
+        if !job.resources.is_empty() {
+            println!("  resources {}", job.resources);
         }
         if !job.params.is_empty() {
             let params: Vec<String> = job.params.iter().map(ToString::to_string).collect();

@@ -43,6 +43,8 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let descriptors = crate::web::listener::raise_descriptor_limit();
     runtime.block_on(async {
         let handle = telemetry::install();
+        // How runs are held to their resource limits, said once.
+        crate::runner::resources::init(&config);
         let liveness = Arc::new(Liveness::new());
         tokio::spawn(telemetry::heartbeat(liveness.clone()));
         tokio::spawn(telemetry::upkeep(handle.clone()));
@@ -232,6 +234,7 @@ async fn reload_on(
         match loaded {
             Ok(new) => {
                 super::warn_of(&new);
+                crate::runner::resources::warn_unenforced(&new);
                 held(&new);
                 if current.database.url != new.database.url
                     || current.database.pool_size != new.database.pool_size

@@ -443,6 +443,7 @@ fn print_tables(report: &Report) {
             "STATE",
             "LAST SEEN",
             "CLOCK",
+            "LIMITS",
         ],
         report.replicas.iter().map(|r| {
             vec![
@@ -454,6 +455,11 @@ fn print_tables(report: &Report) {
                 r.last_seen.clone(),
                 r.clock_offset_seconds
                     .map_or("?".to_string(), |s| format!("{:+.3}s ahead", s)),
+                match r.resource_limits.as_deref() {
+                    Some("rlimits") => "rlimits (no cpu_max)".to_string(),
+                    Some(via) => via.to_string(),
+                    None => "-".to_string(),
+                },
             ]
         }),
     );

@@ -35,7 +35,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 21] = [
+const SETTINGS: [(&str, Option<&str>, &str); 25] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -140,6 +140,26 @@ const SETTINGS: [(&str, Option<&str>, &str); 21] = [
         "dst_repeat",
         Some("\"first\""),
         "For a schedule of fixed times: what a local time that a fall-back transition shows twice does. \"first\": it fires at its first occurrence (cron(8)); \"last\": at its second; \"both\": at each.",
+    ),
+    (
+        "memory_max",
+        None,
+        "The most memory a run may use, as \"512M\" (K, M, G, T: powers of 1024; at least 1M). Where the replica has a delegated cgroup v2 (the unit's Delegate=yes), the run's cgroup's memory.max, for the run as a whole: a run the kernel's OOM killer stops there is recorded failed, its output ending \"replicron: killed: over memory_max 512M\". Elsewhere RLIMIT_DATA of each of its processes: an allocation over it is refused, and the program fails in its own way; a failure that shows it (a \"memory exhausted\" message, SIGSEGV, SIGABRT) gets \"replicron: failed: likely over memory_max 512M\". Unset: no limit.",
+    ),
+    (
+        "cpu_max",
+        None,
+        "The most of the host's CPU time a run may use, as \"50%\" of all its CPUs (1% to 100%): the run's cgroup's cpu.max. Not enforced where the replica sets rlimits (no delegated cgroup v2): it says so at its start, and check says so. Unset: no limit.",
+    ),
+    (
+        "tasks_max",
+        None,
+        "The most processes and threads a run may have, 1 to 4194304: its cgroup's pids.max. Elsewhere RLIMIT_NPROC, which counts every process and thread of the run's user (the daemon's own, when the job has no user), and binds no process of root. Unset: no limit.",
+    ),
+    (
+        "nofile_max",
+        None,
+        "The most files each process of a run may have open, 3 to 1048576: RLIMIT_NOFILE, soft and hard, with a cgroup or without. Unset: the daemon's.",
     ),
 ];
 

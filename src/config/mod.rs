@@ -15,6 +15,7 @@ pub(crate) mod name;
 pub(crate) mod notify;
 pub(crate) mod params;
 mod raw;
+pub(crate) mod resources;
 #[cfg(test)]
 mod tests;
 mod value;
@@ -553,6 +554,9 @@ pub(crate) struct Job {
     /// The jobs whose runs' ends start its runs (`after`), if any: then it
     /// has no schedule of its own.
     pub(crate) after: Option<After>,
+    /// What its runs may use of the host (`memory_max`, `cpu_max`,
+    /// `tasks_max`, `nofile_max`).
+    pub(crate) resources: resources::Resources,
 }
 
 /// A dependent job's `after`: its parents, and the endings of a parent's
@@ -614,7 +618,7 @@ impl Job {
             "name={:?} schedule={:?} zone={} jitter={} enabled={} run_on={:?} command={:?} env={:?} \
              working_dir={:?} user={:?} group={:?} lock_at_most_for={:?} lock_at_least_for={:?} \
              timeout={:?} kill_grace={:?} catch_up={:?} output_limit={} retries={} \
-             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}{}{}{}",
+             retry_backoff={:?} missed_after={:?} locks={:?} params={:?} limits={:?} overlap={}{}{}{}{}{}{}{}",
             self.name,
             self.schedule.expression(),
             self.schedule.zone(),
@@ -680,6 +684,11 @@ impl Job {
                 String::new()
             } else {
                 format!(" exit_codes={:?}", self.exit_codes)
+            },
+            if self.resources.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", self.resources)
             },
         )
     }

@@ -98,6 +98,10 @@ pub(super) struct RawSettings {
     pub max_concurrent: Option<S<i64>>,
     pub dst_gap: Option<S<String>>,
     pub dst_repeat: Option<S<String>>,
+    pub memory_max: Option<S<String>>,
+    pub cpu_max: Option<S<String>>,
+    pub tasks_max: Option<S<i64>>,
+    pub nofile_max: Option<S<i64>>,
 }
 
 /// A job's `schedule`: one expression, or several whose instants are the
@@ -218,6 +222,10 @@ pub(super) struct RawJob {
     pub max_concurrent: Option<S<i64>>,
     pub dst_gap: Option<S<String>>,
     pub dst_repeat: Option<S<String>>,
+    pub memory_max: Option<S<String>>,
+    pub cpu_max: Option<S<String>>,
+    pub tasks_max: Option<S<i64>>,
+    pub nofile_max: Option<S<i64>>,
     pub not_before: Option<S<String>>,
     pub not_after: Option<S<String>>,
     pub skip_on: Option<S<Vec<String>>>,
@@ -259,6 +267,10 @@ impl RawJob {
             max_concurrent: self.max_concurrent.take(),
             dst_gap: self.dst_gap.take(),
             dst_repeat: self.dst_repeat.take(),
+            memory_max: self.memory_max.take(),
+            cpu_max: self.cpu_max.take(),
+            tasks_max: self.tasks_max.take(),
+            nofile_max: self.nofile_max.take(),
         }
     }
 }

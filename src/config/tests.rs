@@ -2338,3 +2338,92 @@ fn exit_codes() {
         );
     }
 }
+
+/// `memory_max`, `cpu_max`, `tasks_max` and `nofile_max`: set in
+/// `[defaults]` or by a job, which overrides them one by one; unset, none.
+#[test]
+fn resource_limits() {
+    let config = parse(&format!(
+        "{DB}[defaults]\nmemory_max = \"1G\"\nnofile_max = 4096\n\
+         [[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n\
+         memory_max = \"512M\"\ncpu_max = \"50%\"\ntasks_max = 64\n\
+         [[job]]\nname = \"b\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    ))
+    .expect("valid");
+    let a = config.job("a").expect("a");
+    assert_eq!(
+        a.resources,
+        resources::Resources {
+            memory_max: Some(512 << 20),
+            cpu_max: Some(50),
+            tasks_max: Some(64),
+            nofile_max: Some(4096),
+        }
+    );
+    let b = config.job("b").expect("b");
+    assert_eq!(
+        b.resources,
+        resources::Resources {
+            memory_max: Some(1 << 30),
+            nofile_max: Some(4096),
+            ..resources::Resources::default()
+        }
+    );
+    // They are part of the job's definition, as replicas compare it.
+    assert!(a.definition().contains("memory_max=512M cpu_max=50%"));
+    let plain = parse(&job("schedule = \"@daily\"\ncommand = \"true\"")).expect("valid");
+    assert!(plain.jobs[0].resources.is_empty());
+    assert!(!plain.jobs[0].definition().contains("memory_max"));
+}
+
+/// A bad resource limit is refused naming its line, its job and its key.
+#[test]
+fn bad_resource_limits() {
+    for (line, key, needle) in [
+        (
+            "memory_max = \"512Q\"",
+            "memory_max",
+            "expected a size such as \"512M\"",
+        ),
+        ("memory_max = \"-512M\"", "memory_max", "expected a size"),
+        ("memory_max = \"0\"", "memory_max", "too small"),
+        ("memory_max = 512", "memory_max", "invalid type"),
+        ("cpu_max = \"150%\"", "cpu_max", "from 1% to 100%"),
+        ("cpu_max = \"0%\"", "cpu_max", "from 1% to 100%"),
+        ("cpu_max = \"50\"", "cpu_max", "from 1% to 100%"),
+        (
+            "tasks_max = 0",
+            "tasks_max",
+            "tasks_max 0 is out of range 1–4194304",
+        ),
+        ("tasks_max = -1", "tasks_max", "out of range"),
+        (
+            "nofile_max = 0",
+            "nofile_max",
+            "nofile_max 0 is out of range 3–1048576",
+        ),
+        ("nofile_max = -16", "nofile_max", "out of range"),
+        ("nofile_max = \"many\"", "nofile_max", "invalid type"),
+    ] {
+        let rendered = one_error(
+            &job(&format!(
+                "schedule = \"@daily\"\ncommand = \"true\"\n{line}"
+            )),
+            8,
+            Some("\"j\""),
+            key,
+            needle,
+        );
+        assert!(rendered.contains(key), "{rendered}");
+    }
+    // In [defaults]: reported once, there, for no job.
+    let errors = errors(&format!(
+        "{DB}[defaults]\ncpu_max = \"150%\"\n\
+         [[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n\
+         [[job]]\nname = \"b\"\nschedule = \"@daily\"\ncommand = \"true\"\n"
+    ));
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].line, Some(4));
+    assert_eq!(errors[0].key.as_deref(), Some("defaults.cpu_max"));
+    assert_eq!(errors[0].job, None);
+}

@@ -69,6 +69,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-12-01-000300_backfill_progress",
     "2026-12-02-000000_planned_runs",
     "2026-12-02-000100_run_reasons",
+    "2026-12-02-000200_resource_limits",
 );
 
 #[cfg(feature = "sqlite")]
@@ -91,6 +92,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-12-01-000300_backfill_progress",
     "2026-12-02-000000_planned_runs",
     "2026-12-02-000100_run_reasons",
+    "2026-12-02-000200_resource_limits",
 );
 
 /// The row of the migration lock.

@@ -149,6 +149,9 @@ diesel::table! {
         /// Where the other replicas reach its dashboard (`[web]
         /// advertise_url`); NULL when it serves none.
         web_url -> Nullable<Text>,
+        /// How it holds its runs to their resource limits: `cgroup v2` or
+        /// `rlimits`; NULL when it does not say.
+        resource_limits -> Nullable<Text>,
     }
 }
 

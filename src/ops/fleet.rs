@@ -100,6 +100,9 @@ pub(crate) struct ReplicaView {
     /// Where the other replicas reach its dashboard (`[web]
     /// advertise_url`), if it serves one.
     pub(crate) web_url: Option<String>,
+    /// How it holds its runs to their resource limits (`cgroup v2` or
+    /// `rlimits`), if it says.
+    pub(crate) resource_limits: Option<String>,
 }
 
 impl From<&Instance> for ReplicaView {
@@ -115,6 +118,7 @@ impl From<&Instance> for ReplicaView {
             alive: instance.alive,
             clock_offset_seconds: row.clock_offset_us.map(|us| us as f64 / 1e6),
             web_url: row.web_url.clone(),
+            resource_limits: row.resource_limits.clone(),
         }
     }
 }
@@ -839,6 +843,7 @@ mod tests {
                 job_digests: None,
                 clock_offset_us: None,
                 web_url: None,
+                resource_limits: None,
             },
             alive,
         }

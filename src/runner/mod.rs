@@ -17,6 +17,7 @@ pub(crate) mod live;
 pub(crate) mod memory;
 pub(crate) mod output;
 pub(crate) mod pid1;
+pub(crate) mod resources;
 mod spawn;
 pub(crate) mod users;
 
@@ -75,6 +76,8 @@ pub(crate) struct Process {
     /// The job's `secret_env`: each variable's value is read from its file
     /// at each run's start, and masked in the run's output.
     pub(crate) secret_env: Vec<(String, crate::config::params::SecretSource)>,
+    /// What the run may use of the host.
+    pub(crate) resources: crate::config::resources::Resources,
 }
 
 impl Action for Process {
@@ -110,6 +113,7 @@ impl Process {
         env.insert("REPLICRON_TRIGGER".into(), ctx.trigger().to_string());
         if let Some(reason) = ctx.reason() {
             env.insert("REPLICRON_REASON".into(), reason.to_string());
+        }
         if let Some(previous) = ctx.previous_status() {
             env.insert("REPLICRON_PREVIOUS_STATUS".into(), previous.to_string());
         }
@@ -141,6 +145,7 @@ impl Process {
             inherit_stdio: self.inherit_stdio,
             hidden_env: self.hidden_env.clone(),
             run_as: self.run_as.clone(),
+            resources: self.resources,
             secrets: self
                 .secret_params
                 .iter()
@@ -169,7 +174,45 @@ impl Process {
                 "replicron: not started: its lease could not be confirmed in time\n".to_string(),
             );
         }
-        let mut running = match spawn(&spec, ctx.guard.as_deref(), first, Some(not_after)).await {
+        // A cgroup of its own where the replica has them and the job sets
+        // a limit one holds.
+        let mut cgroup = match resources::enforcement() {
+            resources::Enforcement::Cgroup(base)
+                if spec.resources.memory_max.is_some()
+                    || spec.resources.cpu_max.is_some()
+                    || spec.resources.tasks_max.is_some() =>
+            {
+                match resources::RunCgroup::create(
+                    base,
+                    ctx.run_id(),
+                    &spec.resources,
+                    resources::cpus(),
+                ) {
+                    Ok(cgroup) => Some(cgroup),
+                    Err(e) => {
+                        return Ending::of(
+                            Ended::NotStarted,
+                            format!("replicron: cannot start the run: its cgroup: {e}\n"),
+                        );
+                    }
+                }
+            }
+            _ => None,
+        };
+        let started = spawn(
+            &spec,
+            ctx.guard.as_deref(),
+            first,
+            Some(not_after),
+            cgroup.as_ref(),
+        )
+        .await;
+        if started.is_err()
+            && let Some(cgroup) = cgroup.take()
+        {
+            tokio::spawn(cgroup.remove());
+        }
+        let mut running = match started {
             Ok(running) => running,
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Ending::of(Ended::NotStarted, format!("replicron: not started: {e}\n"));
@@ -228,6 +271,25 @@ impl Process {
         if let Some(guard) = &ctx.guard {
             guard.forget(group).await;
         }
+        let signal = match exit {
+            Exit::Signal(signal) => Some(signal),
+            Exit::Code(_) => None,
+        };
+        let mut tail = output.tail;
+        let events = cgroup.as_ref().map(|c| (c.oom_kills(), c.forks_refused()));
+        if let Some(cgroup) = cgroup {
+            tokio::spawn(cgroup.remove());
+        }
+        // Stopped for one of its limits, as far as can be told.
+        if exit != Exit::Code(0)
+            && let Some(why) = resources::diagnose(&spec.resources, events, signal, &tail)
+        {
+            tracing::warn!(job = %spec.job, run_id = spec.run_id, "{why}");
+            if !tail.is_empty() && !tail.ends_with('\n') {
+                tail.push('\n');
+            }
+            tail.push_str(&format!("replicron: {why}\n"));
+        }
         Ending {
             how: if exit == Exit::Code(0) {
                 Ended::Succeeded
@@ -235,11 +297,8 @@ impl Process {
                 Ended::Failed
             },
             exit_code: exit.code(),
-            signal: match exit {
-                Exit::Signal(signal) => Some(signal),
-                Exit::Code(_) => None,
-            },
-            output: output.tail,
+            signal,
+            output: tail,
         }
     }
 }
@@ -274,6 +333,8 @@ struct RunSpec {
     run_as: Option<crate::config::RunAs>,
     /// The values of its secret parameters, masked in its output.
     secrets: Arc<[String]>,
+    /// What it may use of the host.
+    resources: crate::config::resources::Resources,
 }
 
 /// A started run.
@@ -321,6 +382,7 @@ async fn spawn(
     guard: Option<&Guard>,
     deadlines: Deadlines,
     not_after: Option<tokio::time::Instant>,
+    cgroup: Option<&resources::RunCgroup>,
 ) -> io::Result<Running> {
     let (program, args): (&str, Vec<&str>) = match &spec.command {
         Command::Shell { shell, command } => (shell, vec!["-c", command]),
@@ -368,6 +430,7 @@ async fn spawn(
             name
         })
         .collect();
+    let rlimits = resources::rlimits(&spec.resources, resources::enforcement());
     let mut child = spawn::Spawn {
         program: &program,
         args: std::iter::once(program.clone().into_os_string())
@@ -382,6 +445,8 @@ async fn spawn(
             spawn::Streams::Captured
         },
         not_after,
+        cgroup: cgroup.map(resources::RunCgroup::procs),
+        rlimits: &rlimits,
     }
     .spawn()?;
     let group = child.id();
@@ -555,6 +620,7 @@ mod tests {
             secret_sources: Vec::new(),
             secret_params: Vec::new(),
             secret_env: Vec::new(),
+            resources: Default::default(),
         }
     }
 

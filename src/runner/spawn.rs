@@ -10,8 +10,9 @@
 //! double the cost of a start). Between the clone and the exec the child
 //! makes only raw system calls on values prepared before it: it takes
 //! every signal back to its default with all of them blocked, sets its
-//! parent-death signal (SIGKILL), its own process group, its standard
-//! streams, its directory and its user, then execs. A failing step leaves
+//! parent-death signal (SIGKILL), its own process group, its cgroup and
+//! its rlimits (the job's resource limits), its standard streams, its
+//! directory and its user, then execs. A failing step leaves
 //! its errno in memory the parent reads once the child has exec'd or
 //! exited.
 //!
@@ -25,7 +26,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -35,6 +36,7 @@ use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
+use super::resources::Rlimit;
 use super::users::Switch;
 
 /// What the child's standard streams are.
@@ -65,6 +67,10 @@ pub(super) struct Spawn<'a> {
     /// its own check and the clone cannot start a run after its lease's
     /// deadline.
     pub(super) not_after: Option<tokio::time::Instant>,
+    /// The `cgroup.procs` of the run's own cgroup, to move into.
+    pub(super) cgroup: Option<BorrowedFd<'a>>,
+    /// The rlimits to set, soft and hard alike.
+    pub(super) rlimits: &'a [Rlimit],
 }
 
 /// A started process: the leader of its own process group.
@@ -85,6 +91,8 @@ const STEP_USER: i32 = 2;
 const STEP_EXEC: i32 = 3;
 const STEP_OTHER: i32 = 4;
 const STEP_LATE: i32 = 5;
+const STEP_CGROUP: i32 = 6;
+const STEP_RLIMIT: i32 = 7;
 
 /// What the child reads: every pointer is into memory the parent keeps
 /// alive (and does not touch) until the clone returns.
@@ -102,6 +110,11 @@ struct ChildArgs {
     groups_len: usize,
     /// The last moment to exec on `CLOCK_MONOTONIC` (`tv_sec` < 0: none).
     not_after: libc::timespec,
+    /// The run's cgroup's `cgroup.procs` (-1: none).
+    cgroup: RawFd,
+    /// The rlimits to set.
+    rlimits: *const Rlimit,
+    rlimits_len: usize,
     /// The failed step (0 if none) and its errno, written by the child.
     step: AtomicI32,
     errno: AtomicI32,
@@ -186,6 +199,9 @@ impl Spawn<'_> {
             gid: self.switch.map_or(0, |s| s.gid.as_raw()),
             groups: groups.as_ptr(),
             groups_len: groups.len(),
+            cgroup: self.cgroup.map_or(-1, |fd| fd.as_raw_fd()),
+            rlimits: self.rlimits.as_ptr(),
+            rlimits_len: self.rlimits.len(),
             step: AtomicI32::new(0),
             errno: AtomicI32::new(0),
         };
@@ -214,6 +230,14 @@ impl Spawn<'_> {
                 STEP_EXEC => io::Error::new(
                     errno.kind(),
                     format!("cannot execute {}: {errno}", self.program.display()),
+                ),
+                STEP_CGROUP => io::Error::new(
+                    errno.kind(),
+                    format!("cannot move the run into its cgroup: {errno}"),
+                ),
+                STEP_RLIMIT => io::Error::new(
+                    errno.kind(),
+                    format!("cannot set the job's resource limits: {errno}"),
                 ),
                 STEP_LATE => io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -354,6 +378,30 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         if libc::setpgid(0, 0) != 0 {
             return fail(STEP_OTHER);
         }
+        // Into the run's own cgroup ("0": the writer itself), and under
+        // its rlimits, while it still has the daemon's privileges (a hard
+        // limit above the daemon's is for a privileged one to set).
+        if args.cgroup >= 0 && libc::write(args.cgroup, b"0".as_ptr().cast(), 1) != 1 {
+            return fail(STEP_CGROUP);
+        }
+        if args.rlimits_len > 0 {
+            for limit in std::slice::from_raw_parts(args.rlimits, args.rlimits_len) {
+                // The kernel's prlimit64 on this process: { soft, hard }.
+                let set = |value: u64| {
+                    let both = [value, value];
+                    libc::syscall(
+                        libc::SYS_prlimit64,
+                        0,
+                        limit.resource,
+                        both.as_ptr(),
+                        std::ptr::null_mut::<u64>(),
+                    ) == 0
+                };
+                if !set(limit.want) && (limit.fallback == limit.want || !set(limit.fallback)) {
+                    return fail(STEP_RLIMIT);
+                }
+            }
+        }
         for (target, &fd) in args.stdio.iter().enumerate() {
             if fd >= 0 && libc::dup2(fd, target as RawFd) < 0 {
                 return fail(STEP_OTHER);
@@ -481,6 +529,8 @@ mod tests {
             switch: None,
             not_after: None,
             streams: Streams::Captured,
+            cgroup: None,
+            rlimits: &[],
         }
     }
 
@@ -583,6 +633,55 @@ mod tests {
             "the daemon is still root"
         );
         assert!(nix::unistd::Uid::current().is_root());
+    }
+
+    /// The rlimits it is given are the child's, soft and hard; the daemon
+    /// keeps its own.
+    #[tokio::test]
+    async fn the_child_gets_its_rlimits_and_the_daemon_keeps_its_own() {
+        use nix::sys::resource::{Resource, getrlimit};
+        let before = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+        let limits = [
+            Rlimit {
+                resource: libc::RLIMIT_NOFILE as libc::c_int,
+                want: 16,
+                fallback: 16,
+            },
+            Rlimit {
+                resource: libc::RLIMIT_DATA as libc::c_int,
+                want: 64 << 20,
+                fallback: 64 << 20,
+            },
+        ];
+        let spawn = Spawn {
+            rlimits: &limits,
+            ..shell("ulimit -Sn; ulimit -Hn; ulimit -d")
+        };
+        let (code, out, err) = run(&spawn).await;
+        assert_eq!((code, out.as_str()), (0, "16\n16\n65536\n"), "{err}");
+        assert_eq!(
+            getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit"),
+            before
+        );
+    }
+
+    /// A child moves itself into the cgroup whose `cgroup.procs` it is
+    /// given, before its exec: here a file that takes what it writes.
+    #[tokio::test]
+    async fn the_child_writes_itself_into_its_cgroup() {
+        let procs = tempfile::NamedTempFile::new().expect("procs");
+        let fd = std::fs::OpenOptions::new()
+            .write(true)
+            .open(procs.path())
+            .expect("open");
+        use std::os::fd::AsFd as _;
+        let spawn = Spawn {
+            cgroup: Some(fd.as_fd()),
+            ..shell("true")
+        };
+        let (code, _, _) = run(&spawn).await;
+        assert_eq!(code, 0);
+        assert_eq!(std::fs::read_to_string(procs.path()).expect("read"), "0");
     }
 
     /// A process whose deadline has passed by the time it would exec does

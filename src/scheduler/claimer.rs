@@ -515,6 +515,7 @@ mod tests {
                     job_digests: Some(digests.clone()),
                     clock_offset_us: None,
                     web_url: None,
+                    resource_limits: None,
                 },
                 alive: true,
             })

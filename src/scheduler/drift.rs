@@ -221,6 +221,7 @@ mod tests {
                 job_digests: Some(digests.to_string()),
                 clock_offset_us: None,
                 web_url: None,
+                resource_limits: None,
             },
             alive: true,
         }

@@ -69,6 +69,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             secret_sources: Vec::new(),
             secret_params: Vec::new(),
             secret_env: Vec::new(),
+            resources: Default::default(),
         }),
     }
 }

@@ -367,6 +367,7 @@ impl Job {
                     .iter()
                     .map(|(name, source)| (name.clone(), source.clone()))
                     .collect(),
+                resources: job.resources,
             },
         )
     }

@@ -863,6 +863,7 @@ impl Registration {
                 .offset()
                 .and_then(|o| o.offset.num_microseconds())
                 .map(|db_minus_host| -db_minus_host),
+            resource_limits: crate::runner::resources::published(),
         };
         // A failure is the store's to tell; the next beat tries again.
         if let Ok((mine, instances)) = engine.store.heartbeat(self.me.clone(), beat.clone()).await {

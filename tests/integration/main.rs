@@ -39,6 +39,7 @@ mod operate;
 mod pid1;
 mod proxy;
 mod rerun;
+mod resources;
 mod run_control;
 mod runs_view;
 mod secret_env;

@@ -34,6 +34,7 @@ pub(super) struct Settings {
     pub(super) overlap: Overlap,
     pub(super) dst_gap: DstGap,
     pub(super) dst_repeat: DstRepeat,
+    pub(super) resources: crate::config::resources::Resources,
 }
 
 impl Default for Settings {
@@ -58,6 +59,7 @@ impl Default for Settings {
             overlap: Overlap::Skip,
             dst_gap: DstGap::Shift,
             dst_repeat: DstRepeat::First,
+            resources: crate::config::resources::Resources::default(),
         }
     }
 }
@@ -357,6 +359,7 @@ impl Checker<'_> {
                 ),
             }
         }
+        self.resources(&raw, &mut settings.resources, scope);
         if let Some(retries) = &raw.retries {
             match u32::try_from(*retries.get_ref()) {
                 Ok(n) if n <= MAX_RETRIES => settings.retries = n,
@@ -942,6 +945,7 @@ impl Checker<'_> {
             priority,
             on_abandon,
             after: None,
+            resources: settings.resources,
         })
     }
 
@@ -994,6 +998,50 @@ impl Checker<'_> {
                     ),
                 );
                 OnAbandon::Record
+            }
+        }
+    }
+
+    /// `memory_max`, `cpu_max`, `tasks_max` and `nofile_max` over
+    /// `resources`; a bad value is reported and the base kept.
+    fn resources(
+        &mut self,
+        raw: &RawSettings,
+        resources: &mut crate::config::resources::Resources,
+        scope: Scope<'_>,
+    ) {
+        use crate::config::resources as r;
+        if let Some(value) = &raw.memory_max {
+            match r::parse_memory(value.get_ref()) {
+                Ok(bytes) => resources.memory_max = Some(bytes),
+                Err(e) => self.report(Some(value.span()), Some(scope), Some("memory_max"), e),
+            }
+        }
+        if let Some(value) = &raw.cpu_max {
+            match r::parse_cpu(value.get_ref()) {
+                Ok(percent) => resources.cpu_max = Some(percent),
+                Err(e) => self.report(Some(value.span()), Some(scope), Some("cpu_max"), e),
+            }
+        }
+        for (value, key, range, slot) in [
+            (
+                &raw.tasks_max,
+                "tasks_max",
+                r::TASKS_MAX_RANGE,
+                &mut resources.tasks_max,
+            ),
+            (
+                &raw.nofile_max,
+                "nofile_max",
+                r::NOFILE_MAX_RANGE,
+                &mut resources.nofile_max,
+            ),
+        ] {
+            if let Some(value) = value {
+                match r::parse_count(key, *value.get_ref(), &range) {
+                    Ok(n) => *slot = Some(n),
+                    Err(e) => self.report(Some(value.span()), Some(scope), Some(key), e),
+                }
             }
         }
     }

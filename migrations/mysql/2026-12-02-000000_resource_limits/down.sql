@@ -1,0 +1,1 @@
+ALTER TABLE replicron_instances DROP COLUMN resource_limits;

@@ -1,0 +1,1 @@
+ALTER TABLE replicron_instances DROP COLUMN IF EXISTS resource_limits;
