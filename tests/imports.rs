@@ -7,7 +7,7 @@
 //! It reads the source as text (comments, string literals and
 //! `#[cfg(test)]` items left out), so it needs nothing built.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The top-level modules, lowest first: each may use only those of lower
@@ -267,6 +267,7 @@ fn no_module_imports_one_it_must_not() {
     let mut wrong = Vec::new();
     let mut edges: BTreeMap<(String, String), usize> = BTreeMap::new();
     let mut unknown = Vec::new();
+    let reexports = root_reexports(&root);
     for file in &files {
         let relative = file.strip_prefix(&root).expect("under src");
         let first = relative
@@ -293,8 +294,12 @@ fn no_module_imports_one_it_must_not() {
             if name == first || name.is_empty() {
                 continue;
             }
-            // A name the crate root re-exports (`crate::Error`) or a
-            // macro's: no module.
+            // A name the crate root re-exports (`crate::Error`) is the
+            // module's it comes from; a macro's names no module.
+            let name = reexports.get(&name).cloned().unwrap_or(name);
+            if name == first {
+                continue;
+            }
             let Some(theirs) = layer_of(&name) else {
                 if TEST_ONLY.contains(&name.as_str()) {
                     wrong.push(format!(
@@ -344,4 +349,277 @@ fn f() -> notcrate::x { crate::schedule::now() }
         .map(|(name, _)| name)
         .collect();
     assert_eq!(names, ["db", "config", "lease", "telemetry", "schedule"]);
+}
+
+/// Every path `code` names after `prefix` (`crate::`, `super::`, `self::`),
+/// as its segments, a group (`{a, b::c}`) spread into one path per member,
+/// with the line of each; `*` and `self` members end a path.
+fn paths_after(code: &str, prefix: &str) -> Vec<(Vec<String>, usize)> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices(prefix) {
+        if is_ident(code[..at].chars().next_back()) || code[..at].ends_with("::") {
+            continue;
+        }
+        let line = code[..at].matches('\n').count() + 1;
+        let mut start = Vec::new();
+        if prefix == "super::" {
+            start.push("super".to_string());
+        }
+        spread(&code[at + prefix.len()..], start, line, &mut found);
+    }
+    found
+}
+
+/// The path at the start of `text`, after the segments `before`.
+fn spread(text: &str, before: Vec<String>, line: usize, found: &mut Vec<(Vec<String>, usize)>) {
+    let mut segments = before;
+    let mut rest = text.trim_start();
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            // Members at the group's top level, split at its commas.
+            let mut depth = 0usize;
+            let mut member_start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        spread(&group[member_start..i], segments.clone(), line, found);
+                        return;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        spread(&group[member_start..i], segments.clone(), line, found);
+                        member_start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let name: String = rest.chars().take_while(|c| is_ident(Some(*c))).collect();
+        if name.is_empty() || name == "self" {
+            break;
+        }
+        rest = &rest[name.len()..];
+        segments.push(name);
+        match rest.strip_prefix("::") {
+            Some(after) => rest = after.trim_start(),
+            None => break,
+        }
+    }
+    if !segments.is_empty() && segments.iter().any(|s| s != "super") {
+        found.push((segments, line));
+    }
+}
+
+/// The names the crate root re-exports (`pub use self::error::Error;`),
+/// each with the top-level module it comes from.
+fn root_reexports(root: &Path) -> BTreeMap<String, String> {
+    let lib = std::fs::read_to_string(root.join("lib.rs")).expect("read lib.rs");
+    let code = without_tests(&code_only(&lib));
+    let mut names = BTreeMap::new();
+    for statement in code.split(';') {
+        let Some(at) = statement.find("pub use ") else {
+            continue;
+        };
+        let path = statement[at + "pub use ".len()..].trim();
+        let path = path
+            .strip_prefix("self::")
+            .or(path.strip_prefix("crate::"))
+            .unwrap_or(path);
+        let mut found = Vec::new();
+        spread(path, Vec::new(), 0, &mut found);
+        for (segments, _) in found {
+            if let (Some(module), Some(name)) = (segments.first(), segments.last())
+                && segments.len() > 1
+            {
+                names.insert(name.clone(), module.clone());
+            }
+        }
+    }
+    names
+}
+
+/// The module path of a source file under `root`: `runner/live.rs` is
+/// `runner::live`, `runner/mod.rs` is `runner`, `lib.rs` is the root.
+fn module_of(root: &Path, file: &Path) -> Vec<String> {
+    let relative = file.strip_prefix(root).expect("under src");
+    let mut path: Vec<String> = relative
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if matches!(
+        path.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        path.pop();
+    }
+    path
+}
+
+/// The modules each module uses, as edges between siblings: a use of
+/// `runner::output` from `runner::live` is the edge `live -> output` under
+/// `runner`; one from `web::live` is `web -> runner` at the top. A
+/// module's use of its own parent or child is no edge.
+fn sibling_edges(root: &Path) -> BTreeMap<(Vec<String>, Vec<String>), Vec<String>> {
+    let mut files = Vec::new();
+    sources(root, &mut files);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(root, f)).collect();
+    let reexports = root_reexports(root);
+    let mut edges: BTreeMap<(Vec<String>, Vec<String>), Vec<String>> = BTreeMap::new();
+    for file in &files {
+        let own = module_of(root, file);
+        if own.first().is_some_and(|m| TEST_ONLY.contains(&m.as_str())) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("read");
+        let code = without_tests(&code_only(&text));
+        let mut uses = Vec::new();
+        for (path, line) in paths_after(&code, "crate::") {
+            let path = match reexports.get(&path[0]) {
+                Some(module) if path.len() == 1 || !modules.contains(&path[..1]) => {
+                    vec![module.clone(), path[0].clone()]
+                }
+                _ => path,
+            };
+            uses.push((path, line));
+        }
+        for (path, line) in paths_after(&code, "super::") {
+            let ups = path.iter().take_while(|s| *s == "super").count();
+            let Some(base) = own.len().checked_sub(ups) else {
+                continue;
+            };
+            let mut resolved = own[..base].to_vec();
+            resolved.extend(path[ups..].iter().cloned());
+            uses.push((resolved, line));
+        }
+        for (path, line) in paths_after(&code, "self::") {
+            let mut resolved = own.clone();
+            resolved.extend(path);
+            uses.push((resolved, line));
+        }
+        for (path, line) in uses {
+            // The longest module the path names.
+            let Some(target) = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|p| modules.contains(p))
+            else {
+                continue;
+            };
+            let common = own.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == own.len() || common == target.len() {
+                continue;
+            }
+            let from = own[..=common].to_vec();
+            let to = target[..=common].to_vec();
+            let place = format!(
+                "{}:{line}",
+                file.strip_prefix(root).expect("under src").display()
+            );
+            edges.entry((from, to)).or_default().push(place);
+        }
+    }
+    edges
+}
+
+/// The cycles of `edges`: each strongly connected set of two or more
+/// modules, with the places of the uses that close it.
+fn cycles(edges: &BTreeMap<(Vec<String>, Vec<String>), Vec<String>>) -> Vec<String> {
+    let mut next: BTreeMap<&Vec<String>, Vec<&Vec<String>>> = BTreeMap::new();
+    for (a, b) in edges.keys() {
+        next.entry(a).or_default().push(b);
+        next.entry(b).or_default();
+    }
+    // What each module reaches, through one use or more.
+    let reach: BTreeMap<&Vec<String>, BTreeSet<&Vec<String>>> = next
+        .keys()
+        .map(|&from| {
+            let mut seen = BTreeSet::new();
+            let mut todo = next[from].clone();
+            while let Some(at) = todo.pop() {
+                if seen.insert(at) {
+                    todo.extend(next[at].iter().copied());
+                }
+            }
+            (from, seen)
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut done: BTreeSet<&Vec<String>> = BTreeSet::new();
+    for (&node, reached) in &reach {
+        if done.contains(node) || !reached.contains(node) {
+            continue;
+        }
+        let set: BTreeSet<&Vec<String>> = reached
+            .iter()
+            .copied()
+            .filter(|other| reach[other].contains(node))
+            .collect();
+        let mut lines = vec![
+            set.iter()
+                .map(|m| m.join("::"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ];
+        for ((a, b), places) in edges {
+            if set.contains(a) && set.contains(b) {
+                lines.push(format!(
+                    "  {} uses {} at {}",
+                    a.join("::"),
+                    b.join("::"),
+                    places.join(", ")
+                ));
+            }
+        }
+        found.push(lines.join("\n"));
+        done.extend(set);
+    }
+    found
+}
+
+#[test]
+fn no_modules_use_each_other_in_a_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let edges = sibling_edges(&root);
+    assert!(
+        edges.contains_key(&(
+            vec!["runner".to_string(), "live".to_string()],
+            vec!["runner".to_string(), "output".to_string()]
+        )),
+        "the check found no uses between submodules: {edges:?}"
+    );
+    let found = cycles(&edges);
+    assert!(
+        found.is_empty(),
+        "modules that use each other, directly or through others (docs/design.md#the-module-graph):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_reader_follows_groups_supers_and_the_roots_reexports() {
+    let code = "use super::{live::Live, output::{Stream, Tail}, Process};\nuse super::super::db::Pool;\nfn f() -> crate::Error { todo!() }\n";
+    let supers: Vec<Vec<String>> = paths_after(code, "super::")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    let expected: Vec<Vec<&str>> = vec![
+        vec!["super", "live", "Live"],
+        vec!["super", "output", "Stream"],
+        vec!["super", "output", "Tail"],
+        vec!["super", "Process"],
+        vec!["super", "super", "db", "Pool"],
+    ];
+    assert_eq!(supers, expected);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    assert_eq!(
+        root_reexports(&root).get("Error").map(String::as_str),
+        Some("error")
+    );
 }

@@ -44,7 +44,7 @@ pub(crate) struct Engine {
     /// rerun (`on_abandon = "rerun"`), through [`Engine::abandoned`].
     pub(crate) on_abandoned: OnAbandoned,
     /// Where the runs this replica marks `abandoned` go.
-    pub(crate) abandoned: Arc<super::rerun::Abandoned>,
+    pub(crate) abandoned: Arc<super::abandoned::Abandoned>,
     /// Paces the catch-up, backfill and retry runs it starts.
     pub(crate) throttle: super::throttle::Throttle,
 }
@@ -64,7 +64,7 @@ impl Engine {
         let health = Arc::new(Health::new(liveness));
         let store = store.reporting_to(health.clone());
         let notifier = Notifier::start(sent);
-        let abandoned = super::rerun::Abandoned::new(notifier.clone());
+        let abandoned = super::abandoned::Abandoned::new(notifier.clone());
         let on_abandoned = abandoned.callback();
         let journal = Journal::start(store.clone(), health.clone(), on_abandoned.clone());
         Arc::new(Engine {

@@ -12,6 +12,7 @@
 //! returns. `docs/design.md#the-life-of-a-run` and
 //! `docs/design.md#failure-handling` describe what these loops guarantee.
 
+mod abandoned;
 pub(crate) mod after;
 mod alerts;
 pub(crate) mod backfill;

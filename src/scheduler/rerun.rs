@@ -22,15 +22,15 @@
 //! notified as `abandoned`, as it always was; one that is rerun is told
 //! of by its rerun's ending instead.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::abandoned::tell;
 use super::engine::Engine;
 use super::execute::{Plan, execute};
 use super::run_lease::Hold;
@@ -39,79 +39,9 @@ use super::{Job, Phase};
 use crate::backoff::Backoff;
 use crate::config::{OnAbandon, Overlap, RunOn};
 use crate::db::DbError;
-use crate::history::{OnAbandoned, Params, RerunState, RunRow, RunStatus, Trigger};
+use crate::history::{Params, RerunState, RunRow, RunStatus, Trigger};
 use crate::lease::Claim;
-use crate::notify::{Event, Notice, Notifier};
 use crate::schedule::fmt_instant;
-
-/// Where the runs this replica marks `abandoned` go: to its scheduler's
-/// [`serve`], which reruns those whose job asks for it, once one is
-/// serving; else straight to the notifications.
-pub(crate) struct Abandoned {
-    sender: mpsc::UnboundedSender<RunRow>,
-    receiver: Mutex<Option<mpsc::UnboundedReceiver<RunRow>>>,
-    /// Whether [`serve`] has taken the receiver.
-    served: AtomicBool,
-    notifier: Arc<Notifier>,
-}
-
-impl Abandoned {
-    /// Nobody serves it yet: every run marked is notified.
-    pub(crate) fn new(notifier: Arc<Notifier>) -> Arc<Abandoned> {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        Arc::new(Abandoned {
-            sender,
-            receiver: Mutex::new(Some(receiver)),
-            served: AtomicBool::new(false),
-            notifier,
-        })
-    }
-
-    /// What the statements that mark runs `abandoned` call with the rows
-    /// they marked. It never blocks: it is called on a database
-    /// connection's thread.
-    pub(crate) fn callback(self: &Arc<Self>) -> OnAbandoned {
-        let me = self.clone();
-        Arc::new(move |rows: &[RunRow]| {
-            for row in rows {
-                // A receiver closed by a stopping [`serve`] gives the row
-                // back: told at once.
-                if !(me.served.load(Ordering::SeqCst) && me.sender.send(row.clone()).is_ok()) {
-                    tell(&me.notifier, row);
-                }
-            }
-        })
-    }
-
-    /// The rows from now on, for [`serve`] (once).
-    fn take(&self) -> Option<mpsc::UnboundedReceiver<RunRow>> {
-        let receiver = self
-            .receiver
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if receiver.is_some() {
-            self.served.store(true, Ordering::SeqCst);
-        }
-        receiver
-    }
-}
-
-/// Notifies `row`, a run marked `abandoned` that stays so.
-pub(crate) fn tell(notifier: &Notifier, row: &RunRow) {
-    notifier.event(Notice::new(
-        Event::Abandoned,
-        &row.job,
-        row.scheduled_at.and_utc(),
-        RunStatus::Abandoned,
-        None,
-        row.attempt,
-        &row.instance,
-        None,
-        &row.output,
-        Some(row.id),
-    ));
-}
 
 /// Takes the runs this replica marks `abandoned` until the scheduler
 /// drains: each one of a job of `jobs` (as they are then) that asks for

@@ -367,7 +367,7 @@ pub(super) async fn act(
 }
 
 /// The keys a JSON body of an action may have.
-const BODY_KEYS: [&str; 10] = [
+const BODY_KEYS: [&str; 11] = [
     "params",
     "at",
     "force",
@@ -461,6 +461,27 @@ fn action_params(query: Option<&str>, body: &[u8]) -> Result<ActionParams, Strin
         }
         Ok(_) => Err("the JSON body must be an object, e.g. {\"reason\": \"…\"}".to_string()),
         Err(e) => Err(format!("the JSON body: {e}")),
+    }
+}
+
+/// `GET /api/v1/runs`.
+pub(super) async fn runs(
+    State(web): State<Shared>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let caller = super::caller(&web, &headers).await;
+    let now = match web.store.database_now().await {
+        Ok(now) => now,
+        Err(e) => return unavailable(e),
+    };
+    let params = match super::runs::RunsParams::parse(query.as_deref().unwrap_or(""), now) {
+        Ok(params) => params,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match super::runs::page_for(&web, &caller, params.search).await {
+        Ok(page) => axum::Json(page).into_response(),
+        Err(e) => unavailable(e),
     }
 }
 

@@ -15,8 +15,10 @@ mod auth;
 pub(crate) mod data;
 pub(crate) mod listener;
 pub(crate) mod live;
+mod markup;
 mod pages;
 mod runs;
+mod runs_page;
 mod sessions;
 mod throttle;
 mod timeline;
@@ -235,7 +237,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/", get(pages::overview))
         .route("/jobs/{name}", get(pages::job))
         .route("/jobs/{name}/{action}", post(pages::act))
-        .route("/runs", get(runs::view))
+        .route("/runs", get(runs_page::view))
         .route("/runs/{id}", get(pages::run))
         .route("/runs/{id}/output", get(live::output))
         .route("/audit", get(pages::audit))
@@ -245,7 +247,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/api/v1/jobs", get(api::jobs))
         .route("/api/v1/jobs/{name}", get(api::job))
         .route("/api/v1/jobs/{name}/{action}", post(api::act))
-        .route("/api/v1/runs", get(runs::api))
+        .route("/api/v1/runs", get(api::runs))
         .route("/api/v1/runs/{id}", get(api::run))
         .route("/api/v1/instances", get(api::instances))
         .route("/api/v1/audit", get(api::audit))

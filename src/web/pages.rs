@@ -114,42 +114,7 @@ pre.output .gap{color:#c9d1d9;font-style:italic}
 .over{font-weight:700}
 "#;
 
-/// How far `at` is from `now`, as people say it: "12 s ago", "in 3 min".
-fn relative(seconds: f64) -> String {
-    let (abs, future) = (seconds.abs(), seconds > 0.0);
-    let text = if abs < 1.0 {
-        return "now".to_string();
-    } else if abs < 90.0 {
-        format!("{abs:.0} s")
-    } else if abs < 90.0 * 60.0 {
-        format!("{:.0} min", abs / 60.0)
-    } else if abs < 36.0 * 3600.0 {
-        format!("{:.1} h", abs / 3600.0)
-    } else {
-        format!("{:.1} d", abs / 86400.0)
-    };
-    if future {
-        format!("in {text}")
-    } else {
-        format!("{text} ago")
-    }
-}
-
-pub(super) fn since(now: DateTime<Utc>, at: &str) -> String {
-    DateTime::parse_from_rfc3339(at).map_or_else(
-        |_| at.to_string(),
-        |at| relative((at.with_timezone(&Utc) - now).num_milliseconds() as f64 / 1000.0),
-    )
-}
-
-pub(super) fn duration(seconds: Option<f64>) -> String {
-    match seconds {
-        None => "-".to_string(),
-        Some(s) if s < 1.0 => format!("{:.0} ms", s * 1000.0),
-        Some(s) if s < 120.0 => format!("{s:.1} s"),
-        Some(s) => format!("{:.1} min", s / 60.0),
-    }
-}
+pub(super) use super::markup::{duration, encode, relative, since, status_badge, trace_href};
 
 /// An RFC 3339 time with its zone's offset, as people read it:
 /// `2026-11-25 07:00:00 +01:00`.
@@ -158,22 +123,6 @@ fn local(rfc3339: &str) -> String {
         |_| rfc3339.to_string(),
         |t| t.format("%Y-%m-%d %H:%M:%S %:z").to_string(),
     )
-}
-
-/// Percent-encodes `text` for a query string.
-pub(super) fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-pub(super) fn status_badge(status: RunStatus) -> Markup {
-    html! { span class={"badge s-" (status.as_str())} { (status.as_str()) } }
 }
 
 /// A job's state as one word, for its dot.
@@ -771,21 +720,6 @@ pub(super) async fn audit(
         },
     )
     .into_response()
-}
-
-/// The trace viewer's URL of `run`'s trace (`[telemetry] trace_url`), if
-/// one is set and its trace is sampled.
-pub(super) fn trace_href(
-    telemetry: &crate::config::TelemetryConfig,
-    run: &RunRecord,
-) -> Option<String> {
-    let instant = DateTime::parse_from_rfc3339(&run.scheduled_at).ok()?;
-    crate::telemetry::traces::trace_link(
-        telemetry,
-        &run.job,
-        instant.with_timezone(&Utc),
-        run.fence,
-    )
 }
 
 pub(super) async fn job(
