@@ -26,8 +26,8 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use self::jobs::Settings;
 use super::raw::{
-    RawAfter, RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSchedule,
-    RawSettings, RawTelemetry, RawToken, RawWeb,
+    RawAfter, RawCalendar, RawDaemon, RawDatabase, RawJob, RawLimit, RawNotify, RawSettings,
+    RawTelemetry, RawToken, RawWeb,
 };
 use super::*;
 use crate::schedule::{DstGap, DstRepeat, Rules};
