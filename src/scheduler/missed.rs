@@ -224,9 +224,28 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<(usize, Option<DateTime
     // up to its run's start, found it waiting (or the lease not yet given
     // back) and are its overruns, as `verify` judges them.
     let waited = super::tick::waits_for_the_run(job) && job.after.is_none();
+    // A run's attempts under one lease (one fence) are one chain: an
+    // attempt whose end is not known held the lease at most until the
+    // chain's last confirmation (or its first start) and the lease's
+    // length, as `verify` judges it. A retry's start is no confirmation.
+    let mut chains: BTreeMap<(DateTime<Utc>, i64), (DateTime<Utc>, Option<DateTime<Utc>>)> =
+        BTreeMap::new();
+    for run in &going {
+        let chain = chains
+            .entry((run.instant, run.fence))
+            .or_insert((run.started_at, run.confirmed_at));
+        chain.0 = chain.0.min(run.started_at);
+        chain.1 = chain.1.max(run.confirmed_at);
+    }
     let mut spans: BTreeMap<DateTime<Utc>, Span> = BTreeMap::new();
     for run in going {
-        let end = run.held_until(lease_for, holds_now(&run));
+        let (first, confirmed) = chains[&(run.instant, run.fence)];
+        let chain = crate::history::Going {
+            started_at: first,
+            confirmed_at: confirmed,
+            ..run.clone()
+        };
+        let end = chain.held_until(lease_for, holds_now(&run));
         let start = if waited {
             run.started_at.min(run.instant)
         } else {

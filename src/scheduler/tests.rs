@@ -938,6 +938,95 @@ async fn marking_a_run_abandoned_takes_back_the_instants_taken_for_its_overruns(
     assert_eq!(missed, expected, "{rows:?}");
 }
 
+/// A run whose first attempt failed and whose retry was abandoned before
+/// any confirmation was recorded held its lease at most from the first
+/// attempt's start (the claim) for `lock_at_most_for`, as `verify` judges
+/// it: the retry's start is no confirmation. The instants after that are
+/// recorded `missed`, not taken for the retry's overruns (found by the
+/// fault campaign: `verify` called such an instant unaccounted). On a
+/// paused clock.
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_retry_held_the_lease_from_its_first_attempt() {
+    use crate::db::schema::replicron_runs::dsl as runs;
+    use diesel::prelude::*;
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = |id: &'static str| {
+        replica_of(
+            &db,
+            &clock,
+            id,
+            Job::new("minutely", "* * * * *")
+                .expect("job")
+                .lock_at_most_for(Duration::from_secs(120))
+                .run(|_| async { Ok::<(), String>(()) }),
+        )
+        .build()
+    };
+    replica("before")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    // 00:04: attempt 1 failed at 00:04:30; its retry started at 00:05:30
+    // and was abandoned, nothing confirmed. The lease, claimed at 00:04,
+    // ran out by 00:06.
+    let mut conn = connect_at(&db, &clock);
+    let first = run_left_by(
+        &mut conn,
+        "minutely",
+        utc("2027-03-01T00:04:00Z"),
+        "vanished",
+        99,
+        None,
+    );
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(first)))
+        .set((
+            runs::status.eq(RunStatus::Failed),
+            runs::finished_at.eq(Some(utc("2027-03-01T00:04:30Z").naive_utc())),
+        ))
+        .execute(&mut conn)
+        .expect("failed");
+    let retry = crate::history::record_run_started(
+        &mut conn,
+        &crate::history::NewRun {
+            job: "minutely".into(),
+            scheduled_at: utc("2027-03-01T00:04:00Z"),
+            attempt: 2,
+            instance: "vanished".into(),
+            fence: 99,
+            once_key: None,
+            scope: String::new(),
+            lease_row: None,
+            trigger: Default::default(),
+            params: None,
+        },
+    )
+    .expect("retry");
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(retry)))
+        .set((
+            runs::started_at.eq(utc("2027-03-01T00:05:30Z").naive_utc()),
+            runs::status.eq(RunStatus::Abandoned),
+        ))
+        .execute(&mut conn)
+        .expect("abandoned");
+    tokio::time::sleep(Duration::from_secs(10 * 60)).await;
+    replica("after")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    let missed: Vec<String> = runs_of(&db, "minutely")
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.scheduled_at.format("%H:%M").to_string())
+        .collect();
+    assert!(!missed.contains(&"00:06".to_string()), "{missed:?}");
+    assert!(missed.contains(&"00:07".to_string()), "{missed:?}");
+}
+
 /// Pausing a job that is paused already (a new reason or end), or pausing
 /// it again soon after a resume, never turns an instant of an earlier pause
 /// into a miss: no `missed` row, and nothing run, for any instant paused.
