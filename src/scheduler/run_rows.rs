@@ -268,7 +268,16 @@ impl<'e> RunRows<'e> {
     /// statement. One that lands later (a batch held up by a stalled
     /// database, or written alone after a batch failed) takes the mark back
     /// to the run's end, if a check went past it meanwhile.
-    pub(crate) async fn finish(&self, id: i64, mut finish: RunFinish, ended: Instant) {
+    pub(crate) async fn finish(&self, id: i64, finish: RunFinish, ended: Instant) {
+        self.finish_at(id, finish, Some(ended)).await;
+    }
+
+    /// [`Self::finish`]; `ended` is `None` for an attempt that started
+    /// nothing, whose row's end is its start: however soon after deciding
+    /// that its end is written, its row may have stood `running` for longer
+    /// than a check for missed instants waits (its replica was cut off
+    /// between the two), so it is written alone, taking the mark back.
+    async fn finish_at(&self, id: i64, mut finish: RunFinish, ended: Option<Instant>) {
         let engine = self.engine;
         if self.first == Some(id) {
             finish.duration += *self
@@ -283,9 +292,11 @@ impl<'e> RunRows<'e> {
         }
         // With the ends of the runs that end with it, unless it may be late
         // (its missed-instant check is its own); alone if that fails.
-        if ended.elapsed() < self.missed_after / 2 {
+        let in_time =
+            |ended: Option<Instant>| ended.is_some_and(|e| e.elapsed() < self.missed_after / 2);
+        if in_time(ended) {
             match engine.finisher.end(id, finish.clone()).await {
-                Ok(()) if ended.elapsed() < self.missed_after / 2 => return,
+                Ok(()) if in_time(ended) => return,
                 Ok(()) => {
                     // The batch landed late (a stalled database): a check
                     // for missed instants may have taken the instants after
@@ -352,7 +363,7 @@ impl<'e> RunRows<'e> {
         status: RunStatus,
         output: String,
     ) -> (Outcome, Attempted) {
-        self.finish(
+        self.finish_at(
             run_id,
             RunFinish {
                 status,
@@ -360,7 +371,7 @@ impl<'e> RunRows<'e> {
                 output: output.clone(),
                 duration: Duration::ZERO,
             },
-            Instant::now(),
+            None,
         )
         .await;
         telemetry::run_finished(
