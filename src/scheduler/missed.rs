@@ -228,8 +228,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<(usize, Option<DateTime
     // attempt whose end is not known held the lease at most until the
     // chain's last confirmation (or its first start) and the lease's
     // length, as `verify` judges it. A retry's start is no confirmation.
-    let mut chains: BTreeMap<(DateTime<Utc>, i64), (DateTime<Utc>, Option<DateTime<Utc>>)> =
-        BTreeMap::new();
+    let mut chains: BTreeMap<(DateTime<Utc>, i64), Chain> = BTreeMap::new();
     for run in &going {
         let chain = chains
             .entry((run.instant, run.fence))
@@ -387,6 +386,10 @@ async fn dependent_instants(
 /// When a run held its job: from its first start to its last end (none:
 /// still going).
 type Span = (DateTime<Utc>, Option<DateTime<Utc>>);
+
+/// A run's attempts under one fence: the first one's start, and the last
+/// confirmation of its lease, if any was recorded.
+type Chain = (DateTime<Utc>, Option<DateTime<Utc>>);
 
 async fn set_checked(
     engine: &Engine,
