@@ -153,7 +153,9 @@ backend_test! {
         let freed_after = Duration::from_nanos(
             u64::try_from(b_started_after().unwrap_or_default() - killed_ns).unwrap_or(u64::MAX),
         );
-        assert!(freed_after < Duration::from_secs(10), "{freed_after:?}");
+        // Freed when the dead run's lease ran out, not at some later sweep:
+        // a bound with room for a loaded host.
+        assert!(freed_after < Duration::from_secs(15), "{freed_after:?}");
         let (_, verdict, err) = run(
             &config,
             &["verify", "--from", &since.to_rfc3339(), "--to", &chrono::Utc::now().to_rfc3339(), "--format", "json"],
