@@ -287,18 +287,7 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<(usize, Option<DateTime
             .await?;
         if let Some(id) = id {
             recorded += 1;
-            engine.notifier.event(Notice::new(
-                Event::Missed,
-                &job.name,
-                instant,
-                RunStatus::Missed,
-                None,
-                0,
-                &engine.instance,
-                None,
-                "",
-                Some(id),
-            ));
+            tell_missed(engine, &job.name, instant, id);
         }
     }
     if recorded > 0 {
@@ -426,4 +415,20 @@ pub(crate) fn commit_checked(
     crate::lease::set_missed_checked(conn, job, read, until)?;
     crate::history::rewind_missed_check_to_ended(conn, job, unended)?;
     Ok(())
+}
+
+/// Notifies `instant` of `job`, just recorded `missed` as row `id`.
+pub(super) fn tell_missed(engine: &Engine, job: &str, instant: DateTime<Utc>, id: i64) {
+    engine.notifier.event(Notice::new(
+        Event::Missed,
+        job,
+        instant,
+        RunStatus::Missed,
+        None,
+        0,
+        &engine.instance,
+        None,
+        "",
+        Some(id),
+    ));
 }

@@ -26,8 +26,7 @@ use crate::db::clock::{DbNow, to_db_time};
 use crate::db::schema::replicron_planned_runs::dsl as planned;
 use crate::db::schema::replicron_runs::dsl as runs;
 use crate::db::{DbError, Store};
-use crate::history::{Params, RunStatus, Trigger};
-use crate::notify::{Event, Notice};
+use crate::history::{Params, Trigger};
 use crate::schedule::fmt_instant;
 
 /// How often a replica reads the rows: it reads those due within twice
@@ -283,18 +282,7 @@ async fn missed(engine: &Engine, job: &Job, row: &PlannedRow) {
         Ok(Some(id)) => {
             crate::telemetry::missed(&job.name, 1);
             warn!(job = %job.name, instant = %fmt_instant(instant), requested_by = %row.requested_by, "a one-time run no replica claimed in time: recorded missed");
-            engine.notifier.event(Notice::new(
-                Event::Missed,
-                &job.name,
-                instant,
-                RunStatus::Missed,
-                None,
-                0,
-                &engine.instance,
-                None,
-                "",
-                Some(id),
-            ));
+            super::missed::tell_missed(engine, &job.name, instant, id);
         }
         Ok(None) => {}
         Err(e) => {
