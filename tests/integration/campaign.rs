@@ -1945,6 +1945,7 @@ pub(crate) fn assert_clean(plan: &Plan) {
 )]
 #[cfg_attr(replicron_no_faketime, ignore = "needs Debian's faketime")]
 fn a_randomized_fault_campaign_runs_every_instant_once() {
+    let _heavy = crate::support::heavy();
     assert_clean(&Plan {
         backend: Backend::Mariadb,
         seed: 20_261_125,
@@ -2098,6 +2099,7 @@ pub(crate) fn restart_into_a_locked_history(
     ignore = "needs Debian's mariadb-server and rsync"
 )]
 fn a_restart_into_a_locked_history_runs_nothing_twice() {
+    let _heavy = crate::support::heavy();
     let binary = std::env::var("REPLICRON_TORTURE_BINARY").map_or_else(|_| binary(), PathBuf::from);
     let Some((twice, armed)) = restart_into_a_locked_history(&binary, 5) else {
         return;

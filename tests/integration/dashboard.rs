@@ -557,6 +557,7 @@ async fn sign_in(client: &Client, base: &str) {
     ignore = "needs Debian's chromium and chromium-driver"
 )]
 fn every_page_passes_the_accessibility_audit_at_both_widths_in_both_themes() {
+    let _heavy = crate::support::heavy();
     let axe = axe_source();
     let db = TestDb::sqlite();
     let [port] = free_ports();

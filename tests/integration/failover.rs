@@ -81,6 +81,7 @@ fn sleep_until(t: DateTime<Utc>) {
 #[test]
 #[cfg_attr(not(feature = "postgres"), ignore = "needs the postgres feature")]
 fn a_promoted_standby_takes_over_without_a_lost_lease() {
+    let _heavy = crate::support::heavy();
     const ROUNDS: u64 = 10;
     const SYNCHRONOUS_FROM: u64 = 7;
     let seed: u64 = std::env::var("REPLICRON_FAILOVER_SEED")

@@ -478,6 +478,7 @@ fn crash_the_whole_cluster(cluster: &mut Galera, dir: &Path) {
     ignore = "needs Debian's mariadb-server, galera-4 and rsync"
 )]
 fn galera_three_nodes_three_replicas() {
+    let _heavy = crate::support::heavy();
     let Some(mut cluster) = Galera::start() else {
         return;
     };

@@ -69,6 +69,18 @@ impl TestDb {
     }
 }
 
+/// Held by each test that loads the machine on its own (private database
+/// servers, a fault campaign, a browser, hundreds of megabytes of
+/// output): only one of them runs at a time, beside the lighter tests,
+/// so that their replicas' lateness stays within the bounds the tests
+/// assert. A test that failed while holding it leaves it usable.
+pub(crate) fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A `replicron run` process, killed (SIGKILL) on drop if still running.
 pub(crate) struct Replica {
     pub id: String,
