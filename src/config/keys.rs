@@ -386,7 +386,7 @@ pub(crate) fn all() -> Vec<Key> {
             "job",
             "schedule",
             None,
-            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). @manual: never on its own, only through trigger, the API or the dashboard. An array of expressions, [\"0 9 * * 1-5\", \"0 12 * * 6\"], fires at the union of their instants, an instant two share once. See SCHEDULES. Exactly one of schedule, at and after.",
+            "When it runs: 5 fields (minute hour day-of-month month day-of-week) as crontab(5), 6 with a leading seconds field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). @manual: never on its own, only through trigger, the API or the dashboard. An array of expressions, [\"0 9 * * 1-5\", \"0 12 * * 6\"], fires at the union of their instants, an instant two share once. Each may be a table with its own time zone and the params its instants run with: [{ cron = \"0 9 * * 1-5\", timezone = \"America/New_York\", params = { region = \"us\" } }, { cron = \"0 9 * * 1-5\", timezone = \"Europe/Berlin\", params = { region = \"eu\" } }] (params the job declares in params; the job's defaults fill the rest, and an entry without params gives its instants the defaults). An instant two entries share runs once, with the first entry's params; check warns when entries with different params share one within a year. See SCHEDULES. Exactly one of schedule, at and after.",
         ),
         key(
             "job",

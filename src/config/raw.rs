@@ -105,24 +105,70 @@ pub(super) struct RawSettings {
 }
 
 /// A job's `schedule`: one expression, or several whose instants are the
-/// union.
+/// union, each a string or a table with its own time zone and params.
 #[derive(Debug, Deserialize)]
 #[serde(
     untagged,
-    expecting = "a cron expression or macro, or an array of them (\"0 9 * * 1-5\" or [\"0 9 * * 1-5\", \"0 12 * * 6\"])"
+    expecting = "a cron expression or macro, or an array of them, each a string or a table \
+                 { cron = \"...\", timezone = \"...\", params = { NAME = \"value\" } } \
+                 (\"0 9 * * 1-5\" or [\"0 9 * * 1-5\", { cron = \"0 9 * * 1-5\", timezone = \"Europe/Berlin\" }])"
 )]
 pub(super) enum RawSchedule {
     One(String),
-    Several(Vec<String>),
+    Several(Vec<RawScheduleEntry>),
+}
+
+/// One expression of `schedule = [...]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawScheduleEntry {
+    Expression(String),
+    Table(RawScheduleTable),
+}
+
+/// `{ cron = "0 9 * * 1-5", timezone = "America/New_York", params = { region = "us" } }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawScheduleTable {
+    cron: String,
+    timezone: Option<String>,
+    params: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl RawSchedule {
-    /// The schedule it writes, in `zone`.
+    /// The schedule it writes, in `zone` (the job's) where an expression
+    /// names none of its own.
     pub(super) fn parse(&self, zone: chrono_tz::Tz) -> Result<crate::schedule::Schedule, String> {
+        use crate::schedule::{Entry, Schedule};
         match self {
-            RawSchedule::One(expression) => crate::schedule::Schedule::parse(expression, zone),
-            RawSchedule::Several(expressions) => {
-                crate::schedule::Schedule::parse_all(expressions, zone)
+            RawSchedule::One(expression) => Schedule::parse(expression, zone),
+            RawSchedule::Several(entries) => {
+                let entries = entries
+                    .iter()
+                    .enumerate()
+                    .map(|(n, entry)| match entry {
+                        RawScheduleEntry::Expression(cron) => Ok(Entry::plain(cron, zone)),
+                        RawScheduleEntry::Table(table) => {
+                            let own = match &table.timezone {
+                                None => None,
+                                Some(name) => Some(name.parse::<chrono_tz::Tz>().map_err(|_| {
+                                    format!(
+                                        "schedule entry {}: timezone {name:?} is not an IANA time zone \
+                                         (such as \"Europe/Berlin\" or \"UTC\")",
+                                        n + 1
+                                    )
+                                })?),
+                            };
+                            Ok(Entry {
+                                cron: table.cron.clone(),
+                                zone: own.unwrap_or(zone),
+                                own_zone: own.is_some(),
+                                params: table.params.clone(),
+                            })
+                        }
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                Schedule::parse_all(&entries)
             }
         }
     }

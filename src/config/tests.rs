@@ -2427,3 +2427,130 @@ fn bad_resource_limits() {
     assert_eq!(errors[0].key.as_deref(), Some("defaults.cpu_max"));
     assert_eq!(errors[0].job, None);
 }
+
+/// `schedule = [{ cron, timezone, params }]`: each entry in its own zone,
+/// its instants given its params over the job's defaults; an instant two
+/// entries share takes the first one's, and `check` warns about it.
+#[test]
+fn schedule_entries_have_their_own_zone_and_params() {
+    let config = parse(&job(
+        "schedule = [\n  { cron = \"0 9 * * 1-5\", timezone = \"America/New_York\", params = { REGION = \"us\" } },\n  \
+         { cron = \"0 9 * * 1-5\", timezone = \"Europe/Berlin\", params = { REGION = \"eu\" } },\n  \"0 12 * * 6\",\n]\n\
+         params = [\"REGION=all\", \"FORMAT=csv\"]\ncommand = \"true\"",
+    ))
+    .expect("valid");
+    assert!(config.warnings.is_empty(), "{:#?}", config.warnings);
+    let schedule = &config.jobs[0].schedule;
+    assert_eq!(
+        schedule.expression(),
+        "0 9 * * 1-5 (America/New_York; REGION=us) | 0 9 * * 1-5 (Europe/Berlin; REGION=eu) | 0 12 * * 6"
+    );
+    let at = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .expect("time")
+            .with_timezone(&chrono::Utc)
+    };
+    // Monday 2027-03-01: 09:00 in Berlin (UTC+1) comes first, then in New York (UTC-5).
+    let monday = at("2027-03-01T00:00:00Z");
+    let berlin = schedule.next_after(monday).expect("an instant");
+    assert_eq!(berlin, at("2027-03-01T08:00:00Z"));
+    let new_york = schedule.next_after(berlin).expect("an instant");
+    assert_eq!(new_york, at("2027-03-01T14:00:00Z"));
+    let region = |instant| {
+        schedule
+            .params_at(instant)
+            .map(|p| (p["REGION"].clone(), p["FORMAT"].clone()))
+    };
+    assert_eq!(region(berlin), Some(("eu".to_string(), "csv".to_string())));
+    assert_eq!(
+        region(new_york),
+        Some(("us".to_string(), "csv".to_string()))
+    );
+    // Saturday noon, in the job's zone (UTC): the plain entry, the defaults.
+    assert_eq!(schedule.params_at(at("2027-03-06T12:00:00Z")), None);
+
+    // Two entries that share instants with different params: a warning
+    // naming both, and the first one's params win.
+    let shared = parse(&job(
+        "schedule = [\n  { cron = \"0 * * * *\", params = { R = \"hourly\" } },\n  { cron = \"0 0 * * *\", params = { R = \"daily\" } },\n]\n\
+         params = [\"R=none\"]\ncommand = \"true\"",
+    ))
+    .expect("valid, with a warning");
+    let [warning] = &shared.warnings[..] else {
+        panic!("{:#?}", shared.warnings);
+    };
+    assert_eq!(warning.line, Some(6), "{warning:#?}");
+    assert_eq!(warning.key.as_deref(), Some("schedule"), "{warning:#?}");
+    assert!(
+        warning.message.contains("entries 1 and 2"),
+        "{}",
+        warning.message
+    );
+    let midnight = at("2027-03-02T00:00:00Z");
+    assert_eq!(
+        shared.jobs[0].schedule.params_at(midnight).expect("params")["R"],
+        "hourly"
+    );
+    assert_eq!(
+        shared.jobs[0]
+            .schedule
+            .next_after(midnight - chrono::TimeDelta::seconds(1)),
+        Some(midnight)
+    );
+}
+
+#[test]
+fn schedule_entries_refuse_what_the_job_does_not_declare() {
+    one_error(
+        &job(
+            "schedule = [{ cron = \"@daily\", params = { REGION = \"eu\" } }]\ncommand = \"true\"",
+        ),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "schedule entry 1: parameter REGION is not declared by job j",
+    );
+    one_error(
+        &job(
+            "schedule = [{ cron = \"@hourly\", params = { REGION = \"us\" } }, { cron = \"@daily\", params = { REGION = \"\" } }]\nparams = [\"REGION\"]\ncommand = \"true\"",
+        ),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "schedule entry 2: parameter REGION of job j has no default and was given an empty value",
+    );
+    // A required param that one entry does not give: no scheduled run of
+    // that entry would have it.
+    one_error(
+        &job(
+            "schedule = [\"@hourly\", { cron = \"@daily\", params = { REGION = \"eu\" } }]\nparams = [\"REGION\"]\ncommand = \"true\"",
+        ),
+        7,
+        Some("\"j\""),
+        "params",
+        "REGION has no default",
+    );
+    one_error(
+        &job("schedule = [{ cron = \"@daily\", timezone = \"Mars/Olympus\" }]\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "schedule entry 1: timezone \"Mars/Olympus\" is not an IANA time zone",
+    );
+    one_error(
+        &job("schedule = [{ cron = \"@daily\", zone = \"UTC\" }]\ncommand = \"true\""),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "a table { cron = ",
+    );
+    one_error(
+        &job(
+            "schedule = [{ cron = \"@manual\", params = { REGION = \"eu\" } }]\nparams = [\"REGION=x\"]\ncommand = \"true\"",
+        ),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "@manual stand alone",
+    );
+}

@@ -69,8 +69,65 @@ pub(crate) struct Schedule {
     /// A job's other expressions (`schedule = [...]`), each with its own
     /// timeline: its instants are the union, an instant two share once.
     more: Arc<[Schedule]>,
+    /// The params this expression's instants run with (`schedule = [{
+    /// cron, timezone, params }]`), resolved by the config against the
+    /// job's declared ones; `None` where it gives none (the job's defaults).
+    params: Option<Arc<EntryParams>>,
     /// Its daylight-saving policy, window and calendars.
     rules: Arc<Rules>,
+}
+
+/// The params an expression of a schedule gives its instants.
+pub(crate) type EntryParams = std::collections::BTreeMap<String, String>;
+
+/// One expression of a `schedule = [...]`: a plain string, or a table
+/// with its own time zone and params.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    /// The cron expression or macro.
+    pub(crate) cron: String,
+    /// Its time zone: the job's, unless the table names one.
+    pub(crate) zone: Tz,
+    /// Whether the table named its zone (shown with the expression).
+    pub(crate) own_zone: bool,
+    /// The params the table gives its instants, as written.
+    pub(crate) params: Option<EntryParams>,
+}
+
+impl Entry {
+    /// A plain expression in the job's zone.
+    pub(crate) fn plain(cron: &str, zone: Tz) -> Entry {
+        Entry {
+            cron: cron.to_string(),
+            zone,
+            own_zone: false,
+            params: None,
+        }
+    }
+
+    /// How it is shown: the expression, then its own zone and params, if
+    /// any (`0 9 * * 1-5 (America/New_York; region=us)`).
+    fn text(&self) -> String {
+        let mut notes: Vec<String> = Vec::new();
+        if self.own_zone {
+            notes.push(self.zone.name().to_string());
+        }
+        if let Some(params) = &self.params {
+            notes.push(
+                params
+                    .iter()
+                    .map(|(name, value)| format!("{name}={value}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
+        }
+        let cron = self.cron.trim();
+        if notes.is_empty() {
+            cron.to_string()
+        } else {
+            format!("{cron} ({})", notes.join("; "))
+        }
+    }
 }
 
 /// How the local times a schedule matches become instants, as cron(8)
@@ -190,6 +247,7 @@ impl Schedule {
             timeline,
             jitter: None,
             more: Arc::default(),
+            params: None,
             rules: Arc::default(),
         };
         // A valid pattern that never matches (`0 0 30 2 *`) is a mistake,
@@ -201,33 +259,131 @@ impl Schedule {
         Ok(schedule)
     }
 
-    /// Parses several expressions (`schedule = ["0 9 * * 1-5", "0 12 * * 6"]`)
-    /// into one schedule whose instants are the union of theirs; an instant
-    /// two of them share is one instant. `@reboot` and `@manual` stand
-    /// alone.
-    pub(crate) fn parse_all(expressions: &[String], zone: Tz) -> Result<Self, String> {
-        let (first, rest) = match expressions {
+    /// Parses several expressions (`schedule = ["0 9 * * 1-5", "0 12 * * 6"]`,
+    /// each perhaps a table with its own zone and params) into one schedule
+    /// whose instants are the union of theirs; an instant two of them
+    /// share is one instant, with the first one's params. `@reboot` and
+    /// `@manual` stand alone.
+    pub(crate) fn parse_all(entries: &[Entry]) -> Result<Self, String> {
+        let one = |entry: &Entry| -> Result<Schedule, String> {
+            let mut schedule = Schedule::parse(&entry.cron, entry.zone)?;
+            schedule.params = entry.params.clone().map(Arc::new);
+            Ok(schedule)
+        };
+        let (first, rest) = match entries {
             [] => return Err("schedule = [] holds no expression".to_string()),
-            [one] => return Schedule::parse(one, zone),
+            [only] if !only.own_zone && only.params.is_none() => return one(only),
             [first, rest @ ..] => (first, rest),
         };
-        let mut base = Schedule::parse(first, zone)?;
-        let more = rest
-            .iter()
-            .map(|expression| Schedule::parse(expression, zone))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut base = one(first)?;
+        let more = rest.iter().map(one).collect::<Result<Vec<_>, _>>()?;
         if base.cron.is_none() || more.iter().any(|s| s.cron.is_none()) {
             return Err(format!(
-                "{AT_START} and {MANUAL} stand alone: they cannot be one of several schedules"
+                "{AT_START} and {MANUAL} stand alone: they cannot be one of several schedules, \
+                 nor given a time zone or params of their own"
             ));
         }
-        base.expression = expressions
+        base.expression = entries
             .iter()
-            .map(|e| e.trim())
+            .map(Entry::text)
             .collect::<Vec<_>>()
             .join(" | ");
         base.more = more.into();
         Ok(base)
+    }
+
+    /// Its expressions in the order written: this one, then the others.
+    fn entries(&self) -> impl Iterator<Item = &Schedule> {
+        std::iter::once(self).chain(self.more.iter())
+    }
+
+    /// The params each expression gives, in the order written (`None`
+    /// where it gives none).
+    pub(crate) fn entry_params(&self) -> Vec<Option<&EntryParams>> {
+        self.entries().map(|e| e.params.as_deref()).collect()
+    }
+
+    /// This schedule with each expression's params replaced by
+    /// `resolved`, in the order written (the config resolves them against
+    /// the job's declared params: its defaults filled in).
+    pub(crate) fn with_entry_params(mut self, resolved: Vec<Option<EntryParams>>) -> Self {
+        let mut resolved = resolved.into_iter();
+        self.params = resolved.next().flatten().map(Arc::new);
+        self.more = self
+            .more
+            .iter()
+            .map(|other| Schedule {
+                params: resolved.next().flatten().map(Arc::new),
+                ..other.clone()
+            })
+            .collect();
+        self
+    }
+
+    /// Whether some expression gives its instants params of its own.
+    pub(crate) fn gives_params(&self) -> bool {
+        self.entries().any(|e| e.params.is_some())
+    }
+
+    /// The params `instant` runs with: those of the first expression, in
+    /// the order written, that has it as an instant; `None` when that one
+    /// gives none (the job's defaults apply).
+    pub(crate) fn params_at(&self, instant: DateTime<Utc>) -> Option<Arc<EntryParams>> {
+        if !self.gives_params() {
+            return None;
+        }
+        self.entries()
+            .find(|e| e.is_own_instant(instant))
+            .and_then(|e| e.params.clone())
+    }
+
+    /// Whether `instant` is one of this expression's own (not the other
+    /// expressions').
+    fn is_own_instant(&self, instant: DateTime<Utc>) -> bool {
+        self.next_after_one(instant - TimeDelta::milliseconds(1)) == Some(instant)
+    }
+
+    /// The first instant after `after`, within `horizon` of it, that two
+    /// expressions giving different params share, with their positions
+    /// in the order written (from 1): the run takes the first one's
+    /// params. Each expression's instants are followed at most
+    /// `SHARED_STEPS` ahead.
+    pub(crate) fn shared_instant(
+        &self,
+        after: DateTime<Utc>,
+        horizon: TimeDelta,
+    ) -> Option<(usize, usize, DateTime<Utc>)> {
+        const SHARED_STEPS: usize = 5_000;
+        let entries: Vec<&Schedule> = self.entries().collect();
+        let end = after + horizon;
+        let mut found: Option<(usize, usize, DateTime<Utc>)> = None;
+        for (i, a) in entries.iter().enumerate() {
+            for (j, b) in entries.iter().enumerate().skip(i + 1) {
+                if a.params == b.params {
+                    continue;
+                }
+                let (mut x, mut y) = (a.next_after_one(after), b.next_after_one(after));
+                for _ in 0..SHARED_STEPS {
+                    match (x, y) {
+                        (Some(p), Some(q)) if p == q && p <= end => {
+                            if found.is_none_or(|(_, _, t)| p < t) {
+                                found = Some((i + 1, j + 1, p));
+                            }
+                            break;
+                        }
+                        (Some(p), Some(q)) if p.min(q) <= end => {
+                            if p < q {
+                                x = a.next_after_one(p);
+                            } else {
+                                y = b.next_after_one(q);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        found
     }
 
     /// This schedule with `job`'s runs starting up to `jitter` after their
@@ -373,6 +529,7 @@ impl Schedule {
             timeline: Timeline::Real,
             jitter: None,
             more: Arc::default(),
+            params: None,
             rules: Arc::default(),
         }
     }
@@ -1894,8 +2051,9 @@ mod tests {
     #[test]
     fn several_schedules_are_the_union_of_their_instants() {
         let several = |list: &[&str], zone: &str| {
-            let list: Vec<String> = list.iter().map(|e| e.to_string()).collect();
-            Schedule::parse_all(&list, zone.parse().expect("zone"))
+            let zone: Tz = zone.parse().expect("zone");
+            let list: Vec<Entry> = list.iter().map(|e| Entry::plain(e, zone)).collect();
+            Schedule::parse_all(&list)
         };
         let schedule =
             several(&["0 9 * * 1-5", "0 12 * * 6", "0 9 * * 1"], "Europe/Berlin").expect("valid");

@@ -632,7 +632,7 @@ pub(crate) async fn run_instant(
             instant: Some(instant),
             once_key: Some(key.to_string()),
             trigger: Trigger::Backfill,
-            params: job.default_params.clone(),
+            params: job.params_at(instant),
             reason,
             attempts_before: state.attempts,
             parent_runs,

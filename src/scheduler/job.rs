@@ -183,6 +183,18 @@ impl Default for JobSettings {
 }
 
 impl Job {
+    /// The params a run of `instant` gets when nobody gives it any: those
+    /// of the schedule's expression it is an instant of (the first one
+    /// written, when several share it), else each declared one's default.
+    pub(crate) fn params_at(
+        &self,
+        instant: chrono::DateTime<chrono::Utc>,
+    ) -> Arc<crate::history::Params> {
+        self.schedule
+            .params_at(instant)
+            .unwrap_or_else(|| self.default_params.clone())
+    }
+
     /// A job called `name` that fires on `schedule`: 5 fields as
     /// crontab(5), 6 with a leading seconds field, or a macro such as
     /// `@daily`; in UTC unless [`Job::timezone`] says otherwise. The name is

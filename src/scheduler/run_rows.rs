@@ -49,6 +49,9 @@ pub(crate) struct RunRows<'e> {
     waited: std::sync::Mutex<Duration>,
     /// The values of its secret parameters, masked in the output it keeps.
     secrets: Vec<String>,
+    /// Whether its schedule's entry gave it its params: recorded beside
+    /// attempt 1, which the claim batch writes without them.
+    params_from_schedule: bool,
 }
 
 /// What identifies an attempt that ran, for the notice of its instant.
@@ -104,6 +107,7 @@ impl<'e> RunRows<'e> {
                 .iter()
                 .filter_map(|name| recording.params.get(name).cloned())
                 .collect(),
+            params_from_schedule: recording.params_from_schedule,
         }
     }
 
@@ -165,19 +169,21 @@ impl<'e> RunRows<'e> {
 
     /// Attempt 1, recorded by the claim batch as the schedule's, says what
     /// started it when that was something else (catch-up, a one-time run),
-    /// and a one-time run's parameters.
+    /// and the parameters of a one-time run or of a schedule's entry.
     pub(crate) async fn record_trigger(&self) {
-        let Some(id) = self.first.filter(|_| self.row.trigger != Trigger::Schedule) else {
+        let Some(id) = self.first else {
             return;
         };
-        if let Err(e) = self.engine.store.set_trigger(id, self.row.trigger).await {
+        if self.row.trigger != Trigger::Schedule
+            && let Err(e) = self.engine.store.set_trigger(id, self.row.trigger).await
+        {
             warn!(job = %self.row.job, run_id = id, "what started the run could not be recorded: {e}");
         }
         if let Some(params) = self
             .row
             .params
             .clone()
-            .filter(|_| self.row.trigger == Trigger::Manual)
+            .filter(|_| self.row.trigger == Trigger::Manual || self.params_from_schedule)
             && let Err(e) = self.engine.store.set_params(id, params).await
         {
             warn!(job = %self.row.job, run_id = id, "the run's parameters could not be recorded: {e}");

@@ -978,7 +978,8 @@ fn start(
                 params: cause
                     .params
                     .clone()
-                    .unwrap_or_else(|| job.default_params.clone()),
+                    .unwrap_or_else(|| job.params_at(hold.instant())),
+                params_from_schedule: cause.params.is_none() && job.schedule.gives_params(),
                 parent_runs: cause.parent_runs.clone(),
                 not_run: cause.not_run.clone(),
                 ..Recording::default()

@@ -41,6 +41,9 @@ pub(crate) struct Recording {
     pub(crate) trigger: Trigger,
     /// Its parameters, given to it as environment variables.
     pub(crate) params: Arc<Params>,
+    /// Whether `params` are those its schedule's entry gives its instant
+    /// (recorded with its first attempt; a job's plain defaults are not).
+    pub(crate) params_from_schedule: bool,
     /// Why an operator started it (a trigger's or a backfill's
     /// `--reason`): recorded in its rows, given as `REPLICRON_REASON`.
     pub(crate) reason: Option<Arc<str>>,

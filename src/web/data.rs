@@ -60,7 +60,8 @@ pub(crate) struct JobView {
 /// environment values never shown).
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Definition {
-    /// The cron expression or macro.
+    /// The cron expression or macro; several entries joined by ` | `,
+    /// each with its own time zone and params in parentheses.
     pub(crate) schedule: String,
     /// Its time zone.
     pub(crate) timezone: String,

@@ -42,6 +42,7 @@ mod rerun;
 mod resources;
 mod run_control;
 mod runs_view;
+mod schedule_entries;
 mod secret_env;
 mod secrets;
 mod support;

@@ -736,6 +736,8 @@ impl Checker<'_> {
                 Some(Schedule::after(parents, settings.timezone))
             }
             (None, Some(None)) => None,
+            // A schedule that could not be read was reported as such.
+            (None, None) if self.reported(scope, "schedule") => None,
             (None, None) => {
                 self.report(
                     Some(span.clone()),
@@ -866,6 +868,16 @@ impl Checker<'_> {
         let locks_at = raw.locks.as_ref().map(Spanned::span);
         let mut locks = self.locks(raw.locks, scope);
         let mut params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
+        let schedule = match (schedule, &params) {
+            (Some(schedule), Some(declared)) if schedule.gives_params() => self.schedule_params(
+                schedule,
+                declared,
+                name.as_deref().unwrap_or_default(),
+                raw.schedule.as_ref().map(Spanned::span),
+                scope,
+            ),
+            (schedule, _) => schedule,
+        };
         let secret_params = self.secret_params(raw.secret_params, params.as_deref_mut(), scope);
         let secret_env = self.secret_env(
             raw.secret_env.take(),
@@ -1249,7 +1261,10 @@ impl Checker<'_> {
                 Ok(param) => params.push(param),
             }
         }
-        let scheduled = schedule.is_some_and(|s| !s.is_manual());
+        // A run of an expression that gives params of its own is given
+        // them (checked by `schedule_params`).
+        let scheduled = schedule
+            .is_some_and(|s| !s.is_manual() && s.entry_params().iter().any(Option::is_none));
         let required: Vec<&str> = params
             .iter()
             .filter(|p| p.default.is_none())
@@ -1267,5 +1282,67 @@ impl Checker<'_> {
             );
         }
         valid.then_some(params)
+    }
+
+    /// `schedule` with each expression's params (`schedule = [{ cron,
+    /// params }]`) resolved against the job's `declared` ones, its
+    /// defaults filled in; each param refused names its expression. Warns
+    /// when two expressions that give different params share an instant
+    /// within a year: it runs once, with the first one's.
+    fn schedule_params(
+        &mut self,
+        schedule: Schedule,
+        declared: &[Param],
+        job: &str,
+        span: Option<std::ops::Range<usize>>,
+        scope: Scope<'_>,
+    ) -> Option<Schedule> {
+        let mut resolved = Vec::new();
+        let mut valid = true;
+        for (n, given) in schedule.entry_params().into_iter().enumerate() {
+            let Some(given) = given else {
+                resolved.push(None);
+                continue;
+            };
+            let pairs: Vec<(String, String)> =
+                given.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            match crate::config::params::resolve(job, declared, &pairs) {
+                Ok(params) => resolved.push(Some(params)),
+                Err(e) => {
+                    valid = false;
+                    let why = match e {
+                        crate::config::params::ParamError::Missing { name, .. } => format!(
+                            "parameter {name} has no default and this entry gives it no value"
+                        ),
+                        other => other.to_string(),
+                    };
+                    self.report(
+                        span.clone(),
+                        Some(scope),
+                        Some("schedule"),
+                        format!("schedule entry {}: {why}", n + 1),
+                    );
+                }
+            }
+        }
+        if !valid {
+            return None;
+        }
+        let schedule = schedule.with_entry_params(resolved);
+        if let Some((first, second, at)) =
+            schedule.shared_instant(chrono::Utc::now(), chrono::TimeDelta::days(366))
+        {
+            self.warn(
+                span,
+                Some(scope),
+                Some("schedule"),
+                format!(
+                    "schedule entries {first} and {second} give different params and both fall on {}: \
+                     that instant runs once, with entry {first}'s params",
+                    crate::schedule::fmt_instant(at)
+                ),
+            );
+        }
+        Some(schedule)
     }
 }

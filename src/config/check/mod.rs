@@ -210,6 +210,16 @@ impl<'t> Checker<'t> {
         self.warnings.push(diagnostic);
     }
 
+    /// Whether an error about `key` in `scope` was reported already (a
+    /// value that could not be read, say): a later check that misses the
+    /// key says nothing more of it.
+    fn reported(&self, scope: Scope<'_>, key: &str) -> bool {
+        let here = self.diagnostic(None, Some(scope), Some(key), String::new());
+        self.diagnostics
+            .iter()
+            .any(|d| d.file == here.file && d.job == here.job && d.key == here.key)
+    }
+
     fn diagnostic(
         &self,
         span: Option<Range<usize>>,
