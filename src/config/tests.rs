@@ -2443,7 +2443,7 @@ fn schedule_entries_have_their_own_zone_and_params() {
     let schedule = &config.jobs[0].schedule;
     assert_eq!(
         schedule.expression(),
-        "0 9 * * 1-5 (America/New_York; REGION=us) | 0 9 * * 1-5 (Europe/Berlin; REGION=eu) | 0 12 * * 6"
+        "0 9 * * 1-5 (America/New_York; REGION=us) | 0 9 * * 1-5 (Europe/Berlin; REGION=eu) | 0 12 * * 6 (UTC)"
     );
     let at = |s: &str| {
         chrono::DateTime::parse_from_rfc3339(s)
@@ -2497,6 +2497,26 @@ fn schedule_entries_have_their_own_zone_and_params() {
             .next_after(midnight - chrono::TimeDelta::seconds(1)),
         Some(midnight)
     );
+
+    // A dense and a sparse expression: the one instant a year they share
+    // is found all the same.
+    let yearly = parse(&job(
+        "schedule = [{ cron = \"* * * * *\", params = { R = \"often\" } }, { cron = \"0 0 1 1 *\", params = { R = \"new year\" } }]\n\
+         params = [\"R=none\"]\ncommand = \"true\"",
+    ))
+    .expect("valid, with a warning");
+    assert_eq!(yearly.warnings.len(), 1, "{:#?}", yearly.warnings);
+    // Each entry's zone is shown once one names its own, so replicas
+    // whose job zones differ tell their definitions apart.
+    let zoned = |zone: &str| {
+        parse(&job(&format!(
+            "schedule = [{{ cron = \"0 9 * * *\", timezone = \"Asia/Tokyo\" }}, \"0 12 * * *\"]\ntimezone = \"{zone}\"\ncommand = \"true\""
+        )))
+        .expect("valid")
+        .jobs[0]
+        .definition()
+    };
+    assert_ne!(zoned("UTC"), zoned("Europe/Berlin"));
 }
 
 #[test]
@@ -2529,6 +2549,16 @@ fn schedule_entries_refuse_what_the_job_does_not_declare() {
         Some("\"j\""),
         "params",
         "REGION has no default",
+    );
+    // A secret's value would be shown with the schedule.
+    one_error(
+        &job(
+            "schedule = [{ cron = \"@daily\", params = { TOKEN = \"hunter2\" } }]\nparams = [\"TOKEN=none\"]\nsecret_params = [\"TOKEN\"]\ncommand = \"true\"",
+        ),
+        6,
+        Some("\"j\""),
+        "schedule",
+        "schedule entry 1: TOKEN is one of secret_params",
     );
     one_error(
         &job("schedule = [{ cron = \"@daily\", timezone = \"Mars/Olympus\" }]\ncommand = \"true\""),

@@ -105,11 +105,12 @@ impl Entry {
         }
     }
 
-    /// How it is shown: the expression, then its own zone and params, if
-    /// any (`0 9 * * 1-5 (America/New_York; region=us)`).
-    fn text(&self) -> String {
+    /// How it is shown: the expression, then its zone (where `zone` says
+    /// so) and its params, if any (`0 9 * * 1-5 (America/New_York;
+    /// region=us)`).
+    fn text(&self, zone: bool) -> String {
         let mut notes: Vec<String> = Vec::new();
-        if self.own_zone {
+        if zone {
             notes.push(self.zone.name().to_string());
         }
         if let Some(params) = &self.params {
@@ -283,9 +284,13 @@ impl Schedule {
                  nor given a time zone or params of their own"
             ));
         }
+        // Where one entry names its zone, every entry shows its own: the
+        // text (which replicas compare, as part of the job's definition)
+        // then says when each fires.
+        let zones = entries.iter().any(|e| e.own_zone);
         base.expression = entries
             .iter()
-            .map(Entry::text)
+            .map(|e| e.text(zones))
             .collect::<Vec<_>>()
             .join(" | ");
         base.more = more.into();
@@ -365,17 +370,25 @@ impl Schedule {
                 let (mut x, mut y) = (a.next_after_one(after), b.next_after_one(after));
                 for _ in 0..SHARED_STEPS {
                     match (x, y) {
-                        (Some(p), Some(q)) if p == q && p <= end => {
+                        (Some(p), Some(q)) if p == q && p <= end && self.excluded(p).is_none() => {
                             if found.is_none_or(|(_, _, t)| p < t) {
                                 found = Some((i + 1, j + 1, p));
                             }
                             break;
                         }
+                        // An instant an expression shares that is
+                        // excluded (a calendar, the window) runs for none.
+                        (Some(p), Some(q)) if p == q => {
+                            x = a.next_after_one(p);
+                            y = b.next_after_one(q);
+                        }
+                        // The one behind jumps to its first instant at or
+                        // after the other's.
                         (Some(p), Some(q)) if p.min(q) <= end => {
                             if p < q {
-                                x = a.next_after_one(p);
+                                x = a.next_after_one(q - TimeDelta::milliseconds(1));
                             } else {
-                                y = b.next_after_one(q);
+                                y = b.next_after_one(p - TimeDelta::milliseconds(1));
                             }
                         }
                         _ => break,

@@ -234,11 +234,12 @@ fn refuse(state: &RerunState, marked: i64, allowed: usize) -> Option<String> {
     }
 }
 
-/// The parameters of the rerun of `row`: the ones it was given, over the
-/// job's defaults, but for its secret ones, which its row does not hold:
-/// those take their defaults.
+/// The parameters of the rerun of `row`: the ones it was given, over
+/// those its instant gets (its schedule entry's, else the job's
+/// defaults), but for its secret ones, which its row does not hold: those
+/// take the instant's.
 fn params_of(job: &Job, row: &RunRow) -> Arc<Params> {
-    let mut params = (*job.default_params).clone();
+    let mut params = (*job.params_at(row.scheduled_at.and_utc())).clone();
     for (name, value) in crate::history::params_of(row.params.as_deref()) {
         if !job.settings.secret_params.contains(&name) {
             params.insert(name, value);

@@ -979,7 +979,8 @@ fn start(
                     .params
                     .clone()
                     .unwrap_or_else(|| job.params_at(hold.instant())),
-                params_from_schedule: cause.params.is_none() && job.schedule.gives_params(),
+                params_from_schedule: cause.params.is_none()
+                    && job.schedule.params_at(hold.instant()).is_some(),
                 parent_runs: cause.parent_runs.clone(),
                 not_run: cause.not_run.clone(),
                 ..Recording::default()

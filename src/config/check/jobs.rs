@@ -868,17 +868,20 @@ impl Checker<'_> {
         let locks_at = raw.locks.as_ref().map(Spanned::span);
         let mut locks = self.locks(raw.locks, scope);
         let mut params = self.params(raw.params, raw.env.as_ref(), schedule.as_ref(), scope);
+        let secret_params = self.secret_params(raw.secret_params, params.as_deref_mut(), scope);
+        // After secret_params: a param whose default is a secret's source
+        // is read at each run's start, not given its source's text.
         let schedule = match (schedule, &params) {
             (Some(schedule), Some(declared)) if schedule.gives_params() => self.schedule_params(
                 schedule,
                 declared,
+                &secret_params,
                 name.as_deref().unwrap_or_default(),
                 raw.schedule.as_ref().map(Spanned::span),
                 scope,
             ),
             (schedule, _) => schedule,
         };
-        let secret_params = self.secret_params(raw.secret_params, params.as_deref_mut(), scope);
         let secret_env = self.secret_env(
             raw.secret_env.take(),
             raw.env.as_ref(),
@@ -1293,6 +1296,7 @@ impl Checker<'_> {
         &mut self,
         schedule: Schedule,
         declared: &[Param],
+        secret: &[String],
         job: &str,
         span: Option<std::ops::Range<usize>>,
         scope: Scope<'_>,
@@ -1304,6 +1308,23 @@ impl Checker<'_> {
                 resolved.push(None);
                 continue;
             };
+            // The schedule is shown (check, status, the dashboard, the
+            // API): a secret's value has no place in it.
+            if let Some(name) = given.keys().find(|name| secret.contains(name)) {
+                valid = false;
+                self.report(
+                    span.clone(),
+                    Some(scope),
+                    Some("schedule"),
+                    format!(
+                        "schedule entry {}: {name} is one of secret_params, whose value the schedule \
+                         would show: give it a default read from a file (file:PATH or credential:NAME) \
+                         in params instead",
+                        n + 1
+                    ),
+                );
+                continue;
+            }
             let pairs: Vec<(String, String)> =
                 given.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             match crate::config::params::resolve(job, declared, &pairs) {
