@@ -187,7 +187,8 @@ text_column!(Trigger, "trigger", unknown = Trigger::Schedule);
 pub(crate) type Params = std::collections::BTreeMap<String, String>;
 
 /// What can be notified.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum Event {
     /// A run ended `failed` (after its retries).
     Failed,

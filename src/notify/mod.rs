@@ -40,13 +40,13 @@ pub(crate) struct Notice {
     /// One line for people (chat webhooks show it as the message).
     pub(crate) text: String,
     /// The event.
-    pub(crate) event: &'static str,
+    pub(crate) event: Event,
     /// The job.
     pub(crate) job: String,
     /// The instant (RFC 3339, UTC, ms).
     pub(crate) scheduled_at: String,
     /// The run's status in history.
-    pub(crate) status: &'static str,
+    pub(crate) status: RunStatus,
     /// Its exit code, if its process exited.
     pub(crate) exit_code: Option<i32>,
     /// Its attempt (0: a missed instant, which had none).
@@ -63,27 +63,75 @@ pub(crate) struct Notice {
     /// Its row in `replicron_runs`.
     pub(crate) history_id: Option<i64>,
     /// What started it (`schedule`, `catch_up`, `manual`, …).
-    pub(crate) trigger: &'static str,
+    pub(crate) trigger: Trigger,
+}
+
+/// The run (or the instant) a notice tells of: the fields of its history
+/// row that a notice carries.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Told<'a> {
+    /// The job.
+    pub(crate) job: &'a str,
+    /// Its instant.
+    pub(crate) instant: DateTime<Utc>,
+    /// Its status in history.
+    pub(crate) status: RunStatus,
+    /// Its exit code, if its process exited.
+    pub(crate) exit_code: Option<i32>,
+    /// Its attempt (0: a missed instant, which had none).
+    pub(crate) attempt: i32,
+    /// The replica that ran it (or recorded it).
+    pub(crate) instance: &'a str,
+    /// How long it ran, where known (for `long_running`: how long it has
+    /// been running).
+    pub(crate) duration: Option<Duration>,
+    /// Its output (the notice keeps the end).
+    pub(crate) output: &'a str,
+    /// Its row in `replicron_runs`.
+    pub(crate) history_id: Option<i64>,
+}
+
+impl<'a> Told<'a> {
+    /// An instant of `job` recorded with `status` as row `id` by
+    /// `instance`, which ran nothing (a missed or skipped one).
+    pub(crate) fn unrun(
+        job: &'a str,
+        instant: DateTime<Utc>,
+        status: RunStatus,
+        instance: &'a str,
+        id: i64,
+    ) -> Told<'a> {
+        Told {
+            job,
+            instant,
+            status,
+            exit_code: None,
+            attempt: 0,
+            instance,
+            duration: None,
+            output: "",
+            history_id: Some(id),
+        }
+    }
 }
 
 /// The most of a run's output a notification carries (its end).
 const OUTPUT_TAIL: usize = 4096;
 
 impl Notice {
-    /// A notice of `event` for one history row.
-    #[expect(clippy::too_many_arguments, reason = "one field each of a history row")]
-    pub(crate) fn new(
-        event: Event,
-        job: &str,
-        instant: DateTime<Utc>,
-        status: RunStatus,
-        exit_code: Option<i32>,
-        attempt: i32,
-        instance: &str,
-        duration: Option<Duration>,
-        output: &str,
-        history_id: Option<i64>,
-    ) -> Notice {
+    /// A notice of `event` for the run `told`.
+    pub(crate) fn new(event: Event, told: Told<'_>) -> Notice {
+        let Told {
+            job,
+            instant,
+            status,
+            exit_code,
+            attempt,
+            instance,
+            duration,
+            output,
+            history_id,
+        } = told;
         let scheduled_at = crate::schedule::fmt_instant(instant);
         let code = exit_code
             .map(|c| format!(" (exit {c})"))
@@ -124,10 +172,10 @@ impl Notice {
         }
         Notice {
             text,
-            event: event.as_str(),
+            event,
             job: job.to_string(),
             scheduled_at,
-            status: status.as_str(),
+            status,
             exit_code,
             attempt,
             instance: instance.to_string(),
@@ -135,7 +183,7 @@ impl Notice {
             late_seconds: None,
             output: output[start..].to_string(),
             history_id,
-            trigger: Trigger::Schedule.as_str(),
+            trigger: Trigger::Schedule,
         }
     }
 
@@ -151,7 +199,7 @@ impl Notice {
     /// This notice of a run that `trigger` started; its text says so
     /// where that was not the schedule.
     pub(crate) fn started_by(mut self, trigger: Trigger) -> Notice {
-        self.trigger = trigger.as_str();
+        self.trigger = trigger;
         if trigger != Trigger::Schedule {
             self.text.push_str(&format!(" ({trigger} run)"));
         }
@@ -341,11 +389,11 @@ impl Notifier {
         let Some(notify) = self.of(&notice.job) else {
             return;
         };
-        let wanted = notify.on.iter().any(|e| e.as_str() == notice.event);
+        let wanted = notify.on.contains(&notice.event);
         if !wanted || (notify.webhook.is_none() && notify.command.is_none()) {
             return;
         }
-        let (job, event, id) = (notice.job.clone(), notice.event, notice.history_id);
+        let (job, event, id) = (notice.job.clone(), notice.event.as_str(), notice.history_id);
         self.outstanding.fetch_add(1, Ordering::SeqCst);
         if self
             .queue
@@ -540,15 +588,18 @@ mod tests {
         let notice = |event| {
             Notice::new(
                 event,
-                "nightly",
-                instant,
-                RunStatus::Running,
-                None,
-                1,
-                "web-2",
-                Some(Duration::from_secs(20 * 60)).filter(|_| event == Event::LongRunning),
-                "",
-                Some(7),
+                Told {
+                    job: "nightly",
+                    instant,
+                    status: RunStatus::Running,
+                    exit_code: None,
+                    attempt: 1,
+                    instance: "web-2",
+                    duration: Some(Duration::from_secs(20 * 60))
+                        .filter(|_| event == Event::LongRunning),
+                    output: "",
+                    history_id: Some(7),
+                },
             )
         };
         let long = notice(Event::LongRunning);
@@ -576,15 +627,17 @@ mod tests {
         let output = format!("{}é{}", "a".repeat(5000), "end");
         let notice = Notice::new(
             Event::Failed,
-            "billing",
-            DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
-            RunStatus::Failed,
-            Some(3),
-            2,
-            "web-1",
-            Some(Duration::from_millis(1500)),
-            &output,
-            Some(42),
+            Told {
+                job: "billing",
+                instant: DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
+                status: RunStatus::Failed,
+                exit_code: Some(3),
+                attempt: 2,
+                instance: "web-1",
+                duration: Some(Duration::from_millis(1500)),
+                output: &output,
+                history_id: Some(42),
+            },
         );
         assert!(notice.output.len() <= OUTPUT_TAIL && notice.output.ends_with("éend"));
         assert_eq!(

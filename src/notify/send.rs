@@ -64,7 +64,7 @@ pub(super) async fn event(notify: &Notify, notice: &Notice, log: &SentLog) {
         deliver(
             (notify, log),
             &notice.job,
-            notice.event,
+            notice.event.as_str(),
             notice.history_id,
             "webhook",
             || {
@@ -78,7 +78,7 @@ pub(super) async fn event(notify: &Notify, notice: &Notice, log: &SentLog) {
         deliver(
             (notify, log),
             &notice.job,
-            notice.event,
+            notice.event.as_str(),
             notice.history_id,
             "command",
             || run(command, notice, notify.timeout, &notify.hidden_env),
@@ -259,10 +259,10 @@ async fn run(
     }
     let exit_code = notice.exit_code.map(|c| c.to_string()).unwrap_or_default();
     process
-        .env("REPLICRON_EVENT", notice.event)
+        .env("REPLICRON_EVENT", notice.event.as_str())
         .env("REPLICRON_JOB", &notice.job)
         .env("REPLICRON_SCHEDULED_AT", &notice.scheduled_at)
-        .env("REPLICRON_STATUS", notice.status)
+        .env("REPLICRON_STATUS", notice.status.as_str())
         .env("REPLICRON_EXIT_CODE", exit_code)
         .env("REPLICRON_ATTEMPT", notice.attempt.to_string())
         .env("REPLICRON_INSTANCE", &notice.instance)
@@ -281,7 +281,7 @@ async fn run(
                 .unwrap_or_default(),
         )
         .env("REPLICRON_TEXT", &notice.text)
-        .env("REPLICRON_TRIGGER", notice.trigger)
+        .env("REPLICRON_TRIGGER", notice.trigger.as_str())
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use crate::history::{OnAbandoned, RunRow, RunStatus};
-use crate::notify::{Event, Notice, Notifier};
+use crate::notify::{Event, Notice, Notifier, Told};
 
 /// Where the runs this replica marks `abandoned` go: to its scheduler's
 /// rerun service (`rerun::serve`), which reruns those whose job asks for it, once one is
@@ -68,14 +68,16 @@ impl Abandoned {
 pub(crate) fn tell(notifier: &Notifier, row: &RunRow) {
     notifier.event(Notice::new(
         Event::Abandoned,
-        &row.job,
-        row.scheduled_at.and_utc(),
-        RunStatus::Abandoned,
-        None,
-        row.attempt,
-        &row.instance,
-        None,
-        &row.output,
-        Some(row.id),
+        Told {
+            job: &row.job,
+            instant: row.scheduled_at.and_utc(),
+            status: RunStatus::Abandoned,
+            exit_code: None,
+            attempt: row.attempt,
+            instance: &row.instance,
+            duration: None,
+            output: &row.output,
+            history_id: Some(row.id),
+        },
     ));
 }

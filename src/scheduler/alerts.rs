@@ -26,7 +26,7 @@ use tracing::{Instrument, warn};
 use super::engine::Engine;
 use super::work::Work;
 use crate::history::{RunStatus, Trigger};
-use crate::notify::{Event, Notice};
+use crate::notify::{Event, Notice, Told};
 use crate::telemetry;
 
 /// What one run has told of: `long_running` is told once per run, across
@@ -130,15 +130,17 @@ fn notice(
 ) -> Notice {
     Notice::new(
         event,
-        job,
-        started.instant,
-        RunStatus::Running,
-        None,
-        started.attempt as i32,
-        &engine.instance,
-        running_for,
-        "",
-        Some(started.run_id),
+        Told {
+            job,
+            instant: started.instant,
+            status: RunStatus::Running,
+            exit_code: None,
+            attempt: started.attempt as i32,
+            instance: &engine.instance,
+            duration: running_for,
+            output: "",
+            history_id: Some(started.run_id),
+        },
     )
     .started_by(started.trigger)
 }

@@ -25,7 +25,7 @@ use super::work::{Outcome, Recording, Work};
 use crate::config::exit_codes::ExitCodes;
 use crate::history::{RunFinish, RunStatus, Trigger};
 use crate::lease::keeper::{Keeper, LeaseState};
-use crate::notify::{Event, Notice, Ping};
+use crate::notify::{Event, Notice, Ping, Told};
 use crate::runner::{Ended, Ending, RunContext, StopReason};
 use crate::telemetry;
 
@@ -687,15 +687,17 @@ async fn notify_outcome(
     engine.notifier.event(
         Notice::new(
             event,
-            &job.name,
-            attempted.instant,
-            outcome.status,
-            outcome.exit_code,
-            attempted.attempt,
-            &engine.instance,
-            Some(attempted.duration),
-            &outcome.output,
-            Some(attempted.run_id),
+            Told {
+                job: &job.name,
+                instant: attempted.instant,
+                status: outcome.status,
+                exit_code: outcome.exit_code,
+                attempt: attempted.attempt,
+                instance: &engine.instance,
+                duration: Some(attempted.duration),
+                output: &outcome.output,
+                history_id: Some(attempted.run_id),
+            },
         )
         .started_by(trigger),
     );

@@ -21,7 +21,7 @@ use super::job::Job;
 use crate::db::DbError;
 use crate::history::RunStatus;
 use crate::lease::Claim;
-use crate::notify::{Event, Notice};
+use crate::notify::{Event, Notice, Told};
 use crate::schedule::fmt_instant;
 
 /// The lease row of the check (job names may not use the prefix).
@@ -421,14 +421,6 @@ pub(crate) fn commit_checked(
 pub(super) fn tell_missed(engine: &Engine, job: &str, instant: DateTime<Utc>, id: i64) {
     engine.notifier.event(Notice::new(
         Event::Missed,
-        job,
-        instant,
-        RunStatus::Missed,
-        None,
-        0,
-        &engine.instance,
-        None,
-        "",
-        Some(id),
+        Told::unrun(job, instant, RunStatus::Missed, &engine.instance, id),
     ));
 }

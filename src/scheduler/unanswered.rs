@@ -27,7 +27,7 @@ use super::job::Job;
 use crate::backoff::Backoff;
 use crate::history::{NewRun, RunStatus};
 use crate::lease::{Committed, Lease, Nonce};
-use crate::notify::{Event, Notice};
+use crate::notify::{Event, Notice, Told};
 use crate::schedule::LATE_LIMIT;
 use crate::telemetry;
 
@@ -311,15 +311,11 @@ pub(super) async fn record(
         Ok(Some(id)) => {
             engine.notifier.event(Notice::new(
                 Event::Skipped,
-                &job.name,
-                instant,
-                RunStatus::Skipped,
-                None,
-                1,
-                &engine.instance,
-                None,
-                &output,
-                Some(id),
+                Told {
+                    attempt: 1,
+                    output: &output,
+                    ..Told::unrun(&job.name, instant, RunStatus::Skipped, &engine.instance, id)
+                },
             ));
         }
         Ok(None) => {}
