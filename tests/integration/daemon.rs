@@ -73,7 +73,9 @@ fn exactly_once(kind: Kind) {
     }
     let window_start = second(Utc::now()) + TimeDelta::seconds(2);
     std::thread::sleep(Duration::from_secs(20));
-    let window_end = second(Utc::now()) - TimeDelta::seconds(2);
+    // Seconds before the stop: a replica running late on a loaded host
+    // has claimed the window's last instants before it drains.
+    let window_end = second(Utc::now()) - TimeDelta::seconds(4);
     for replica in &replicas {
         replica.signal(Signal::SIGTERM);
     }

@@ -103,8 +103,11 @@ backend_test! {
             let runs = bodies.iter().filter(|b| b.job == name).count();
             assert!(runs * 5 >= bodies.len(), "{name} ran {runs} of {}: {bodies:#?}", bodies.len());
         }
-        // No older instant of another job passed over.
-        let slack = TimeDelta::seconds(2);
+        // No older instant of another job passed over, once it waits (a
+        // replica running late on a loaded host queues its instant
+        // seconds after it, and a run that came before may take the slot
+        // first).
+        let slack = TimeDelta::seconds(4);
         let mut passed = Vec::new();
         for later in &bodies {
             for older in &bodies {

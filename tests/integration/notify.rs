@@ -260,6 +260,9 @@ fn failing_jobs(
     let from = second(Utc::now()) + TimeDelta::seconds(1);
     std::thread::sleep(Duration::from_secs(seconds));
     let to = second(Utc::now()) - TimeDelta::seconds(1);
+    // A replica running late on a loaded host claims the window's last
+    // instants after it ends: they run before it stops.
+    std::thread::sleep(Duration::from_secs(3));
     stop_all(vec![replica]);
     let lines: Vec<Line> = read_lines(&out)
         .into_iter()
@@ -298,9 +301,16 @@ backend_test! {
             6,
         );
         // A sender that waited for the webhook would start runs seconds
-        // late (a 2 s timeout, tried twice); an independent one does not.
+        // late (a 2 s timeout, tried twice), further behind with each
+        // failure; an independent one does not. Measured against the
+        // answering phase, so that a loaded host's own lateness (a figure
+        // for scripts/bench) does not count.
         let latest = broken.last().copied().unwrap_or_default();
-        assert!(latest < 2000.0, "a run started {latest:.0} ms late");
+        let baseline = answering.last().copied().unwrap_or_default();
+        assert!(
+            latest < baseline + 2000.0,
+            "a run started {latest:.0} ms late, against {baseline:.0} ms with an answering webhook"
+        );
         assert!(!ok.requests().is_empty());
         assert!(!hang.requests().is_empty(), "the hanging webhook was called");
         assert!(!hang.to("/ping").is_empty(), "the hanging ping URL was called");
@@ -320,8 +330,10 @@ backend_test! {
             assert_eq!(times.len(), 2, "deliveries of {instant}: {times:?}");
             let first = times.iter().min().expect("a delivery");
             let after = *first - time(&serde_json::Value::from(instant.as_str()));
+            // A sender held behind the hanging deliveries (2 s each,
+            // tried twice, two jobs) would tell it many seconds late.
             assert!(
-                after < TimeDelta::milliseconds(1500),
+                after < TimeDelta::milliseconds(3500),
                 "the failure of {instant} was first told {after} after its instant"
             );
         }

@@ -312,9 +312,11 @@ fn a_receiver_that_is_down_delays_no_run() {
         let at = |key: &str| {
             chrono::DateTime::parse_from_rfc3339(row[key].as_str().expect(key)).expect("rfc3339")
         };
+        // Held back by the exporter would be seconds, every run; a loaded
+        // host's lateness is a figure for scripts/bench, not a bound here.
         let late = at("started_at") - at("scheduled_at");
         assert!(
-            late < chrono::TimeDelta::milliseconds(900),
+            late < chrono::TimeDelta::seconds(5),
             "started {late} after its instant: {row}"
         );
     }
