@@ -99,7 +99,8 @@ backend_test! {
             gone = id(2),
             early = sql_time(at(3) - chrono::TimeDelta::milliseconds(700)),
             early_id = id(3),
-            long = sql_time(at(4) + chrono::TimeDelta::milliseconds(2500)),
+            // Past the next run's start, however late that started.
+            long = sql_time(parse(runs[5]["started_at"].as_str().expect("started")) + chrono::TimeDelta::milliseconds(500)),
             long_id = id(4),
             left_id = id(6),
         ))
