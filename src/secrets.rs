@@ -92,9 +92,10 @@ pub(crate) fn never_inherited() -> impl Iterator<Item = &'static str> {
         .chain([CREDENTIALS_DIRECTORY])
 }
 
-/// A name a credential may give a variable: letters, digits and `_`, not
-/// starting with a digit.
-fn is_variable_name(name: &str) -> bool {
+/// Whether `name` is an environment variable's name as a shell writes
+/// one, `[A-Za-z_][A-Za-z0-9_]*`: a name a credential may give a
+/// variable, and a job's parameter's or `secret_env`'s.
+pub(crate) fn is_variable_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()

@@ -90,6 +90,19 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         println!("  schedule  {}", job.schedule.expression());
         println!("  zone      {}", job.schedule.zone());
         let jitter = job.schedule.jitter();
+        // When a jittered instant's run starts (nothing without a jitter).
+        let starts = |instant: chrono::DateTime<chrono::Utc>| {
+            if jitter.is_zero() {
+                String::new()
+            } else {
+                format!(
+                    "  starts {}",
+                    job.schedule
+                        .start_of(instant)
+                        .to_rfc3339_opts(SecondsFormat::Millis, true)
+                )
+            }
+        };
         if !jitter.is_zero() {
             println!(
                 "  jitter    {} (each run starts at its instant plus a delay in [0, jitter))",
@@ -195,13 +208,8 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
                     "  ended: its one instant came before {}",
                     from.to_rfc3339_opts(SecondsFormat::Millis, true)
                 ));
-            } else if !jitter.is_zero() {
-                line.push_str(&format!(
-                    "  starts {}",
-                    job.schedule
-                        .start_of(instant)
-                        .to_rfc3339_opts(SecondsFormat::Millis, true)
-                ));
+            } else {
+                line.push_str(&starts(instant));
             }
             println!("{line}");
             continue;
@@ -236,14 +244,7 @@ pub(super) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
                 println!("{line}");
                 continue;
             }
-            if !jitter.is_zero() {
-                line.push_str(&format!(
-                    "  starts {}",
-                    job.schedule
-                        .start_of(instant)
-                        .to_rfc3339_opts(SecondsFormat::Millis, true)
-                ));
-            }
+            line.push_str(&starts(instant));
             println!("{line}");
         }
     }

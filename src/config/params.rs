@@ -108,10 +108,7 @@ impl SecretSource {
                 path.display()
             )
         })?;
-        let value = text
-            .strip_suffix('\n')
-            .map(|v| v.strip_suffix('\r').unwrap_or(v))
-            .unwrap_or(&text);
+        let value = one_line_end_off(&text);
         if value.contains('\0') {
             return Err(format!(
                 "secret_env {name}: {self} ({}) holds a NUL byte, which no environment variable can",
@@ -146,10 +143,7 @@ impl SecretSource {
                 path.display()
             )
         })?;
-        let value = text
-            .strip_suffix('\n')
-            .map(|v| v.strip_suffix('\r').unwrap_or(v))
-            .unwrap_or(&text);
+        let value = one_line_end_off(&text);
         check_value(name, value).map_err(|e| format!("{e} (read from {self})"))?;
         Ok(value.to_string())
     }
@@ -192,15 +186,18 @@ impl Param {
     }
 }
 
+/// `text` without its one trailing line end (`\n` or `\r\n`), as a
+/// secret's file is written by an editor or `echo`.
+fn one_line_end_off(text: &str) -> &str {
+    text.strip_suffix('\n')
+        .map(|v| v.strip_suffix('\r').unwrap_or(v))
+        .unwrap_or(text)
+}
+
 /// A parameter's name: an environment variable's, as a shell writes one
 /// (`[A-Za-z_][A-Za-z0-9_]*`), and not one of replicron's own.
 fn check_name(name: &str) -> Result<(), String> {
-    let mut chars = name.chars();
-    let well_formed = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !well_formed {
+    if !crate::secrets::is_variable_name(name) {
         return Err(format!(
             "invalid parameter name {name:?}: expected an environment variable's name, \
              letters, digits and _ not starting with a digit (\"DAYS\", or \"DAYS=30\" with a default)"

@@ -1154,12 +1154,7 @@ impl Checker<'_> {
             let fail = |this: &mut Self, message: String| {
                 this.report(Some(span.clone()), Some(scope), Some("secret_env"), message);
             };
-            let mut chars = name.chars();
-            let well_formed = chars
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !well_formed {
+            if !crate::secrets::is_variable_name(&name) {
                 fail(
                     self,
                     format!(
