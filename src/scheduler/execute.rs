@@ -105,6 +105,11 @@ impl Going {
             .clone()
     }
 
+    /// Whether the action is going now (it began, and has not ended).
+    pub(crate) fn is_going(&self) -> bool {
+        matches!(*self.span(), (Some(_), None))
+    }
+
     /// Whether the action was going at `instant`.
     pub(crate) fn at(&self, instant: DateTime<Utc>) -> bool {
         match *self.span() {

@@ -1627,6 +1627,94 @@ async fn a_replacing_instant_stops_the_run_before_it() {
     assert_eq!(instants.len(), rows.len(), "an instant ran twice: {rows:?}");
 }
 
+/// `overlap = "queue"` or `"replace"` on two replicas and a paused clock:
+/// a job due every 10 s whose runs take 25 s, whose first run starts 15 s
+/// late (a claim that started no run held its lease until 00:01:15). The
+/// instants that came before that late run started wait behind it
+/// (`queue`) or replace it (`replace`), as any instant that comes while a
+/// run of such a job goes: a run holds the job from its instant, not from
+/// its start. They do not each wait for the run before them to end and
+/// then start late in turn, so that the lateness, grown by the 15 s a run
+/// outlasts its period at each instant, reached a minute and stayed there.
+/// After the first run, lateness stays within one run (`queue`) or one
+/// keep-alive (`replace`); each instant runs at most once, and runs never
+/// overlap.
+#[tokio::test(start_paused = true)]
+async fn a_late_run_does_not_make_a_backlog_of_a_queue_or_replace_job() {
+    for overlap in [
+        crate::config::Overlap::Queue,
+        crate::config::Overlap::Replace,
+    ] {
+        let db = TestDb::sqlite();
+        let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:50Z")));
+        let mut conn = connect_at(&db, &clock);
+        crate::db::migrate::migrate(&mut conn, "test").expect("migrate");
+        let planted = crate::lease::claim(
+            &mut conn,
+            "late",
+            "vanished",
+            utc("2027-03-01T00:00:50Z"),
+            Duration::from_secs(25),
+        )
+        .expect("claim");
+        assert!(
+            matches!(planted, crate::lease::Claim::Won(_)),
+            "{planted:?}"
+        );
+        let spans: Starts = Arc::default();
+        let replica = |id: &str| {
+            let mut job = recording_job(
+                "late",
+                "*/10 * * * * *",
+                Duration::from_secs(25),
+                &clock,
+                &spans,
+            );
+            job.settings.overlap = overlap;
+            job.settings.lock_at_most_for = Duration::from_secs(15);
+            job.settings.kill_grace = Duration::from_secs(1);
+            replica_of(&db, &clock, id, job)
+        };
+        side_by_side(replica("one"), replica("two"), Duration::from_secs(4 * 60)).await;
+        let mut spans = spans.lock().expect("spans").clone();
+        spans.sort_by_key(|span| span.1);
+        let late: Vec<(String, i64)> = spans
+            .iter()
+            .map(|(instant, start, _)| {
+                let instant = utc(instant);
+                (
+                    instant.format("%M:%S").to_string(),
+                    (*start - instant).num_seconds(),
+                )
+            })
+            .collect();
+        assert_eq!(late[0].0, "01:00", "{overlap:?}: {late:?}");
+        assert!((15..=18).contains(&late[0].1), "{overlap:?}: {late:?}");
+        let bound = match overlap {
+            crate::config::Overlap::Queue => 30,
+            _ => 10,
+        };
+        let rows = rows_by_instant(&db, "late");
+        assert!(
+            late[1..].iter().all(|(_, late)| *late <= bound),
+            "{overlap:?}: a run started more than {bound} s late: {late:?} {rows:?}"
+        );
+        assert!(late.len() >= 8, "{overlap:?}: {late:?}");
+        for pair in spans.windows(2) {
+            assert!(pair[0].2 <= pair[1].1, "{overlap:?}: overlapped: {pair:?}");
+        }
+        let mut instants: Vec<_> = runs_of(&db, "late")
+            .iter()
+            .filter(|r| r.status != RunStatus::Missed)
+            .map(|r| (r.scheduled_at, r.attempt))
+            .collect();
+        let all = instants.len();
+        instants.sort();
+        instants.dedup();
+        assert_eq!(instants.len(), all, "{overlap:?}: an instant ran twice");
+    }
+}
+
 /// A job of the job file with several schedules that share instants, on two
 /// replicas and a paused clock: each instant of the union runs once, a
 /// shared one too, and none is recorded missed.

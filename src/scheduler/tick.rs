@@ -58,6 +58,8 @@ pub(super) fn stopping(
 /// while the action was going.
 pub(super) struct Current {
     pub(super) task: JoinHandle<()>,
+    /// The instant it runs.
+    instant: DateTime<Utc>,
     claimed_at: DateTime<Utc>,
     going: Arc<execute::Going>,
     /// The fence of the lease it holds.
@@ -72,6 +74,17 @@ impl Current {
     /// Whether the run was going at `instant`.
     pub(super) fn was_going_at(&self, instant: DateTime<Utc>) -> bool {
         self.going.at(instant)
+    }
+
+    /// Whether `instant` of a job whose instants wait for its run
+    /// (`queue`, `replace`) finds this run holding the job: such a run
+    /// holds it from its own instant, not from its action's start, while
+    /// its action goes. So an instant that came before a run that started
+    /// late had started waits behind it, or replaces it, instead of
+    /// starting late in turn once it ended: a backlog that fed itself,
+    /// each run later than the one before by what it outlasts its period.
+    fn holds_from_its_instant(&self, instant: DateTime<Utc>) -> bool {
+        self.instant < instant && self.going.is_going()
     }
 }
 
@@ -181,7 +194,9 @@ pub(crate) async fn job_loop(
             others.push(run.task);
         }
         if let Some(run) = current.as_mut().filter(|run| run.is_running()) {
-            if run.was_going_at(job.schedule.start_of(instant))
+            let overlapped = run.was_going_at(job.schedule.start_of(instant))
+                || (waits_for_the_run(&job) && run.holds_from_its_instant(instant));
+            if overlapped
                 && waits_for_the_run(&job)
                 && let Some(waited) = overlapping(
                     &engine,
@@ -207,7 +222,7 @@ pub(crate) async fn job_loop(
                 }
                 continue;
             }
-            if run.was_going_at(job.schedule.start_of(instant)) {
+            if overlapped {
                 telemetry::overrun(&job.name);
                 if !overrun_reported {
                     match run.going.waits_for() {
@@ -635,7 +650,13 @@ pub(super) async fn attempt(
                 }
             }
             Ok(Claimed::NotWon(Claim::Held(holder))) => {
-                match on_held(engine, job, &holder, due).await {
+                // An instant of its own schedule finds a `queue` or
+                // `replace` job's run holding the job from that run's
+                // instant, as the replica that runs it does.
+                let from_its_instant = patience == Patience::OnTime
+                    && cause.trigger == Trigger::Schedule
+                    && waits_for_the_run(job);
+                match on_held(engine, job, &holder, due, from_its_instant).await {
                     OnHeld::Overrun { since } => {
                         telemetry::overrun(&job.name);
                         return Attempt::Overrun {
@@ -921,7 +942,17 @@ async fn on_held(
     job: &Job,
     holder: &lease::Holder,
     start: DateTime<Utc>,
+    from_its_instant: bool,
 ) -> OnHeld {
+    // A `queue` or `replace` job's run held the job from its own instant
+    // (`Current::holds_from_its_instant`): the instant waits behind it, or
+    // replaces it, however late it started, and a claim that started no
+    // run is waited for as a run would be.
+    if from_its_instant && let Some(held) = holder.instant.filter(|held| *held < start) {
+        return OnHeld::Overrun {
+            since: holder.claimed_at.unwrap_or(held),
+        };
+    }
     // Claimed after the instant came: a run that started late; the instant
     // waits for it.
     let Some(since) = holder.claimed_at.filter(|since| *since < start) else {
@@ -963,7 +994,7 @@ fn start(
     };
     let claimed_at = engine.clock.now();
     let going = Arc::new(execute::Going::default());
-    let fence = hold.fence();
+    let (fence, instant) = (hold.fence(), hold.instant());
     let run = execute::execute(
         engine.clone(),
         Plan {
@@ -1001,6 +1032,7 @@ fn start(
             }
             run.await;
         }),
+        instant,
         claimed_at,
         going,
         fence,
