@@ -1715,6 +1715,29 @@ async fn a_late_run_does_not_make_a_backlog_of_a_queue_or_replace_job() {
     }
 }
 
+/// What a stopping loop had not reached: the instants after the last it
+/// reached whose start had come, after one it reached but had not decided;
+/// none older than the ticker still hands out (those were said skipped).
+#[test]
+fn a_stop_names_the_instants_its_loop_had_not_reached() {
+    let job = Job::new("behind", "*/10 * * * * *").expect("job");
+    let at = |hms: &str| utc(&format!("2027-03-01T{hms}Z"));
+    let not_reached = |after, undecided, now| super::tick::not_reached(&job, after, undecided, now);
+    assert_eq!(
+        not_reached(at("00:01:10"), None, at("00:01:35")),
+        Some((at("00:01:20"), at("00:01:30"), 2))
+    );
+    assert_eq!(
+        not_reached(at("00:01:10"), Some(at("00:01:10")), at("00:01:35")),
+        Some((at("00:01:10"), at("00:01:30"), 3))
+    );
+    assert_eq!(not_reached(at("00:01:30"), None, at("00:01:35")), None);
+    assert_eq!(
+        not_reached(at("00:00:00"), None, at("00:05:05")),
+        Some((at("00:04:10"), at("00:05:00"), 6))
+    );
+}
+
 /// A job of the job file with several schedules that share instants, on two
 /// replicas and a paused clock: each instant of the union runs once, a
 /// shared one too, and none is recorded missed.

@@ -103,6 +103,14 @@ pub(crate) async fn job_loop(
     let mut skipped_down: Option<(DateTime<Utc>, DateTime<Utc>, usize)> = None;
     // Whether the schedule has no instant left (a job written `at`).
     let mut ended = false;
+    // For a stop: the last instant handed out, one handed out that the
+    // stop left undecided, and whether the loop ended with an instant that
+    // waited for the job's run (`leave_waiting` decided it, and the
+    // instants after it were its overruns).
+    let since = engine.clock.now();
+    let mut reached: Option<DateTime<Utc>> = None;
+    let mut undecided: Option<DateTime<Utc>> = None;
+    let mut left_waiting = false;
     let mut health = engine.health.subscribe();
     let mut ticker = Ticker::new(job.schedule.clone(), engine.clock.clone());
     let stop = |retired: &mut watch::Receiver<bool>| stopping(&engine, retired);
@@ -167,6 +175,7 @@ pub(crate) async fn job_loop(
                 None => break,
             },
         };
+        reached = Some(instant);
         telemetry::schedule(&job.name, job.schedule.next_after(instant), None);
         if let Some(skipped) = ticker.take_skipped() {
             telemetry::skipped(&job.name, telemetry::Skip::TooLate, skipped.count);
@@ -218,7 +227,10 @@ pub(crate) async fn job_loop(
                         overrun_reported = false;
                     }
                     Some(_) => {}
-                    None => break,
+                    None => {
+                        left_waiting = true;
+                        break;
+                    }
                 }
                 continue;
             }
@@ -252,7 +264,10 @@ pub(crate) async fn job_loop(
             let deadline = deadline_for(&engine, &job, instant);
             tokio::select! {
                 biased;
-                () = stop(&mut retired) => break,
+                () = stop(&mut retired) => {
+                    undecided = Some(instant);
+                    break;
+                }
                 () = tokio::time::sleep_until(deadline) => {
                     skip_too_late(&job, instant, "the job's previous run, started late, was still going");
                     continue;
@@ -283,7 +298,10 @@ pub(crate) async fn job_loop(
                 Ticker::new(job.schedule.clone(), engine.clock.clone()).not_before(Some(instant));
             match waited {
                 Some(waited) => attempt = waited,
-                None => break,
+                None => {
+                    left_waiting = true;
+                    break;
+                }
             }
         }
         let paused = matches!(attempt, Attempt::Paused { .. });
@@ -318,6 +336,24 @@ pub(crate) async fn job_loop(
         }
         paused_reported = paused;
     }
+    if !left_waiting
+        && *engine.phase.borrow() != Phase::Running
+        && let Some((first, last, count)) = not_reached(
+            &job,
+            reached.unwrap_or(since),
+            undecided,
+            engine.clock.now(),
+        )
+    {
+        warn!(
+            job = %job.name,
+            first = %fmt_instant(first),
+            last = %fmt_instant(last),
+            count,
+            "instants this replica had not run nor decided when it stopped (it ran behind): \
+             left to the replicas that go on, or, if none claims them, to the check for missed instants"
+        );
+    }
     if let Some(run) = current {
         let _ = run.task.await;
         if waits_for_the_run(&job) && *engine.phase.borrow() != Phase::Running {
@@ -328,6 +364,37 @@ pub(crate) async fn job_loop(
         let _ = task.await;
     }
 }
+
+/// At a stop: the instants this loop had not reached (it ran behind: a
+/// claim that waited, a run that started late) after `after`, and
+/// `undecided`, one it had reached but not decided: the first, the last
+/// and how many. A replica that goes on claims them, late; the check for
+/// missed instants records those nobody ran, at the fleet's next start if
+/// every replica stopped. Instants older than the ticker hands out are
+/// left out: they were said as skipped already.
+pub(super) fn not_reached(
+    job: &Job,
+    after: DateTime<Utc>,
+    undecided: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Option<(DateTime<Utc>, DateTime<Utc>, usize)> {
+    let (mut first, mut last) = (undecided, undecided);
+    let mut count = usize::from(undecided.is_some());
+    let mut cursor = after.max(now - late_limit(job));
+    while let Some(next) = job.schedule.next_after(cursor) {
+        if job.schedule.start_of(next) > now || count >= NOT_REACHED_COUNT_LIMIT {
+            break;
+        }
+        first.get_or_insert(next);
+        last = Some(next);
+        count += 1;
+        cursor = next;
+    }
+    Some((first?, last?, count))
+}
+
+/// Instants not reached at a stop are counted up to this many.
+const NOT_REACHED_COUNT_LIMIT: usize = 10_000;
 
 /// At a stop, once this replica's run of `job` has ended: an instant that
 /// another replica queued behind that run, and that this replica's own
@@ -566,6 +633,7 @@ pub(super) async fn attempt(
     };
     let mut wait = |reason: &str| {
         if *engine.phase.borrow() != Phase::Running {
+            info!(job = %job.name, instant = %fmt_instant(instant), "not claimed: replicron is stopping ({reason}); a replica that goes on may claim it");
             return None;
         }
         let pause = backoff.next_pause();
