@@ -105,9 +105,9 @@ impl Going {
             .clone()
     }
 
-    /// Whether the action is going now (it began, and has not ended).
-    pub(crate) fn is_going(&self) -> bool {
-        matches!(*self.span(), (Some(_), None))
+    /// Whether the action has ended (and no retry's pause began since).
+    pub(crate) fn has_ended(&self) -> bool {
+        self.span().1.is_some()
     }
 
     /// Whether the action was going at `instant`.
@@ -372,6 +372,23 @@ async fn run_attempt(
         .instrument(starting.clone())
         .await
     {
+        // Asked to stop for a later instant before it began (`replace`):
+        // replaced, not lost.
+        if replaced(engine, job, fence).await {
+            warn!(
+                "run not started: a later instant replaced it before it began (overlap = \"replace\")"
+            );
+            return Some(
+                rows.unstarted(
+                    run_id,
+                    attempt,
+                    RunStatus::Replaced,
+                    "replicron: not started: a later instant replaced it before it began\n"
+                        .to_string(),
+                )
+                .await,
+            );
+        }
         warn!("run not started: its lease could not be confirmed after its start was recorded");
         return Some(
             rows.unstarted(

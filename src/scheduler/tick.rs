@@ -78,13 +78,15 @@ impl Current {
 
     /// Whether `instant` of a job whose instants wait for its run
     /// (`queue`, `replace`) finds this run holding the job: such a run
-    /// holds it from its own instant, not from its action's start, while
-    /// its action goes. So an instant that came before a run that started
-    /// late had started waits behind it, or replaces it, instead of
-    /// starting late in turn once it ended: a backlog that fed itself,
-    /// each run later than the one before by what it outlasts its period.
+    /// holds it from its own instant, not from its action's start, until
+    /// its action ends (one whose start record or lease confirmation is
+    /// still on its way holds it too). So an instant that came before a
+    /// run that started late had started waits behind it, or replaces it,
+    /// instead of starting late in turn once it ended: a backlog that fed
+    /// itself, each run later than the one before by what it outlasts its
+    /// period.
     fn holds_from_its_instant(&self, instant: DateTime<Utc>) -> bool {
-        self.instant < instant && self.going.is_going()
+        self.instant < instant && !self.going.has_ended()
     }
 }
 
