@@ -107,6 +107,11 @@ pub(super) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             tokio::time::sleep(SHED_AFTER).await;
             let _ = tokio::task::spawn_blocking(crate::runner::memory::shed_startup_pages).await;
         });
+        // Each replica keeps its own runs' output files within bounds.
+        tokio::spawn(crate::ops::output::sweep_forever(
+            scheduler.store().clone(),
+            shared.clone(),
+        ));
         let (reload_tx, reloads) = mpsc::channel(4);
         tokio::spawn(watch_reloads(
             args.config.to_path_buf(),

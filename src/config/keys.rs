@@ -35,7 +35,7 @@ const fn key(
 pub(crate) const AS_IN_DEFAULTS: &str = "As in [defaults], for this job.";
 
 /// The keys a job takes from `[defaults]` or sets itself.
-const SETTINGS: [(&str, Option<&str>, &str); 25] = [
+const SETTINGS: [(&str, Option<&str>, &str); 28] = [
     (
         "timezone",
         Some("\"UTC\""),
@@ -75,6 +75,21 @@ const SETTINGS: [(&str, Option<&str>, &str); 25] = [
         "output_limit",
         Some("\"64KiB\""),
         "How much of the end of a run's stdout and stderr is kept in history, at most 16MiB.",
+    ),
+    (
+        "output_store",
+        Some("\"database\""),
+        "Where a run's output is kept: \"database\", the last output_limit bytes in its history row; \"files\", also all of it, stdout and stderr told apart, gzip-compressed, in [daemon] output_dir/JOB/RUN_ID.gz on the replica that ran it, written as it comes and flushed every second. replicron history --output RUN, the API (GET /api/v1/runs/{id}/output) and the run's page give it whole; another replica asks the one that holds the file (its [web] advertise_url), and a run whose replica is gone says where its file was.",
+    ),
+    (
+        "output_retention",
+        Some("\"14d\""),
+        "With output_store = \"files\": each replica deletes a run's file once it is this old, and once the history retention has deleted the run's row.",
+    ),
+    (
+        "output_max",
+        Some("\"1G\""),
+        "With output_store = \"files\": the most one run's file holds (the rest of its output is not kept, and its file and row say so), and the most the job's files hold together on a replica (the oldest are deleted first); at least 64KiB.",
     ),
     (
         "shell",
@@ -255,6 +270,12 @@ pub(crate) fn all() -> Vec<Key> {
             "max_starts_per_second",
             Some("50"),
             "The most catch-up, backfill and retry runs a replica (or a backfill command) starts per second (1 to 100000), so that a replica back from an outage or a deploy does not start them all at once. Scheduled instants on time are never held back. The starts held back are counted in replicron_throttled_starts_total.",
+        ),
+        key(
+            "daemon",
+            "output_dir",
+            Some("\"/var/lib/replicron/output\""),
+            "The folder under which the jobs with output_store = \"files\" keep each run's whole output, JOB/RUN_ID.gz; a relative one is taken from the job file's folder, as a relative SQLite path is. Made on first use, mode 0750, each file 0640.",
         ),
         key(
             "web",

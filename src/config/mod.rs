@@ -126,6 +126,22 @@ pub(crate) struct DaemonConfig {
     /// The most catch-up, backfill and retry runs a replica starts per
     /// second.
     pub(crate) max_starts_per_second: u32,
+    /// Where the runs of jobs with `output_store = "files"` keep their
+    /// whole output: absolute (a relative one is taken from the job file's
+    /// folder at load).
+    pub(crate) output_dir: PathBuf,
+}
+
+/// `output_store = "files"`: where and how much of each run's whole output
+/// a job keeps, beside the tail its history row holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct OutputFiles {
+    /// `[daemon] output_dir`.
+    pub(crate) dir: PathBuf,
+    /// `output_retention`: files older than this are deleted.
+    pub(crate) retention: Duration,
+    /// `output_max`: one run's file, and the job's files together, at most.
+    pub(crate) max: u64,
 }
 
 /// `[web]`.
@@ -508,6 +524,9 @@ pub(crate) struct Job {
     pub(crate) catch_up: Duration,
     /// How many bytes of output tail are kept in history.
     pub(crate) output_limit: u64,
+    /// Where and how much of each run's whole output it keeps in files
+    /// (`output_store = "files"`), if it does.
+    pub(crate) output_files: Option<OutputFiles>,
     /// How many times a failed or timed-out run is retried under its lease.
     pub(crate) retries: u32,
     /// The pause before each retry.
@@ -1093,6 +1112,13 @@ pub(crate) const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 pub(crate) const DEFAULT_CATCH_UP: Duration = Duration::ZERO;
 /// `output_limit` unless set.
 pub(crate) const DEFAULT_OUTPUT_LIMIT: u64 = 64 * 1024;
+/// `[daemon] output_dir` unless set: under the package's and the image's
+/// state folder.
+pub(crate) const DEFAULT_OUTPUT_DIR: &str = "/var/lib/replicron/output";
+/// `output_retention` unless set.
+pub(crate) const DEFAULT_OUTPUT_RETENTION: Duration = Duration::from_secs(14 * 86_400);
+/// `output_max` unless set.
+pub(crate) const DEFAULT_OUTPUT_MAX: u64 = 1 << 30;
 /// The most `output_limit` may be.
 pub(crate) const MAX_OUTPUT_LIMIT: u64 = 16 * 1024 * 1024;
 /// `shell` unless set.

@@ -25,6 +25,7 @@ pub(super) struct RawDaemon {
     pub history_retention: Option<S<String>>,
     pub max_backfill_instants: Option<S<i64>>,
     pub max_starts_per_second: Option<S<i64>>,
+    pub output_dir: Option<S<String>>,
 }
 
 /// `[web]`.
@@ -84,6 +85,9 @@ pub(super) struct RawSettings {
     pub kill_grace: Option<S<String>>,
     pub catch_up: Option<S<String>>,
     pub output_limit: Option<S<String>>,
+    pub output_store: Option<S<String>>,
+    pub output_retention: Option<S<String>>,
+    pub output_max: Option<S<String>>,
     pub shell: Option<S<String>>,
     pub retries: Option<S<i64>>,
     pub retry_backoff: Option<S<String>>,
@@ -254,6 +258,9 @@ pub(super) struct RawJob {
     pub kill_grace: Option<S<String>>,
     pub catch_up: Option<S<String>>,
     pub output_limit: Option<S<String>>,
+    pub output_store: Option<S<String>>,
+    pub output_retention: Option<S<String>>,
+    pub output_max: Option<S<String>>,
     pub shell: Option<S<String>>,
     pub retries: Option<S<i64>>,
     pub retry_backoff: Option<S<String>>,
@@ -299,6 +306,9 @@ impl RawJob {
             kill_grace: self.kill_grace.take(),
             catch_up: self.catch_up.take(),
             output_limit: self.output_limit.take(),
+            output_store: self.output_store.take(),
+            output_retention: self.output_retention.take(),
+            output_max: self.output_max.take(),
             shell: self.shell.take(),
             retries: self.retries.take(),
             retry_backoff: self.retry_backoff.take(),

@@ -300,6 +300,72 @@ fn lock_at_least_for_longer_than_lock_at_most_for() {
     );
 }
 
+/// `output_store = "files"` keeps each run's output whole under `[daemon]
+/// output_dir` (a relative one from the working directory), within the
+/// job's bounds; a bad store, retention or maximum is refused naming the
+/// line, job and key.
+#[test]
+fn output_files_and_their_bounds() {
+    let config = parse(&format!(
+        "{DB}\n[daemon]\noutput_dir = \"/srv/out\"\n\n[defaults]\noutput_store = \"files\"\n\
+         output_max = \"1G\"\n\n[[job]]\nname = \"a\"\nschedule = \"@daily\"\ncommand = \"true\"\n\
+         output_retention = \"3d\"\n\n[[job]]\nname = \"b\"\nschedule = \"@daily\"\ncommand = \"true\"\n\
+         output_store = \"database\"\n"
+    ))
+    .expect("valid");
+    assert_eq!(
+        config.jobs[0].output_files,
+        Some(crate::config::OutputFiles {
+            dir: "/srv/out".into(),
+            retention: std::time::Duration::from_secs(3 * 86_400),
+            max: 1 << 30,
+        })
+    );
+    assert_eq!(config.jobs[1].output_files, None);
+    let relative = parse(&job(
+        "schedule = \"@daily\"\ncommand = \"true\"\noutput_store = \"files\"",
+    ))
+    .expect("valid");
+    let files = relative.jobs[0].output_files.clone().expect("files");
+    assert_eq!(files.dir, std::path::Path::new("/var/lib/replicron/output"));
+    let relative = parse(&format!(
+        "{DB}\n[daemon]\noutput_dir = \"kept\"\n\n[[job]]\nname = \"j\"\nschedule = \"@daily\"\ncommand = \"true\"\n\
+         output_store = \"files\"\n"
+    ))
+    .expect("valid");
+    assert_eq!(
+        relative.jobs[0].output_files.as_ref().expect("files").dir,
+        std::env::current_dir().expect("cwd").join("kept"),
+        "from the job file's folder"
+    );
+    assert_eq!(files.retention, crate::config::DEFAULT_OUTPUT_RETENTION);
+    for (line, key, wanted) in [
+        (
+            "output_store = \"s3\"",
+            "output_store",
+            "expected \"database\"",
+        ),
+        (
+            "output_retention = \"0s\"",
+            "output_retention",
+            "greater than zero",
+        ),
+        ("output_retention = \"soon\"", "output_retention", "soon"),
+        ("output_max = \"1K\"", "output_max", "below 64 KiB"),
+        ("output_max = \"big\"", "output_max", "invalid size"),
+    ] {
+        one_error(
+            &job(&format!(
+                "schedule = \"@daily\"\ncommand = \"true\"\n{line}"
+            )),
+            8,
+            Some("\"j\""),
+            key,
+            wanted,
+        );
+    }
+}
+
 #[test]
 fn bad_sizes_and_types() {
     one_error(

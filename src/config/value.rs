@@ -28,7 +28,8 @@ pub(crate) fn parse_duration(text: &str, zero: Zero) -> Result<Duration, String>
     Ok(duration)
 }
 
-/// Parses a size such as `"64KiB"`, `"1 MiB"`, `"500kB"` or `"4096"` (bytes).
+/// Parses a size such as `"64KiB"`, `"1 MiB"`, `"500kB"`, `"1G"` (`K`, `M`
+/// and `G` are 1024-based, as systemd reads them) or `"4096"` (bytes).
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let split = trimmed
@@ -41,9 +42,9 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let number: u64 = digits.parse().map_err(|_| invalid())?;
     let multiplier: u64 = match unit.trim() {
         "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
+        "KiB" | "K" => 1 << 10,
+        "MiB" | "M" => 1 << 20,
+        "GiB" | "G" => 1 << 30,
         "kB" | "KB" => 1_000,
         "MB" => 1_000_000,
         "GB" => 1_000_000_000,

@@ -70,6 +70,7 @@ const MYSQL_UP: &[(&str, &str)] = up_sql!("mysql":
     "2026-12-02-000000_planned_runs",
     "2026-12-02-000100_run_reasons",
     "2026-12-02-000200_resource_limits",
+    "2026-12-03-000000_output_files",
 );
 
 #[cfg(feature = "sqlite")]
@@ -93,6 +94,7 @@ const SQLITE_UP: &[(&str, &str)] = up_sql!("sqlite":
     "2026-12-02-000000_planned_runs",
     "2026-12-02-000100_run_reasons",
     "2026-12-02-000200_resource_limits",
+    "2026-12-03-000000_output_files",
 );
 
 /// The row of the migration lock.

@@ -102,6 +102,9 @@ diesel::table! {
         triggered_by -> Text,
         /// The parameters it was given, as a JSON object; NULL for none.
         params -> Nullable<Text>,
+        /// The file its whole output was kept in, on its replica
+        /// (`output_store = "files"`); NULL for none.
+        output_file -> Nullable<Text>,
     }
 }
 

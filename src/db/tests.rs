@@ -244,6 +244,7 @@ mod zones {
                 exit_code: Some(0),
                 output: String::new(),
                 duration: Duration::from_millis(1500),
+                output_file: None,
             },
             true,
         )

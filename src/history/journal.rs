@@ -325,6 +325,7 @@ mod tests {
                 exit_code: Some(0),
                 output: "done\n".to_string(),
                 duration: Duration::from_millis(5),
+                output_file: None,
             },
         }
     }

@@ -84,6 +84,8 @@ pub(crate) struct RunRow {
     pub triggered_by: Trigger,
     /// Its parameters, as a JSON object.
     pub params: Option<String>,
+    /// The file its whole output was kept in, on its replica.
+    pub output_file: Option<String>,
 }
 
 /// A run as every reader shows it: `history --format json`, `status`'s last
@@ -133,6 +135,10 @@ pub(crate) struct RunRecord {
     /// where it was read and given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The file its whole output was kept in, on its replica
+    /// (`output_store = "files"`), once it has ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_file: Option<String>,
 }
 
 /// A run's parameters as recorded: a JSON object of strings (empty for
@@ -190,6 +196,7 @@ impl From<&RunBrief> for RunRecord {
             params: params_of(run.params.as_deref()),
             parent_runs: Vec::new(),
             reason: None,
+            output_file: run.output_file.clone(),
         }
     }
 }
@@ -719,6 +726,7 @@ pub(crate) fn record_run_finished(
             runs::status.eq(finish.status),
             runs::exit_code.eq(finish.exit_code),
             runs::output.eq(&finish.output),
+            runs::output_file.eq(&finish.output_file),
         ),
         runs::id.eq(id),
     )
@@ -776,6 +784,8 @@ impl RunsFinished<'_> {
         String: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
         Option<i32>:
             diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::Integer>, DB>,
+        Option<String>:
+            diesel::serialize::ToSql<diesel::sql_types::Nullable<diesel::sql_types::Text>, DB>,
         FinishedAt: diesel::query_builder::QueryFragment<DB>,
     {
         use diesel::query_builder::QueryFragment as _;
@@ -799,6 +809,10 @@ impl RunsFinished<'_> {
         out.push_sql(", ");
         batch::case_by_key(&mut out, "output", "id", self.rows, id, |out, row| {
             batch::text(out, &row.finish.output)
+        })?;
+        out.push_sql(", ");
+        batch::case_by_key(&mut out, "output_file", "id", self.rows, id, |out, row| {
+            out.push_bind_param::<Nullable<Text>, Option<String>>(&row.finish.output_file)
         })?;
         out.push_sql(" WHERE ");
         batch::key_in(&mut out, "id", self.rows, id)?;
@@ -880,6 +894,8 @@ pub(crate) struct RunFinish {
     pub output: String,
     /// How long it ran, on the monotonic clock.
     pub duration: Duration,
+    /// The file its whole output was kept in (`output_store = "files"`).
+    pub output_file: Option<String>,
 }
 
 /// Marks `abandoned` every run of `job` still recorded `running` under a
@@ -1203,6 +1219,8 @@ pub(crate) struct RunBrief {
     pub triggered_by: Trigger,
     /// Its parameters, as a JSON object.
     pub params: Option<String>,
+    /// The file its whole output was kept in, on its replica.
+    pub output_file: Option<String>,
 }
 
 impl From<&RunRow> for RunBrief {
@@ -1222,6 +1240,7 @@ impl From<&RunRow> for RunBrief {
             once_key: row.once_key.clone(),
             triggered_by: row.triggered_by,
             params: row.params.clone(),
+            output_file: row.output_file.clone(),
         }
     }
 }
@@ -1289,6 +1308,26 @@ pub(crate) fn find_runs(conn: &mut DbConnection, ids: &[i64]) -> QueryResult<Vec
         .select(RunRow::as_select())
         .filter(runs::id.eq_any(ids))
         .load(conn)
+}
+
+/// Of the runs `ids`, those that still have a row, each with whether it is
+/// `running`: which of a replica's kept output files still have their run.
+pub(crate) fn runs_left(
+    conn: &mut DbConnection,
+    ids: &[i64],
+) -> QueryResult<std::collections::HashMap<i64, bool>> {
+    let mut left = std::collections::HashMap::new();
+    for chunk in ids.chunks(500) {
+        let rows: Vec<(i64, RunStatus)> = runs::replicron_runs
+            .select((runs::id, runs::status))
+            .filter(runs::id.eq_any(chunk))
+            .load(conn)?;
+        left.extend(
+            rows.into_iter()
+                .map(|(id, status)| (id, status == RunStatus::Running)),
+        );
+    }
+    Ok(left)
 }
 
 /// The last attempt recorded for instant `instant` of `job` under lease

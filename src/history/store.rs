@@ -262,6 +262,17 @@ impl Store {
         .await
     }
 
+    /// [`super::runs_left`].
+    pub(crate) async fn runs_left(
+        &self,
+        ids: Vec<i64>,
+    ) -> Result<std::collections::HashMap<i64, bool>, DbError> {
+        self.call("reading which runs are left", move |conn| {
+            super::runs_left(conn, &ids)
+        })
+        .await
+    }
+
     /// [`super::running_under`].
     pub(crate) async fn running_under(
         &self,

@@ -21,6 +21,7 @@ fn finish(status: RunStatus, exit_code: Option<i32>, output: &str) -> RunFinish 
         exit_code,
         output: output.to_string(),
         duration: std::time::Duration::from_millis(1500),
+        output_file: None,
     }
 }
 
@@ -193,18 +194,21 @@ backend_test! {
             exit_code: Some(0),
             output: "fine\n".to_string(),
             duration: std::time::Duration::from_millis(1500),
+            output_file: None,
         };
         let failed = RunFinish {
             status: RunStatus::Failed,
             exit_code: Some(3),
             output: "it's 'quoted' \\ and\nmultiline ✓".to_string(),
             duration: std::time::Duration::from_millis(250),
+            output_file: None,
         };
         let killed = RunFinish {
             status: RunStatus::TimedOut,
             exit_code: None,
             output: String::new(),
             duration: std::time::Duration::from_secs(61),
+            output_file: None,
         };
         let ends = [(a, &ok), (b, &failed), (c, &killed)];
         assert_eq!(record_runs_finished(&mut conn, &ends).expect("ends"), 3);

@@ -873,6 +873,7 @@ backend_test! {
             exit_code: None,
             output: String::new(),
             duration: Duration::from_secs(1),
+            output_file: None,
         };
         crate::history::record_run_finished(&mut conn, one, &finish, true).expect("end");
         assert_eq!(status(&mut conn, one), RunStatus::LostLock);

@@ -787,6 +787,7 @@ mod tests {
             once_key: None,
             triggered_by: Default::default(),
             params: None,
+            output_file: None,
         }
     }
 

@@ -6,4 +6,5 @@
 
 pub(crate) mod actions;
 pub(crate) mod fleet;
+pub(crate) mod output;
 pub(crate) mod verify;

@@ -1190,6 +1190,7 @@ mod tests {
             once_key: None,
             triggered_by: Trigger::Schedule,
             params: None,
+            output_file: None,
         };
         // The child ran at 00:01 (after a's end), was recorded skipped at
         // 00:02 (a failed); nothing at 00:03, which a ran; a still goes

@@ -34,6 +34,8 @@ pub(crate) struct Ending {
     pub(crate) signal: Option<i32>,
     /// The tail of its output, or its error's text.
     pub(crate) output: String,
+    /// The file its whole output is kept in (`output_store = "files"`).
+    pub(crate) output_file: Option<String>,
 }
 
 /// See [`Ending`].
@@ -55,6 +57,7 @@ impl Ending {
             exit_code: None,
             signal: None,
             output,
+            output_file: None,
         }
     }
 }

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
 
+use super::kept::Kept;
 use super::output::{Masker, Output, Stream, Tail};
 
 /// The longest line logged as one event; longer lines are logged in pieces.
@@ -35,6 +36,8 @@ pub(crate) struct Progress {
 pub(crate) struct Live {
     tail: Mutex<Tail>,
     progress: watch::Sender<Progress>,
+    /// Its whole output's file, if the job keeps one.
+    kept: Option<Arc<Kept>>,
 }
 
 /// The most bytes one read of a run's output copies, whatever its
@@ -56,15 +59,31 @@ pub(crate) struct Read {
 
 impl Live {
     /// A run's output that keeps its last `limit` bytes.
+    #[cfg(test)]
     pub(crate) fn new(limit: usize) -> Arc<Live> {
+        Live::keeping(limit, None)
+    }
+
+    /// A run's output that keeps its last `limit` bytes, and all of it in
+    /// `kept` if given.
+    pub(crate) fn keeping(limit: usize, kept: Option<Arc<Kept>>) -> Arc<Live> {
         Arc::new(Live {
             tail: Mutex::new(Tail::new(limit)),
             progress: watch::Sender::new(Progress::default()),
+            kept,
         })
+    }
+
+    /// The file its whole output is kept in, if any.
+    pub(crate) fn kept(&self) -> Option<&Arc<Kept>> {
+        self.kept.as_ref()
     }
 
     /// `chunk` was read from `stream`.
     pub(crate) fn push(&self, chunk: &[u8], stream: Stream) {
+        if let Some(kept) = &self.kept {
+            kept.push(chunk, stream);
+        }
         let total = match self.tail.lock() {
             Ok(mut tail) => {
                 tail.push(chunk, stream);

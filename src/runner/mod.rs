@@ -13,6 +13,7 @@
 
 mod action;
 mod guard;
+pub(crate) mod kept;
 pub(crate) mod live;
 pub(crate) mod memory;
 pub(crate) mod output;
@@ -59,6 +60,9 @@ pub(crate) struct Process {
     pub(crate) working_dir: Option<PathBuf>,
     /// How many bytes of output tail to keep.
     pub(crate) output_limit: u64,
+    /// Where and how much of its whole output to keep in files
+    /// (`output_store = "files"`), if it does.
+    pub(crate) output_files: Option<crate::config::OutputFiles>,
     /// Give the run this process's stdin, stdout and stderr instead of
     /// capturing its output (`replicron exec`).
     pub(crate) inherit_stdio: bool,
@@ -142,6 +146,7 @@ impl Process {
             command: self.command.clone(),
             working_dir: self.working_dir.clone(),
             output_limit: self.output_limit,
+            output_files: self.output_files.clone(),
             inherit_stdio: self.inherit_stdio,
             hidden_env: self.hidden_env.clone(),
             run_as: self.run_as.clone(),
@@ -267,7 +272,7 @@ impl Process {
             }
         };
         let group = running.group();
-        let output = running.finish().await;
+        let (output, whole) = running.finish().await;
         if let Some(guard) = &ctx.guard {
             guard.forget(group).await;
         }
@@ -276,6 +281,12 @@ impl Process {
             Exit::Code(_) => None,
         };
         let mut tail = output.tail;
+        if let Some(note) = &whole.note {
+            if !tail.is_empty() && !tail.ends_with('\n') {
+                tail.push('\n');
+            }
+            tail.push_str(&format!("replicron: {note}\n"));
+        }
         let events = cgroup.as_ref().map(|c| (c.oom_kills(), c.forks_refused()));
         if let Some(cgroup) = cgroup {
             tokio::spawn(cgroup.remove());
@@ -299,6 +310,7 @@ impl Process {
             exit_code: exit.code(),
             signal,
             output: tail,
+            output_file: whole.file.map(|file| file.to_string_lossy().into_owned()),
         }
     }
 }
@@ -325,6 +337,8 @@ struct RunSpec {
     working_dir: Option<PathBuf>,
     /// How many bytes of output tail to keep.
     output_limit: u64,
+    /// Where and how much of its whole output to keep in files.
+    output_files: Option<crate::config::OutputFiles>,
     /// Give the run this process's stdio.
     inherit_stdio: bool,
     /// Variables of this process's environment the run must not see.
@@ -337,12 +351,25 @@ struct RunSpec {
     resources: crate::config::resources::Resources,
 }
 
+/// What became of a run's whole output, for a job that keeps it in files.
+#[derive(Debug, Default)]
+struct WholeOutput {
+    /// Its file.
+    file: Option<PathBuf>,
+    /// Why some or all of it is not kept.
+    note: Option<String>,
+}
+
 /// A started run.
 struct Running {
     child: spawn::Child,
     group: Pid,
     readers: Vec<JoinHandle<()>>,
     live: Arc<Live>,
+    /// Flushes its kept output's file every second, if it has one.
+    flusher: Option<JoinHandle<()>>,
+    /// Why its whole output is not kept, though its job keeps it.
+    not_kept: Option<String>,
 }
 
 /// How a run's process ended.
@@ -453,7 +480,41 @@ async fn spawn(
     if let Some(guard) = guard {
         guard.watch(group, deadlines).await;
     }
-    let live = Live::new(usize::try_from(spec.output_limit).unwrap_or(usize::MAX));
+    let (kept, not_kept) = match &spec.output_files {
+        Some(files) if !spec.inherit_stdio => {
+            match kept::Kept::create(&files.dir, &spec.job, spec.run_id, files.max) {
+                Ok(kept) => (Some(kept), None),
+                Err(e) => {
+                    let why = format!(
+                        "its whole output is not kept: {}: {e}",
+                        kept::path_of(&files.dir, &spec.job, spec.run_id).display()
+                    );
+                    tracing::warn!(job = %spec.job, run_id = spec.run_id, "{why}");
+                    (None, Some(why))
+                }
+            }
+        }
+        _ => (None, None),
+    };
+    // Flushed at least once a second: a replica that dies loses its last
+    // second at most.
+    let flusher = kept.as_ref().map(|kept| {
+        let kept = Arc::downgrade(kept);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(kept::FLUSH_EVERY);
+            loop {
+                every.tick().await;
+                match kept.upgrade() {
+                    Some(kept) => kept.flush(),
+                    None => break,
+                }
+            }
+        })
+    });
+    let live = Live::keeping(
+        usize::try_from(spec.output_limit).unwrap_or(usize::MAX),
+        kept,
+    );
     let mut readers = Vec::new();
     if let Some(stdout) = child.stdout.take() {
         readers.push(tokio::spawn(read_stream(
@@ -480,6 +541,8 @@ async fn spawn(
         group,
         readers,
         live,
+        flusher,
+        not_kept,
     })
 }
 
@@ -565,11 +628,13 @@ impl Running {
 
     /// Collects the output once the process has exited. Whatever the run
     /// left running in its group is killed: a job does not outlive its run.
-    async fn finish(self) -> Output {
+    async fn finish(self) -> (Output, WholeOutput) {
         let Running {
             group,
             mut readers,
             live,
+            flusher,
+            not_kept,
             ..
         } = self;
         let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
@@ -594,7 +659,18 @@ impl Running {
                 let _ = tokio::time::timeout(DRAIN_TIMEOUT, reader).await;
             }
         }
-        live.output()
+        if let Some(flusher) = flusher {
+            flusher.abort();
+        }
+        let mut whole = WholeOutput {
+            file: None,
+            note: not_kept,
+        };
+        if let Some(kept) = live.kept() {
+            whole.note = kept.finish().or(whole.note);
+            whole.file = Some(kept.path().to_path_buf());
+        }
+        (live.output(), whole)
     }
 }
 
@@ -614,6 +690,7 @@ mod tests {
             env: BTreeMap::new(),
             working_dir: None,
             output_limit: 1024,
+            output_files: None,
             inherit_stdio: false,
             hidden_env: Vec::new(),
             run_as: None,

@@ -656,6 +656,7 @@ mod tests {
             once_key: None,
             triggered_by: Trigger::Schedule,
             params: None,
+            output_file: None,
         }
     }
 

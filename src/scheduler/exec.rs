@@ -63,6 +63,7 @@ pub(crate) fn work(name: &str, command: &[String], defaults: &Defaults) -> Work 
             env: Default::default(),
             working_dir: None,
             output_limit: 0,
+            output_files: None,
             inherit_stdio: true,
             hidden_env: Vec::new(),
             run_as: None,

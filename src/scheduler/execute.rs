@@ -516,6 +516,7 @@ async fn run_attempt(
             exit_code: ending.exit_code,
             output: output.clone(),
             duration,
+            output_file: ending.output_file.clone(),
         },
         ended,
     )

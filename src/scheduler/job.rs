@@ -365,6 +365,7 @@ impl Job {
                 env: job.env.clone(),
                 working_dir: job.working_dir.clone(),
                 output_limit: job.output_limit,
+                output_files: job.output_files.clone(),
                 inherit_stdio: false,
                 hidden_env: job.hidden_env.clone(),
                 run_as: job.run_as.clone(),

@@ -376,6 +376,7 @@ impl<'e> RunRows<'e> {
                 exit_code: None,
                 output: output.clone(),
                 duration: Duration::ZERO,
+                output_file: None,
             },
             None,
         )

@@ -1333,6 +1333,7 @@ async fn instants_after_a_late_recorded_end_are_missed_not_overruns() {
                 exit_code: Some(0),
                 output: String::new(),
                 duration: Duration::from_secs(10),
+                output_file: None,
             },
             true,
         )
@@ -1445,6 +1446,7 @@ fn a_run_ending_while_the_check_runs_takes_the_mark_back() {
         exit_code: Some(0),
         output: String::new(),
         duration: Duration::from_millis(383),
+        output_file: None,
     };
     assert!(crate::history::record_run_finished(&mut conn, id, &finish, true).expect("end"));
     // The check moves the mark to 00:20.
@@ -3822,6 +3824,7 @@ impl crate::runner::Action for Exits {
                 exit_code: Some(code),
                 signal: None,
                 output: format!("exiting {code}\n"),
+                output_file: None,
             }
         })
     }

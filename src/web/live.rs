@@ -62,7 +62,7 @@ use crate::runner::live::{self as running, Live, Progress};
 use crate::runner::output::Stream;
 
 /// The header of a request passed through from another replica.
-const HOP: &str = "x-replicron-hop";
+pub(super) const HOP: &str = "x-replicron-hop";
 /// The most output streams a replica serves at once.
 pub(crate) const MAX_STREAMS: usize = 32;
 /// The most output streams one client is served at once.
@@ -404,11 +404,19 @@ pub(super) struct OutputQuery {
 const RUN_HEADER: &str = "x-replicron-run";
 
 /// Whether `headers`, of an answer asked of a holder, are those of
-/// replicron's output stream of run `id`.
-fn is_stream_of(headers: &HeaderMap, id: i64) -> bool {
+/// replicron's output of run `id` as `kind` (a content type: the live
+/// stream's, or the whole output's).
+fn is_stream_of(headers: &HeaderMap, id: i64, kind: &str) -> bool {
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    header(header::CONTENT_TYPE.as_str()).is_some_and(|t| t.starts_with("text/event-stream"))
+    header(header::CONTENT_TYPE.as_str()).is_some_and(|t| t.starts_with(kind))
         && header(RUN_HEADER) == Some(id.to_string().as_str())
+}
+
+/// Marks `response` as replicron's output of run `id`.
+pub(super) fn mark_run(response: &mut Response, id: i64) {
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id.to_string()) {
+        response.headers_mut().insert(RUN_HEADER, value);
+    }
 }
 
 /// `GET /runs/{id}/output`.
@@ -424,9 +432,7 @@ pub(super) async fn output(
     };
     let client = web.client(peer.map(|peer| peer.0.0.ip()), &headers);
     let mut response = output_of(web, id, query, headers, client).await;
-    if let Ok(value) = axum::http::HeaderValue::from_str(&id.to_string()) {
-        response.headers_mut().insert(RUN_HEADER, value);
-    }
+    mark_run(&mut response, id);
     response
 }
 
@@ -530,7 +536,7 @@ async fn take_slot(web: &Web, headers: &HeaderMap, client: IpAddr) -> Result<Slo
 /// Whether `authority` (`HOST[:PORT]`) names this host's loopback
 /// interface (or any address of its own): dialled from one host, it
 /// reaches that host, not the one that advertised it.
-fn is_loopback(authority: &str) -> bool {
+pub(crate) fn is_loopback(authority: &str) -> bool {
     let host = match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(v6),
         None => authority.split(':').next().unwrap_or(authority),
@@ -543,12 +549,14 @@ fn is_loopback(authority: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
-/// Asks the holder of `run` for `path`, as an anonymous client.
-async fn ask_holder(
+/// Asks the holder of `run` for `path`, as an anonymous client, for an
+/// answer of content type `kind`.
+pub(super) async fn ask_holder(
     web: &Shared,
     run: &RunRecord,
     path: &str,
     last_event: Option<u64>,
+    kind: &str,
 ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
     let (url, host) = match web.store.web_url_of(run.instance.clone()).await {
         Ok(Some(found)) => found,
@@ -598,7 +606,7 @@ async fn ask_holder(
         tokio::spawn(connection);
         let mut request = hyper::Request::get(path)
             .header(header::HOST, &authority)
-            .header(header::ACCEPT, "text/event-stream")
+            .header(header::ACCEPT, kind)
             .header(HOP, "1");
         if let Some(id) = last_event {
             request = request.header("last-event-id", id.to_string());
@@ -616,9 +624,9 @@ async fn ask_holder(
     if response.status() != StatusCode::OK {
         return Err(unreachable(format!("it answered {}", response.status())));
     }
-    if !is_stream_of(response.headers(), run.id) {
+    if !is_stream_of(response.headers(), run.id, kind) {
         return Err(unreachable(format!(
-            "what answers there is not replicron's output stream of run {}",
+            "what answers there is not replicron's output of run {}",
             run.id
         )));
     }
@@ -638,7 +646,7 @@ async fn pass_through(
         run.id,
         if snapshot { "&snapshot=1" } else { "" }
     );
-    let response = match ask_holder(web, run, &path, None).await {
+    let response = match ask_holder(web, run, &path, None, "text/event-stream").await {
         Ok(response) => response,
         Err(why) => return gone(&why),
     };
@@ -738,7 +746,7 @@ async fn so_far(web: &Shared, run: &RunRecord) -> Shown {
     }
     let path = format!("/runs/{}/output?snapshot=1", run.id);
     let read = async {
-        let response = ask_holder(web, run, &path, None).await?;
+        let response = ask_holder(web, run, &path, None, "text/event-stream").await?;
         let mut body = response.into_body();
         let mut text = Vec::new();
         while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
@@ -967,11 +975,13 @@ fn output_box(shown: &Shown, running: bool, live: Option<i64>) -> Markup {
 /// and its output so far, which the page's script then follows; for
 /// another, the output the history kept.
 pub(crate) async fn section(web: &Shared, run: &RunRecord) -> Markup {
+    let whole = whole_output(web, run);
     if run.status != RunStatus::Running {
         let limit = web.config().job(&run.job).map(|job| job.output_limit);
         let shown = stored(run.output.as_deref().unwrap_or_default(), limit);
         return html! {
             h2 { "Output" }
+            (whole)
             (output_box(&shown, false, None))
         };
     }
@@ -980,6 +990,7 @@ pub(crate) async fn section(web: &Shared, run: &RunRecord) -> Markup {
     html! {
         (timing)
         h2 { "Output" }
+        (whole)
         // Without a script, a reload shows what was printed since; with
         // one, the page follows the output as it is written.
         p class="muted" id="live-reload" {
@@ -990,6 +1001,33 @@ pub(crate) async fn section(web: &Shared, run: &RunRecord) -> Markup {
         }
         (output_box(&shown, true, shown.problem.is_none().then_some(run.id)))
         script src=(super::assets::path("live.js")) defer {}
+    }
+}
+
+/// Where a run's page offers the run's whole output, if its job kept it in
+/// a file (`output_store = "files"`): read here, or from its replica.
+fn whole_output(web: &Shared, run: &RunRecord) -> Markup {
+    let job_keeps = || {
+        web.config()
+            .job(&run.job)
+            .is_some_and(|job| job.output_files.is_some())
+    };
+    if run.output_file.is_none() && !(run.status == RunStatus::Running && job_keeps()) {
+        return html! {};
+    }
+    let url = format!("/api/v1/runs/{}/output", run.id);
+    html! {
+        p class="muted" id="whole-output" {
+            "Its whole output is kept"
+            @if let Some(file) = &run.output_file {
+                " in " code { (file) } " on " (run.instance)
+            }
+            ": "
+            a href=(url) { "read it all" }
+            ", or "
+            a href=(format!("{url}?download=1")) download { "download it" }
+            "."
+        }
     }
 }
 
@@ -1023,12 +1061,28 @@ mod tests {
             }
             headers
         };
-        assert!(is_stream_of(&headers("text/event-stream", Some("42")), 42));
+        assert!(is_stream_of(
+            &headers("text/event-stream", Some("42")),
+            42,
+            "text/event-stream"
+        ));
         // Another run's stream, a page that answers 200, a stream that
         // does not say whose it is.
-        assert!(!is_stream_of(&headers("text/event-stream", Some("41")), 42));
-        assert!(!is_stream_of(&headers("text/html", Some("42")), 42));
-        assert!(!is_stream_of(&headers("text/event-stream", None), 42));
+        assert!(!is_stream_of(
+            &headers("text/event-stream", Some("41")),
+            42,
+            "text/event-stream"
+        ));
+        assert!(!is_stream_of(
+            &headers("text/html", Some("42")),
+            42,
+            "text/event-stream"
+        ));
+        assert!(!is_stream_of(
+            &headers("text/event-stream", None),
+            42,
+            "text/event-stream"
+        ));
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod runs_page;
 mod sessions;
 mod throttle;
 mod timeline;
+mod whole;
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -249,6 +250,7 @@ pub(crate) fn router(web: Shared) -> Router {
         .route("/api/v1/jobs/{name}/{action}", post(api::act))
         .route("/api/v1/runs", get(api::runs))
         .route("/api/v1/runs/{id}", get(api::run))
+        .route("/api/v1/runs/{id}/output", get(whole::whole))
         .route("/api/v1/instances", get(api::instances))
         .route("/api/v1/audit", get(api::audit))
         .route("/api/v1/timeline", get(timeline::api))

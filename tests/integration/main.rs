@@ -51,3 +51,4 @@ mod tokens;
 mod traces;
 mod verify;
 mod web;
+mod whole_output;

@@ -7,6 +7,9 @@ use crate::config::name::{self, JobName};
 use crate::config::params::{Param, SecretSource};
 use crate::schedule::calendar::Calendar;
 
+/// The least `output_max` may be: room for a run's first reads.
+const MIN_OUTPUT_MAX: u64 = 64 * 1024;
+
 /// The built-in defaults of `[defaults]` (see [`keys`]).
 #[derive(Clone, Debug)]
 pub(super) struct Settings {
@@ -17,6 +20,10 @@ pub(super) struct Settings {
     pub(super) kill_grace: Duration,
     pub(super) catch_up: Duration,
     pub(super) output_limit: u64,
+    /// `output_store = "files"`.
+    pub(super) output_files: bool,
+    pub(super) output_retention: Duration,
+    pub(super) output_max: u64,
     pub(super) shell: String,
     pub(super) retries: u32,
     pub(super) retry_backoff: Duration,
@@ -47,6 +54,9 @@ impl Default for Settings {
             kill_grace: DEFAULT_KILL_GRACE,
             catch_up: DEFAULT_CATCH_UP,
             output_limit: DEFAULT_OUTPUT_LIMIT,
+            output_files: false,
+            output_retention: crate::config::DEFAULT_OUTPUT_RETENTION,
+            output_max: crate::config::DEFAULT_OUTPUT_MAX,
             shell: DEFAULT_SHELL.to_string(),
             retries: DEFAULT_RETRIES,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
@@ -65,6 +75,50 @@ impl Default for Settings {
 }
 
 impl Checker<'_> {
+    /// `output_store`, `output_retention` and `output_max`.
+    fn output_store(&mut self, raw: &RawSettings, settings: &mut Settings, scope: Scope<'_>) {
+        if let Some(store) = &raw.output_store {
+            match store.get_ref().as_str() {
+                "database" => settings.output_files = false,
+                "files" => settings.output_files = true,
+                other => self.report(
+                    Some(store.span()),
+                    Some(scope),
+                    Some("output_store"),
+                    format!(
+                        "output_store {other:?}: expected \"database\" (the last output_limit bytes in the run's history row) or \"files\" (and its whole output in a file under [daemon] output_dir)"
+                    ),
+                ),
+            }
+        }
+        if let Some(retention) = self.duration(
+            raw.output_retention.as_ref(),
+            scope,
+            "output_retention",
+            Zero::Rejected,
+        ) {
+            settings.output_retention = retention;
+        }
+        if let Some(max) = &raw.output_max {
+            match parse_size(max.get_ref()) {
+                Ok(bytes) if bytes >= MIN_OUTPUT_MAX => settings.output_max = bytes,
+                Ok(_) => self.report(
+                    Some(max.span()),
+                    Some(scope),
+                    Some("output_max"),
+                    format!(
+                        "output_max {:?} is below {} KiB: a run's file is cut at it",
+                        max.get_ref(),
+                        MIN_OUTPUT_MAX >> 10
+                    ),
+                ),
+                Err(message) => {
+                    self.report(Some(max.span()), Some(scope), Some("output_max"), message)
+                }
+            }
+        }
+    }
+
     /// `overlap` and `max_concurrent`: a policy by name, and a count with
     /// `"allow"` only (and always). A job's `max_concurrent` alone changes
     /// the count of an `"allow"` it has from `[defaults]`.
@@ -359,6 +413,7 @@ impl Checker<'_> {
                 ),
             }
         }
+        self.output_store(&raw, &mut settings, scope);
         self.resources(&raw, &mut settings.resources, scope);
         if let Some(retries) = &raw.retries {
             match u32::try_from(*retries.get_ref()) {
@@ -942,6 +997,12 @@ impl Checker<'_> {
             kill_grace: settings.kill_grace,
             catch_up: settings.catch_up,
             output_limit: settings.output_limit,
+            // The folder is `[daemon] output_dir`'s, filled in once read.
+            output_files: settings.output_files.then(|| crate::config::OutputFiles {
+                dir: std::path::PathBuf::new(),
+                retention: settings.output_retention,
+                max: settings.output_max,
+            }),
             retries: settings.retries,
             retry_backoff: settings.retry_backoff,
             exit_codes: settings.exit_codes,

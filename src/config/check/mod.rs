@@ -318,7 +318,7 @@ impl<'t> Checker<'t> {
         self.current = 0;
 
         let database = self.database(database, path, env);
-        let daemon = self.daemon(daemon, env);
+        let daemon = self.daemon(daemon, env, path);
         let web = self.web(web);
         let telemetry = self.telemetry(telemetry);
         let defaults = self.settings(defaults, &Settings::default(), Scope::Table("defaults"));
@@ -406,6 +406,9 @@ impl<'t> Checker<'t> {
             .chain(crate::telemetry::trace_config::SECRET_VARS.map(String::from))
             .collect();
         for job in &mut jobs {
+            if let Some(files) = &mut job.output_files {
+                files.dir = daemon.output_dir.clone();
+            }
             job.hidden_env = hidden.clone();
             if let Some(notify) = &mut job.notify {
                 std::sync::Arc::make_mut(notify).hidden_env = web_vars.clone();

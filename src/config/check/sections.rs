@@ -352,7 +352,12 @@ impl Checker<'_> {
         }
     }
 
-    pub(super) fn daemon(&mut self, raw: RawDaemon, env: &Environment) -> DaemonConfig {
+    pub(super) fn daemon(
+        &mut self,
+        raw: RawDaemon,
+        env: &Environment,
+        path: &Path,
+    ) -> DaemonConfig {
         let scope = Scope::Table("daemon");
         let duration =
             |checker: &mut Self, var, file: Option<&Spanned<String>>, key: &str, default| {
@@ -421,12 +426,41 @@ impl Checker<'_> {
             100_000,
             i64::from(crate::config::DEFAULT_STARTS_PER_SECOND),
         ) as u32;
+        let output_dir = match &raw.output_dir {
+            Some(dir) if dir.get_ref().trim().is_empty() => {
+                self.report(
+                    Some(dir.span()),
+                    Some(scope),
+                    Some("output_dir"),
+                    "output_dir is empty: name a folder (\"/var/lib/replicron/output\")",
+                );
+                std::path::PathBuf::from(crate::config::DEFAULT_OUTPUT_DIR)
+            }
+            Some(dir) => std::path::PathBuf::from(dir.get_ref()),
+            None => std::path::PathBuf::from(crate::config::DEFAULT_OUTPUT_DIR),
+        };
+        // A relative one is taken from the file's folder, as a relative
+        // SQLite path is: the daemon and the command line find the same.
+        let output_dir = if output_dir.is_absolute() {
+            output_dir
+        } else {
+            let folder = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            let joined = folder.join(&output_dir);
+            if joined.is_absolute() {
+                joined
+            } else {
+                std::env::current_dir()
+                    .map(|cwd| cwd.join(&joined))
+                    .unwrap_or(joined)
+            }
+        };
         DaemonConfig {
             shutdown_grace,
             metrics_listen,
             history_retention,
             max_backfill_instants,
             max_starts_per_second,
+            output_dir,
         }
     }
 }

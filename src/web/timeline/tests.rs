@@ -56,6 +56,7 @@ fn run(id: i64, job: &str, started: &str, status: RunStatus, replica: &str) -> R
             Trigger::Schedule
         },
         params: None,
+        output_file: None,
     }
 }
 

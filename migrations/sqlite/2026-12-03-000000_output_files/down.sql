@@ -1,0 +1,1 @@
+ALTER TABLE replicron_runs DROP COLUMN output_file;
