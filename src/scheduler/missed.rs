@@ -236,7 +236,9 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<(usize, Option<DateTime
         chain.0 = chain.0.min(run.started_at);
         chain.1 = chain.1.max(run.confirmed_at);
     }
-    let mut spans: BTreeMap<DateTime<Utc>, Span> = BTreeMap::new();
+    // One span per chain: a rerun of an abandoned instant (a later fence)
+    // is a run of its own, and the gap between the two held nothing.
+    let mut spans: BTreeMap<(DateTime<Utc>, i64), Span> = BTreeMap::new();
     for run in going {
         let (first, confirmed) = chains[&(run.instant, run.fence)];
         let chain = crate::history::Going {
@@ -250,7 +252,9 @@ async fn check_job(engine: &Engine, job: &Job) -> Result<(usize, Option<DateTime
         } else {
             run.started_at
         };
-        let span = spans.entry(run.instant).or_insert((start, end));
+        let span = spans
+            .entry((run.instant, run.fence))
+            .or_insert((start, end));
         span.0 = span.0.min(start);
         span.1 = match (span.1, end) {
             (Some(a), Some(b)) => Some(a.max(b)),

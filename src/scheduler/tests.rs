@@ -1027,6 +1027,98 @@ async fn an_abandoned_retry_held_the_lease_from_its_first_attempt() {
     assert!(missed.contains(&"00:07".to_string()), "{missed:?}");
 }
 
+/// An instant whose holder died (`abandoned`, nothing confirmed) and that
+/// was run again later under a new lease (`on_abandon = "rerun"`): the
+/// first run held the lease for `lock_at_most_for` from its claim, the
+/// rerun from its own start. The instants between the two leases, which
+/// nobody ran, are recorded `missed`: they were taken for overruns of one
+/// span from the first run's start to the rerun's end (found by the fault
+/// campaign: `verify` called such an instant unaccounted). On a paused
+/// clock.
+#[tokio::test(start_paused = true)]
+async fn the_instants_between_an_abandoned_run_and_its_rerun_are_missed() {
+    use crate::db::schema::replicron_runs::dsl as runs;
+    use diesel::prelude::*;
+    let db = TestDb::sqlite();
+    let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
+    let replica = |id: &'static str| {
+        replica_of(
+            &db,
+            &clock,
+            id,
+            Job::new("minutely", "* * * * *")
+                .expect("job")
+                .lock_at_most_for(Duration::from_secs(120))
+                .run(|_| async { Ok::<(), String>(()) }),
+        )
+        .build()
+    };
+    replica("before")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    // 00:04: claimed at 00:04 by a replica that died, nothing confirmed
+    // (its lease ran out by 00:06); run again from 00:09:30 to 00:09:40
+    // under a later lease.
+    let mut conn = connect_at(&db, &clock);
+    let first = run_left_by(
+        &mut conn,
+        "minutely",
+        utc("2027-03-01T00:04:00Z"),
+        "vanished",
+        99,
+        None,
+    );
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(first)))
+        .set(runs::status.eq(RunStatus::Abandoned))
+        .execute(&mut conn)
+        .expect("abandoned");
+    let rerun = crate::history::record_run_started(
+        &mut conn,
+        &crate::history::NewRun {
+            job: "minutely".into(),
+            scheduled_at: utc("2027-03-01T00:04:00Z"),
+            attempt: 2,
+            instance: "rerunner".into(),
+            fence: 100,
+            once_key: None,
+            scope: String::new(),
+            lease_row: None,
+            trigger: Default::default(),
+            params: None,
+        },
+    )
+    .expect("rerun");
+    diesel::update(runs::replicron_runs.filter(runs::id.eq(rerun)))
+        .set((
+            runs::started_at.eq(utc("2027-03-01T00:09:30Z").naive_utc()),
+            runs::finished_at.eq(Some(utc("2027-03-01T00:09:40Z").naive_utc())),
+            runs::status.eq(RunStatus::Succeeded),
+        ))
+        .execute(&mut conn)
+        .expect("rerun");
+    tokio::time::sleep(Duration::from_secs(10 * 60)).await;
+    replica("after")
+        .await
+        .expect("build")
+        .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
+        .await
+        .expect("runs");
+    let missed: Vec<String> = runs_of(&db, "minutely")
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.scheduled_at.format("%H:%M").to_string())
+        .collect();
+    for overrun in ["00:05", "00:06"] {
+        assert!(!missed.contains(&overrun.to_string()), "{missed:?}");
+    }
+    for between in ["00:07", "00:08", "00:09"] {
+        assert!(missed.contains(&between.to_string()), "{missed:?}");
+    }
+}
+
 /// Pausing a job that is paused already (a new reason or end), or pausing
 /// it again soon after a resume, never turns an instant of an earlier pause
 /// into a miss: no `missed` row, and nothing run, for any instant paused.
