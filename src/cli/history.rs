@@ -307,7 +307,7 @@ fn fetch(pool: &crate::db::Pool, run: &history::RunBrief) -> Result<impl std::io
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
     };
-    if header("x-replicron-run") != Some(run.id.to_string())
+    if header(crate::web::live::RUN_HEADER) != Some(run.id.to_string())
         || !header("content-type").is_some_and(|t| t.starts_with("application/gzip"))
     {
         return Err(unreachable(format!(

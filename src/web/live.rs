@@ -401,7 +401,7 @@ pub(super) struct OutputQuery {
 /// The header that says which run's output stream an answer is: what a
 /// replica passing a stream through checks, so that it relays replicron's
 /// stream of that run and nothing else that answers 200 at the address.
-const RUN_HEADER: &str = "x-replicron-run";
+pub(crate) const RUN_HEADER: &str = "x-replicron-run";
 
 /// Whether `headers`, of an answer asked of a holder, are those of
 /// replicron's output of run `id` as `kind` (a content type: the live
@@ -650,29 +650,7 @@ async fn pass_through(
         Ok(response) => response,
         Err(why) => return gone(&why),
     };
-    let body = futures_util::stream::unfold(
-        (response.into_body(), slot),
-        |(mut body, slot)| async move {
-            loop {
-                // The holder sends at least a comment every 15 s: a holder
-                // silent for longer is gone, and so is the stream.
-                let frame = tokio::time::timeout(
-                    HOLDER_SILENCE,
-                    std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)),
-                )
-                .await
-                .ok()??;
-                match frame {
-                    Ok(frame) => {
-                        if let Ok(data) = frame.into_data() {
-                            return Some((Ok::<Bytes, Infallible>(data), (body, slot)));
-                        }
-                    }
-                    Err(_) => return None,
-                }
-            }
-        },
-    );
+    let body = passed_on(response.into_body(), slot);
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -682,6 +660,33 @@ async fn pass_through(
         Body::from_stream(body),
     )
         .into_response()
+}
+
+/// The data of a holder's answer `body`, as it comes, `keep` held until it
+/// ends (a stream's slot). The holder sends at least a comment every 15 s:
+/// a holder silent for longer is gone, and so is what it sent.
+pub(super) fn passed_on<K: Send + 'static>(
+    body: hyper::body::Incoming,
+    keep: K,
+) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    futures_util::stream::unfold((body, keep), |(mut body, keep)| async move {
+        loop {
+            let frame = tokio::time::timeout(
+                HOLDER_SILENCE,
+                std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)),
+            )
+            .await
+            .ok()??;
+            match frame {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some((Ok(data), (body, keep)));
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    })
 }
 
 /// What a page shows of a run's output.

@@ -10,13 +10,11 @@
 use std::convert::Infallible;
 use std::io::Read as _;
 use std::path::PathBuf;
-use std::pin::Pin;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hyper::body::Body as _;
 use serde::Deserialize;
 
 use super::Shared;
@@ -197,34 +195,19 @@ fn send(path: PathBuf, form: Form) -> Response {
             .await
             .map(|bytes| (Ok::<Bytes, Infallible>(bytes), rx))
     });
-    (
-        [
-            (
-                header::CONTENT_TYPE,
-                if form == Form::Gzip { GZIP } else { TEXT },
-            ),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response()
+    answer(form, Body::from_stream(body))
 }
 
 /// The holder's answer, passed through.
-fn relay(answer: hyper::Response<hyper::body::Incoming>, form: Form) -> Response {
-    let body = futures_util::stream::unfold(answer.into_body(), |mut body| async move {
-        loop {
-            let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await?;
-            match frame {
-                Ok(frame) => {
-                    if let Ok(data) = frame.into_data() {
-                        return Some((Ok::<Bytes, Infallible>(data), body));
-                    }
-                }
-                Err(_) => return None,
-            }
-        }
-    });
+fn relay(answer_of_holder: hyper::Response<hyper::body::Incoming>, form: Form) -> Response {
+    answer(
+        form,
+        Body::from_stream(super::live::passed_on(answer_of_holder.into_body(), ())),
+    )
+}
+
+/// An answer of `body` as `form`.
+fn answer(form: Form, body: Body) -> Response {
     (
         [
             (
@@ -233,7 +216,7 @@ fn relay(answer: hyper::Response<hyper::body::Incoming>, form: Form) -> Response
             ),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        Body::from_stream(body),
+        body,
     )
         .into_response()
 }
