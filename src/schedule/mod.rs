@@ -562,6 +562,29 @@ impl Schedule {
         self.zone
     }
 
+    /// The instants after `after` for which `within` holds, in order up to
+    /// the first for which it does not: the first, the last and how many,
+    /// counting at most `limit`; `None` if there is none.
+    pub(crate) fn instants_while(
+        &self,
+        after: DateTime<Utc>,
+        limit: usize,
+        within: impl Fn(DateTime<Utc>) -> bool,
+    ) -> Option<(DateTime<Utc>, DateTime<Utc>, usize)> {
+        let (mut first, mut last, mut count) = (None, None, 0);
+        let mut cursor = after;
+        while count < limit
+            && let Some(next) = self.next_after(cursor)
+            && within(next)
+        {
+            first.get_or_insert(next);
+            last = Some(next);
+            count += 1;
+            cursor = next;
+        }
+        Some((first?, last?, count))
+    }
+
     /// The first instant strictly after `after` (which may hold a fraction
     /// of a second).
     ///

@@ -151,23 +151,18 @@ impl Ticker {
 
     /// Counts the instants after `after`, up to and including `until`.
     fn note_skipped(&mut self, after: DateTime<Utc>, until: DateTime<Utc>) {
-        let mut cursor = after;
-        while let Some(next) = self.schedule.next_after(cursor) {
-            if next > until {
-                break;
-            }
-            let skipped = self.skipped.get_or_insert(Skipped {
-                first: next,
-                last: next,
-                count: 0,
-            });
-            skipped.last = next;
-            skipped.count += 1;
-            if skipped.count >= Skipped::COUNT_LIMIT {
-                break;
-            }
-            cursor = next;
-        }
+        let left = Skipped::COUNT_LIMIT.saturating_sub(self.skipped.map_or(0, |s| s.count));
+        let Some((first, last, count)) = self.schedule.instants_while(after, left, |t| t <= until)
+        else {
+            return;
+        };
+        let skipped = self.skipped.get_or_insert(Skipped {
+            first,
+            last,
+            count: 0,
+        });
+        skipped.last = last;
+        skipped.count += count;
     }
 }
 

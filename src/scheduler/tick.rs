@@ -380,19 +380,16 @@ pub(super) fn not_reached(
     undecided: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> Option<(DateTime<Utc>, DateTime<Utc>, usize)> {
-    let (mut first, mut last) = (undecided, undecided);
-    let mut count = usize::from(undecided.is_some());
-    let mut cursor = after.max(now - late_limit(job));
-    while let Some(next) = job.schedule.next_after(cursor) {
-        if job.schedule.start_of(next) > now || count >= NOT_REACHED_COUNT_LIMIT {
-            break;
-        }
-        first.get_or_insert(next);
-        last = Some(next);
-        count += 1;
-        cursor = next;
+    let left = NOT_REACHED_COUNT_LIMIT - usize::from(undecided.is_some());
+    let from = after.max(now - late_limit(job));
+    let reached = job
+        .schedule
+        .instants_while(from, left, |t| job.schedule.start_of(t) <= now);
+    match (undecided, reached) {
+        (Some(undecided), Some((_, last, count))) => Some((undecided, last, count + 1)),
+        (Some(undecided), None) => Some((undecided, undecided, 1)),
+        (None, reached) => reached,
     }
-    Some((first?, last?, count))
 }
 
 /// Instants not reached at a stop are counted up to this many.
