@@ -44,3 +44,27 @@ pub(crate) fn runs_of(db: &TestDb, job: &str) -> Vec<crate::history::RunRow> {
     rows.reverse();
     rows
 }
+
+/// The start record of attempt `attempt` of `job`'s `instant` by
+/// `instance` under `fence`, for a run once across the fleet started by
+/// its schedule, without params.
+pub(crate) fn new_run(
+    job: &str,
+    instant: chrono::DateTime<chrono::Utc>,
+    attempt: i32,
+    instance: &str,
+    fence: i64,
+) -> crate::history::NewRun {
+    crate::history::NewRun {
+        job: job.into(),
+        scheduled_at: instant,
+        attempt,
+        instance: instance.into(),
+        fence,
+        once_key: None,
+        scope: String::new(),
+        lease_row: None,
+        trigger: Default::default(),
+        params: None,
+    }
+}

@@ -26,18 +26,7 @@ fn finish(status: RunStatus, exit_code: Option<i32>, output: &str) -> RunFinish 
 }
 
 fn new_run(job: &str, at: i64, attempt: i32, fence: i64) -> NewRun {
-    NewRun {
-        job: job.to_string(),
-        scheduled_at: t(at),
-        attempt,
-        instance: "host:1:abc".to_string(),
-        fence,
-        once_key: None,
-        scope: String::new(),
-        lease_row: None,
-        trigger: Default::default(),
-        params: None,
-    }
+    crate::testing::new_run(job, t(at), attempt, "host:1:abc", fence)
 }
 
 backend_test! {

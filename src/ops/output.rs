@@ -160,18 +160,8 @@ mod tests {
     use crate::testing::{TestDb, backend_test};
 
     fn new_run(job: &str, second: i64) -> NewRun {
-        NewRun {
-            job: job.into(),
-            scheduled_at: chrono::DateTime::UNIX_EPOCH + chrono::TimeDelta::seconds(second),
-            attempt: 1,
-            instance: "r1".into(),
-            fence: 1,
-            once_key: None,
-            scope: String::new(),
-            lease_row: None,
-            trigger: Default::default(),
-            params: None,
-        }
+        let instant = chrono::DateTime::UNIX_EPOCH + chrono::TimeDelta::seconds(second);
+        crate::testing::new_run(job, instant, 1, "r1", 1)
     }
 
     backend_test! {

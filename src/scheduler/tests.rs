@@ -720,6 +720,29 @@ fn connect_at(db: &TestDb, clock: &Arc<TokioClock>) -> crate::db::DbConnection {
     crate::db::establish_with(&db.database_url(), &clock).expect("connect")
 }
 
+/// Replica `id` of a job due each minute that does nothing, with a
+/// 2-minute lease.
+fn minutely(db: &TestDb, clock: &Arc<TokioClock>, id: &str) -> SchedulerBuilder {
+    replica_of(
+        db,
+        clock,
+        id,
+        Job::new("minutely", "* * * * *")
+            .expect("job")
+            .lock_at_most_for(Duration::from_secs(120))
+            .run(|_| async { Ok::<(), String>(()) }),
+    )
+}
+
+/// The instants of `job` recorded `missed`, as `HH:MM`, oldest first.
+fn missed_minutes(db: &TestDb, job: &str) -> Vec<String> {
+    runs_of(db, job)
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.scheduled_at.format("%H:%M").to_string())
+        .collect()
+}
+
 /// Records attempt 1 of `job`'s `instant` as started at the instant by
 /// `instance` under `fence`, as a replica that was then cut off or vanished
 /// left it. With `abandoned` (its last confirmation), the row is also
@@ -736,18 +759,7 @@ fn run_left_by(
     use diesel::prelude::*;
     let id = crate::history::record_run_started(
         conn,
-        &crate::history::NewRun {
-            job: job.into(),
-            scheduled_at: instant,
-            attempt: 1,
-            instance: instance.into(),
-            fence,
-            once_key: None,
-            scope: String::new(),
-            lease_row: None,
-            trigger: Default::default(),
-            params: None,
-        },
+        &crate::testing::new_run(job, instant, 1, instance, fence),
     )
     .expect("start");
     diesel::update(runs::replicron_runs.filter(runs::id.eq(id)))
@@ -775,18 +787,7 @@ fn run_left_by(
 async fn instants_after_an_abandoned_runs_lease_are_missed_not_overruns() {
     let db = TestDb::sqlite();
     let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
-    let replica = |id: &'static str| {
-        replica_of(
-            &db,
-            &clock,
-            id,
-            Job::new("minutely", "* * * * *")
-                .expect("job")
-                .lock_at_most_for(Duration::from_secs(120))
-                .run(|_| async { Ok::<(), String>(()) }),
-        )
-        .build()
-    };
+    let replica = |id: &'static str| minutely(&db, &clock, id).build();
     replica("before")
         .await
         .expect("build")
@@ -847,18 +848,7 @@ async fn instants_after_an_abandoned_runs_lease_are_missed_not_overruns() {
 async fn marking_a_run_abandoned_takes_back_the_instants_taken_for_its_overruns() {
     let db = TestDb::sqlite();
     let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
-    let replica = |id: &'static str| {
-        replica_of(
-            &db,
-            &clock,
-            id,
-            Job::new("minutely", "* * * * *")
-                .expect("job")
-                .lock_at_most_for(Duration::from_secs(120))
-                .run(|_| async { Ok::<(), String>(()) }),
-        )
-        .build()
-    };
+    let replica = |id: &'static str| minutely(&db, &clock, id).build();
     replica("before")
         .await
         .expect("build")
@@ -951,18 +941,7 @@ async fn an_abandoned_retry_held_the_lease_from_its_first_attempt() {
     use diesel::prelude::*;
     let db = TestDb::sqlite();
     let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
-    let replica = |id: &'static str| {
-        replica_of(
-            &db,
-            &clock,
-            id,
-            Job::new("minutely", "* * * * *")
-                .expect("job")
-                .lock_at_most_for(Duration::from_secs(120))
-                .run(|_| async { Ok::<(), String>(()) }),
-        )
-        .build()
-    };
+    let replica = |id: &'static str| minutely(&db, &clock, id).build();
     replica("before")
         .await
         .expect("build")
@@ -990,18 +969,7 @@ async fn an_abandoned_retry_held_the_lease_from_its_first_attempt() {
         .expect("failed");
     let retry = crate::history::record_run_started(
         &mut conn,
-        &crate::history::NewRun {
-            job: "minutely".into(),
-            scheduled_at: utc("2027-03-01T00:04:00Z"),
-            attempt: 2,
-            instance: "vanished".into(),
-            fence: 99,
-            once_key: None,
-            scope: String::new(),
-            lease_row: None,
-            trigger: Default::default(),
-            params: None,
-        },
+        &crate::testing::new_run("minutely", utc("2027-03-01T00:04:00Z"), 2, "vanished", 99),
     )
     .expect("retry");
     diesel::update(runs::replicron_runs.filter(runs::id.eq(retry)))
@@ -1018,11 +986,7 @@ async fn an_abandoned_retry_held_the_lease_from_its_first_attempt() {
         .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
         .await
         .expect("runs");
-    let missed: Vec<String> = runs_of(&db, "minutely")
-        .iter()
-        .filter(|r| r.status == RunStatus::Missed)
-        .map(|r| r.scheduled_at.format("%H:%M").to_string())
-        .collect();
+    let missed = missed_minutes(&db, "minutely");
     assert!(!missed.contains(&"00:06".to_string()), "{missed:?}");
     assert!(missed.contains(&"00:07".to_string()), "{missed:?}");
 }
@@ -1041,18 +1005,7 @@ async fn the_instants_between_an_abandoned_run_and_its_rerun_are_missed() {
     use diesel::prelude::*;
     let db = TestDb::sqlite();
     let clock = Arc::new(TokioClock::starting_at(utc("2027-03-01T00:00:30Z")));
-    let replica = |id: &'static str| {
-        replica_of(
-            &db,
-            &clock,
-            id,
-            Job::new("minutely", "* * * * *")
-                .expect("job")
-                .lock_at_most_for(Duration::from_secs(120))
-                .run(|_| async { Ok::<(), String>(()) }),
-        )
-        .build()
-    };
+    let replica = |id: &'static str| minutely(&db, &clock, id).build();
     replica("before")
         .await
         .expect("build")
@@ -1077,18 +1030,7 @@ async fn the_instants_between_an_abandoned_run_and_its_rerun_are_missed() {
         .expect("abandoned");
     let rerun = crate::history::record_run_started(
         &mut conn,
-        &crate::history::NewRun {
-            job: "minutely".into(),
-            scheduled_at: utc("2027-03-01T00:04:00Z"),
-            attempt: 2,
-            instance: "rerunner".into(),
-            fence: 100,
-            once_key: None,
-            scope: String::new(),
-            lease_row: None,
-            trigger: Default::default(),
-            params: None,
-        },
+        &crate::testing::new_run("minutely", utc("2027-03-01T00:04:00Z"), 2, "rerunner", 100),
     )
     .expect("rerun");
     diesel::update(runs::replicron_runs.filter(runs::id.eq(rerun)))
@@ -1106,11 +1048,7 @@ async fn the_instants_between_an_abandoned_run_and_its_rerun_are_missed() {
         .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
         .await
         .expect("runs");
-    let missed: Vec<String> = runs_of(&db, "minutely")
-        .iter()
-        .filter(|r| r.status == RunStatus::Missed)
-        .map(|r| r.scheduled_at.format("%H:%M").to_string())
-        .collect();
+    let missed = missed_minutes(&db, "minutely");
     for overrun in ["00:05", "00:06"] {
         assert!(!missed.contains(&overrun.to_string()), "{missed:?}");
     }
@@ -1492,11 +1430,7 @@ async fn a_jobs_first_instants_are_checked_for_misses() {
         .run_until(tokio::time::sleep(Duration::from_secs(3 * 60)))
         .await
         .expect("runs");
-    let missed: Vec<String> = runs_of(&db, "minutely")
-        .iter()
-        .filter(|r| r.status == RunStatus::Missed)
-        .map(|r| r.scheduled_at.format("%H:%M").to_string())
-        .collect();
+    let missed = missed_minutes(&db, "minutely");
     assert_eq!(missed, ["00:01", "00:02", "00:03", "00:04", "00:05"]);
 }
 

@@ -101,7 +101,12 @@ pub(crate) fn request(
             Ok(n) => response.extend_from_slice(&buffer[..n]),
         }
     }
-    let response = String::from_utf8_lossy(&response).into_owned();
+    parse_response(&response)
+}
+
+/// A raw HTTP response: its status, headers (lower-case names) and body.
+pub(crate) fn parse_response(raw: &[u8]) -> (u16, Vec<(String, String)>, String) {
+    let response = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let mut lines = head.lines();
     let code = lines

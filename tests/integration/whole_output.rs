@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support::{Replica, TestDb, backend_test, history_json, run, wait_until};
-use crate::web::{TOKEN, free_ports, get_json, http, post_json};
+use crate::web::{TOKEN, free_ports, get_json, http, parse_response, post_json};
 
 /// Prints 50,000 lines to stdout, a second later one to stderr, and its
 /// last line once the test has created `$MARK`: the file is read while the
@@ -78,19 +78,7 @@ fn get(port: u16, path: &str) -> (u16, Vec<(String, String)>, String) {
     .expect("send");
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let code = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    (code, headers, body.to_string())
+    parse_response(&raw)
 }
 
 fn seq(to: u32) -> String {
